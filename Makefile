@@ -1,0 +1,78 @@
+# kgym - plain GNU make. See README.md.
+#   make            libkgym.a, libkgym.so and the kgym command (in build/)
+#   make test       every CPU test: C unit tests, then pytest
+#   make asan       the C tests under AddressSanitizer + UBSan
+#   make test-gpu   GPU timing/profiling tests (run on a GPU machine)
+#   make bench      CPU benchmarks, printed
+
+CC      ?= gcc
+BUILD   ?= build
+PYTHON  ?= $(shell scripts/find-python)
+PKGS    := jansson libmicrohttpd libcurl sqlite3 hiredis libseccomp
+WARN    := -std=c11 -Wall -Wextra -Wpedantic -Werror
+CFLAGS  ?= -O2 -g
+CFLAGS  += $(WARN) -D_GNU_SOURCE -fPIC -Iinclude -Isrc $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread
+
+LIB_SRCS := $(wildcard lib/*.c)
+APP_SRCS := $(filter-out src/cli/main.c,$(wildcard src/common/*.c src/server/*.c src/worker/*.c src/agent/*.c src/cli/*.c))
+TEST_SRCS := $(wildcard tests/unit/test_*.c)
+
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+APP_OBJS := $(APP_SRCS:%.c=$(BUILD)/%.o)
+TESTS    := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+
+all: $(BUILD)/libkgym.a $(BUILD)/libkgym.so $(BUILD)/kgym
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libkgym.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libkgym.so: $(LIB_OBJS)
+	$(CC) $(CFLAGS) -shared -o $@ $^ -lm
+
+$(BUILD)/libkgym-app.a: $(APP_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/kgym: $(BUILD)/src/cli/main.o $(BUILD)/libkgym-app.a $(BUILD)/libkgym.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkgym-app.a $(BUILD)/libkgym.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit -o $@ $^ $(LDLIBS) -lcmocka
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libkgym.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -O3 -march=native -o $@ $^ -lm
+
+unit: $(TESTS) all
+	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
+
+pytest: all
+	$(PYTHON) -m pytest -q tests/python tests/harness
+
+test: unit pytest
+
+asan:
+	$(MAKE) BUILD=build-asan CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" unit
+
+test-gpu: all
+	scripts/test-gpu
+
+bench: $(BUILD)/bench/rl_bench
+	$(BUILD)/bench/rl_bench
+
+format:
+	clang-format -i $(wildcard include/kgym/*.h lib/*.c lib/*.h src/*/*.c src/*/*.h tests/unit/*.c tests/unit/*.h bench/*.c)
+
+clean:
+	rm -rf build build-asan
+
+.PHONY: all unit pytest test asan test-gpu bench format clean
+.SECONDARY:
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

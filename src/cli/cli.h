@@ -1,0 +1,8 @@
+/* cli.h - the kgym command's subcommands. Each returns the process exit
+ * code: 0 success, 1 failure of the work, 2 bad usage or bad input. */
+#ifndef KGYM_CLI_H
+#define KGYM_CLI_H
+
+int kg_cli_rl(int argc, char **argv);
+
+#endif

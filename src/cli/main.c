@@ -1,0 +1,41 @@
+/* main.c - the kgym command: dispatch to subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "kgym/kgym.h"
+
+struct subcommand {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+};
+
+static const struct subcommand commands[] = {
+    {"rl", kg_cli_rl, "RL math: reward|returns|advantages|mrs|prs|fastp|select (JSON stdin -> stdout)"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kgym <command> [args]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "  %-10s %s\n", "version", "print the version");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+        printf("kgym %s\n", KG_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "kgym: unknown command '%s' (kgym --help lists them)\n", argv[1]);
+    return 2;
+}
