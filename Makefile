@@ -54,7 +54,7 @@ unit: $(TESTS) all
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
 
 pytest: all
-	$(PYTHON) -m pytest -q tests/python tests/harness
+	PYTHONPATH=$(CURDIR)/harness:$(CURDIR)/python KGYM_LIB=$(CURDIR)/$(BUILD)/libkgym.so KGYM_BIN=$(CURDIR)/$(BUILD)/kgym $(PYTHON) -m pytest -q tests/python tests/harness
 
 test: unit pytest
 
