@@ -1,0 +1,253 @@
+/* request.c - validation and defaults of the task request (DESIGN.md). */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/request.h"
+#include "common/sha256.h"
+
+enum ftype { F_STR, F_INT, F_NUM, F_BOOL, F_ENUM };
+
+struct field {
+    const char *name;
+    enum ftype type;
+    int required;
+    double lo, hi;       /* F_INT, F_NUM range; F_STR max length in hi */
+    const char *def_str; /* F_STR, F_ENUM default (NULL: none) */
+    double def_num;      /* F_INT, F_NUM, F_BOOL default */
+    int has_def;         /* F_INT/F_NUM/F_BOOL default present */
+    const char *choices; /* F_ENUM: '|'-separated */
+    int in_cache_key;    /* changes the outcome of an evaluation */
+};
+
+/* The request table of DESIGN.md, in one place. */
+static const struct field FIELDS[] = {
+    {"task_id", F_STR, 0, 1, KG_MAX_TASK_ID, NULL, 0, 0, NULL, 0},
+    {"reference_code", F_STR, 1, 1, KG_MAX_REFERENCE_CODE, NULL, 0, 0, NULL, 1},
+    {"kernel_code", F_STR, 1, 1, KG_MAX_KERNEL_CODE, NULL, 0, 0, NULL, 1},
+    {"backend", F_ENUM, 0, 0, 0, "triton", 0, 0, "triton|cuda|cpu", 1},
+    {"entry_point", F_STR, 0, 1, 64, "Model", 0, 0, NULL, 1},
+    {"num_correct_trials", F_INT, 0, 1, 100, NULL, 5, 1, NULL, 1},
+    {"num_perf_trials", F_INT, 0, 1, 10000, NULL, 100, 1, NULL, 1},
+    {"num_warmup", F_INT, 0, 0, 1000, NULL, 3, 1, NULL, 1},
+    {"atol", F_NUM, 0, 0, 1e6, NULL, 1e-2, 0, NULL, 1},
+    {"rtol", F_NUM, 0, 0, 1e6, NULL, 1e-2, 0, NULL, 1},
+    {"strict", F_BOOL, 0, 0, 0, NULL, 0, 1, NULL, 1},
+    {"reference_backend", F_ENUM, 0, 0, 0, "eager", 0, 0, "eager|torch_compile",
+     1},
+    {"timeout", F_NUM, 0, 1, 3600, NULL, 300, 1, NULL, 0},
+    {"priority", F_ENUM, 0, 0, 0, "normal", 0, 0, "low|normal|high", 0},
+    {"enable_profiling", F_BOOL, 0, 0, 0, NULL, 1, 1, NULL, 1},
+    {"run_hack_checks", F_BOOL, 0, 0, 0, NULL, 1, 1, NULL, 1},
+    {"seed", F_INT, 0, 0, 9007199254740991.0, NULL, 0, 0, NULL, 1},
+    {"force_refresh", F_BOOL, 0, 0, 0, NULL, 0, 1, NULL, 0},
+    {"speedup_recheck_bound", F_NUM, 0, 1, 1e6, NULL, 10, 1, NULL, 1},
+};
+#define NFIELDS (sizeof FIELDS / sizeof FIELDS[0])
+
+int kg_task_id_valid(const char *id)
+{
+    size_t n = strlen(id);
+    if (n < 1 || n > KG_MAX_TASK_ID)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)id[i];
+        if (!isalnum(c) && c != '.' && c != '_' && c != ':' && c != '-')
+            return 0;
+    }
+    return 1;
+}
+
+static int enum_has(const char *choices, const char *v)
+{
+    size_t n = strlen(v);
+    for (const char *p = choices; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && !strncmp(p, v, n))
+            return 1;
+        if (!bar)
+            break;
+        p = bar + 1;
+    }
+    return 0;
+}
+
+static int is_identifier(const char *s)
+{
+    if (!isalpha((unsigned char)*s) && *s != '_')
+        return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_')
+            return 0;
+    return 1;
+}
+
+/* Checks one present value; on success stores the (possibly converted)
+ * value into out. */
+static int check_field(const struct field *f, json_t *v, json_t *out,
+                       kg_err *err)
+{
+    switch (f->type) {
+    case F_STR: {
+        if (!json_is_string(v))
+            return kg_errf(err, KG_EINVAL, "field \"%s\": must be a string",
+                           f->name);
+        size_t n = json_string_length(v);
+        const char *s = json_string_value(v);
+        if (n < (size_t)f->lo || n > (size_t)f->hi)
+            return kg_errf(err, KG_EINVAL,
+                           "field \"%s\": length %zu outside %.0f..%.0f bytes",
+                           f->name, n, f->lo, f->hi);
+        if (strlen(s) != n)
+            return kg_errf(err, KG_EINVAL, "field \"%s\": contains a NUL byte",
+                           f->name);
+        if (!strcmp(f->name, "task_id") && !kg_task_id_valid(s))
+            return kg_errf(
+                err, KG_EINVAL,
+                "field \"task_id\": use 1..100 characters of [A-Za-z0-9._:-]");
+        if (!strcmp(f->name, "entry_point") && !is_identifier(s))
+            return kg_errf(
+                err, KG_EINVAL,
+                "field \"entry_point\": must be a Python identifier");
+        json_object_set(out, f->name, v);
+        return 0;
+    }
+    case F_ENUM:
+        if (!json_is_string(v) || !enum_has(f->choices, json_string_value(v)))
+            return kg_errf(err, KG_EINVAL, "field \"%s\": must be one of %s",
+                           f->name, f->choices);
+        json_object_set(out, f->name, v);
+        return 0;
+    case F_BOOL:
+        if (!json_is_boolean(v))
+            return kg_errf(err, KG_EINVAL,
+                           "field \"%s\": must be true or false", f->name);
+        json_object_set(out, f->name, v);
+        return 0;
+    case F_INT: {
+        double d;
+        if (json_is_integer(v))
+            d = (double)json_integer_value(v);
+        else if (json_is_real(v) &&
+                 floor(json_real_value(v)) == json_real_value(v))
+            d = json_real_value(v);
+        else
+            return kg_errf(err, KG_EINVAL, "field \"%s\": must be an integer",
+                           f->name);
+        if (!(d >= f->lo && d <= f->hi))
+            return kg_errf(err, KG_EINVAL,
+                           "field \"%s\": must be in %.0f..%.0f", f->name,
+                           f->lo, f->hi);
+        json_object_set_new(out, f->name, json_integer((json_int_t)d));
+        return 0;
+    }
+    case F_NUM: {
+        if (!json_is_number(v))
+            return kg_errf(err, KG_EINVAL, "field \"%s\": must be a number",
+                           f->name);
+        double d = json_number_value(v);
+        if (!isfinite(d) || d < f->lo || d > f->hi)
+            return kg_errf(err, KG_EINVAL, "field \"%s\": must be in %g..%g",
+                           f->name, f->lo, f->hi);
+        json_object_set_new(out, f->name, json_real(d));
+        return 0;
+    }
+    }
+    return kg_errf(err, KG_EINVAL, "field \"%s\": unsupported", f->name);
+}
+
+static void set_default(const struct field *f, json_t *out, int strict)
+{
+    switch (f->type) {
+    case F_STR:
+    case F_ENUM:
+        if (f->def_str)
+            json_object_set_new(out, f->name, json_string(f->def_str));
+        return;
+    case F_BOOL:
+        if (f->has_def)
+            json_object_set_new(out, f->name, json_boolean(f->def_num != 0));
+        return;
+    case F_INT:
+        if (f->has_def)
+            json_object_set_new(out, f->name,
+                                json_integer((json_int_t)f->def_num));
+        return;
+    case F_NUM:
+        if (!strcmp(f->name, "atol") || !strcmp(f->name, "rtol"))
+            json_object_set_new(out, f->name,
+                                json_real(strict ? 1e-4 : f->def_num));
+        else if (f->has_def)
+            json_object_set_new(out, f->name, json_real(f->def_num));
+        return;
+    }
+}
+
+json_t *kg_request_normalize(const json_t *in, int *code, const char **field,
+                             kg_err *err)
+{
+    int rc = 0;
+    const char *bad = NULL;
+    json_t *out = NULL;
+
+    if (!json_is_object(in)) {
+        rc = kg_errf(err, KG_EINVAL, "request body must be a JSON object");
+        goto fail;
+    }
+    out = json_object();
+    if (!out) {
+        rc = kg_errf(err, KG_ENOMEM, "out of memory");
+        goto fail;
+    }
+    json_t *sv = json_object_get(in, "strict");
+    int strict = json_is_true(sv);
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const struct field *f = &FIELDS[i];
+        json_t *v = json_object_get(in, f->name);
+        if (v && json_is_null(v) && !f->required)
+            v = NULL; /* null means "use the default" */
+        if (!v) {
+            if (f->required) {
+                bad = f->name;
+                rc = kg_errf(err, KG_EINVAL, "field \"%s\": required", f->name);
+                goto fail;
+            }
+            set_default(f, out, strict);
+            continue;
+        }
+        rc = check_field(f, v, out, err);
+        if (rc) {
+            bad = f->name;
+            goto fail;
+        }
+    }
+    return out;
+fail:
+    json_decref(out);
+    if (code)
+        *code = rc ? rc : KG_EINVAL;
+    if (field)
+        *field = bad;
+    return NULL;
+}
+
+int kg_request_cache_key(const json_t *req, char out[65], kg_err *err)
+{
+    json_t *k = json_object();
+    if (!k)
+        return kg_errf(err, KG_ENOMEM, "out of memory");
+    for (size_t i = 0; i < NFIELDS; i++) {
+        json_t *v = json_object_get(req, FIELDS[i].name);
+        if (FIELDS[i].in_cache_key && v)
+            json_object_set(k, FIELDS[i].name, v);
+    }
+    char *s = json_dumps(k, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(k);
+    if (!s)
+        return kg_errf(err, KG_ENOMEM, "out of memory");
+    kg_sha256_hex(s, strlen(s), out);
+    free(s);
+    return 0;
+}

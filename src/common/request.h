@@ -1,0 +1,40 @@
+/*
+ * request.h - the task request of DESIGN.md: validation and defaults.
+ *
+ * Shared by the server (POST /evaluate), the worker and `kgym eval`, so a
+ * request means the same thing wherever it enters.
+ */
+#ifndef KGYM_REQUEST_H
+#define KGYM_REQUEST_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kgym/kgym.h"
+
+#define KG_MAX_KERNEL_CODE (256 * 1024)
+#define KG_MAX_REFERENCE_CODE (512 * 1024)
+#define KG_MAX_TASK_ID 100
+
+/*
+ * Validates a request object and returns a new object (caller owns the
+ * reference) with every field of DESIGN.md's table present: defaults
+ * filled, unknown fields dropped, "seed" drawn when absent. On error
+ * returns NULL, sets *code (KG_EINVAL) and writes a message that names the
+ * field into err; *field (if non-NULL) receives the field's name (static).
+ */
+json_t *kg_request_normalize(const json_t *in, int *code, const char **field,
+                             kg_err *err);
+
+/* A task id is 1..100 of [A-Za-z0-9._:-]. */
+int kg_task_id_valid(const char *id);
+
+/*
+ * Hex SHA-256 of everything that changes an evaluation's outcome (codes,
+ * backend, trials, tolerances, reference backend, strict, seed when the
+ * client gave one): the result cache key. out must hold 65 bytes.
+ */
+int kg_request_cache_key(const json_t *req, char out[65], kg_err *err);
+
+#endif
