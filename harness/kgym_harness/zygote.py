@@ -1,0 +1,237 @@
+"""The warm zygote: imports torch/triton/the harness once, forks children.
+
+Started by the C worker (src/worker/zygote.c) as
+``python -m kgym_harness.zygote --ctl-fd 3``. CUDA is never initialised
+here: each child initialises it after the fork. Protocol (one JSON object
+per SOCK_SEQPACKET message, fds by SCM_RIGHTS) is described in
+src/worker/zygote.h.
+
+Each child enters the sandbox (C code in libkgym_sandbox.so, through
+ctypes) before it runs any role. The seccomp filter is compiled here, once,
+before any fork.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+MAX_MSG = 2 << 20
+MAX_FDS = 8
+
+
+class Sandbox:
+    """ctypes front of libkgym_sandbox.so (see src/worker/sandbox_py.c)."""
+
+    def __init__(self, path: str) -> None:
+        self.lib = ctypes.CDLL(path) if path else None
+        if self.lib is not None:
+            self.lib.kg_sandbox_py_enter.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+            self.lib.kg_sandbox_py_enter.restype = ctypes.c_int
+            self.lib.kg_sandbox_py_prepare.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+            self.lib.kg_sandbox_py_prepare.restype = ctypes.c_int
+            self.lib.kg_sandbox_py_subreaper.restype = ctypes.c_int
+
+    def prepare(self, profile: dict[str, Any]) -> None:
+        if self.lib is None:
+            return
+        err = ctypes.create_string_buffer(256)
+        if self.lib.kg_sandbox_py_prepare(json.dumps(profile).encode(), err, 256) != 0:
+            raise RuntimeError("sandbox prepare: " + err.value.decode(errors="replace"))
+        self.lib.kg_sandbox_py_subreaper()
+
+    def enter(self, cfg: dict[str, Any]) -> None:
+        if self.lib is None:
+            if cfg.get("required", True):
+                raise RuntimeError("no sandbox library (KGYM_SANDBOX_LIB) but the sandbox is required")
+            os.setsid()
+            return
+        err = ctypes.create_string_buffer(256)
+        if self.lib.kg_sandbox_py_enter(json.dumps(cfg).encode(), err, 256) != 0:
+            raise RuntimeError("sandbox enter: " + err.value.decode(errors="replace"))
+
+
+def _send(sock: socket.socket, obj: dict[str, Any]) -> None:
+    try:
+        sock.send(json.dumps(obj).encode())
+    except OSError:
+        os._exit(0)  # the worker is gone: so are we
+
+
+def _run_role(req: dict[str, Any], fds: dict[str, int]) -> int:
+    role = req["role"]
+    if role == "judge":
+        from kgym_harness.judge import run_judge
+        run_judge(req["task"], fds["chan"], fds["result"])
+    elif role == "candidate":
+        from kgym_harness.candidate import run_candidate
+        run_candidate(fds["chan"])
+    elif role == "probe":
+        from kgym_harness.probe import run_probe
+        return run_probe(req.get("device", "cpu"))
+    else:
+        raise ValueError(f"unknown role {role!r}")
+    return 0
+
+
+def _child(req: dict[str, Any], fds: dict[str, int], sandbox: Sandbox, closers: list[int]) -> None:
+    """Runs in the forked child; never returns."""
+    code = 70
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in closers:
+            os.close(fd)
+        cfg = dict(req.get("sandbox") or {})
+        cfg["keep_fds"] = [fds[n] for n in ("chan", "result") if n in fds]
+        cfg["stdout_fd"] = fds.get("log", -1)
+        cfg["stderr_fd"] = fds.get("log", -1)
+        sandbox.enter(cfg)
+        env = req.get("env")
+        if env is not None:
+            os.environ.clear()
+            os.environ.update({k: str(v) for k, v in env.items()})
+        if cfg.get("workdir"):
+            os.environ["TMPDIR"] = cfg["workdir"]
+            os.environ["HOME"] = cfg["workdir"]
+        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        code = _run_role(req, fds) or 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # noqa: BLE001 - report anything, then die
+        try:
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001
+            pass
+        code = 70
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+        os._exit(code)
+
+
+def _reap(sock: socket.socket, live: set[int]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid in live:
+            live.discard(pid)
+            _send(sock, {"event": "exit", "pid": pid, "status": status})
+    # orphans of finished tasks were reparented to us (we are a subreaper)
+
+
+def _kill_orphans(live: set[int]) -> None:
+    """Kills our children that we did not spawn: processes a task left
+    behind (double-forked daemons reparent to us, the subreaper)."""
+    me = os.getpid()
+    try:
+        tids = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            with open(f"/proc/{me}/task/{tid}/children") as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            continue
+        for pid in kids:
+            if pid not in live:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+def _preimport() -> dict[str, Any]:
+    info: dict[str, Any] = {"python": sys.version.split()[0]}
+    t0 = time.perf_counter()
+    import torch  # noqa: F401
+    info["torch"] = torch.__version__
+    try:
+        import triton  # noqa: F401
+        info["triton"] = triton.__version__
+    except Exception as e:  # noqa: BLE001 - triton is optional on cpu
+        info["triton"] = None
+        info["triton_error"] = str(e)[:200]
+    for mod in ("kgym_harness.judge", "kgym_harness.candidate"):
+        try:
+            __import__(mod)
+        except Exception as e:  # noqa: BLE001
+            info.setdefault("import_errors", {})[mod] = str(e)[:200]
+    info["import_ms"] = round((time.perf_counter() - t0) * 1e3, 1)
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kgym_harness.zygote")
+    ap.add_argument("--ctl-fd", type=int, required=True)
+    args = ap.parse_args(argv)
+    sock = socket.socket(fileno=args.ctl_fd)
+    info = _preimport()
+    sandbox = Sandbox(os.environ.get("KGYM_SANDBOX_LIB", ""))
+    profile = json.loads(os.environ.get("KGYM_SANDBOX_PROFILE", "{}") or "{}")
+    try:
+        sandbox.prepare(profile)
+    except Exception as e:  # noqa: BLE001
+        _send(sock, {"event": "fatal", "message": str(e)})
+        return 1
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    live: set[int] = set()
+    _send(sock, {"event": "ready", "pid": os.getpid(), **info})
+    import select
+    while True:
+        r, _, _ = select.select([sock, wake_r], [], [])
+        if wake_r in r:
+            try:
+                os.read(wake_r, 4096)
+            except BlockingIOError:
+                pass
+            _reap(sock, live)
+            _kill_orphans(live)
+        if sock not in r:
+            continue
+        try:
+            data, fdlist, _flags, _addr = socket.recv_fds(sock, MAX_MSG, MAX_FDS)
+        except OSError:
+            return 0
+        if not data:
+            return 0  # worker closed the socket
+        try:
+            req = json.loads(data)
+            names = req.get("fds", [])
+            if len(names) != len(fdlist):
+                raise ValueError(f"{len(fdlist)} fds for names {names}")
+            fds = dict(zip(names, fdlist))
+        except Exception as e:  # noqa: BLE001
+            for fd in fdlist:
+                os.close(fd)
+            _send(sock, {"event": "error", "id": None, "message": f"bad request: {e}"})
+            continue
+        pid = os.fork()
+        if pid == 0:
+            _child(req, fds, sandbox, [sock.fileno(), wake_r, wake_w])
+        live.add(pid)
+        for fd in fdlist:
+            os.close(fd)
+        _send(sock, {"event": "spawned", "id": req.get("id"), "pid": pid})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
