@@ -45,7 +45,7 @@ int kg_zygote_fd(const kg_zygote *z);
 
 /*
  * Reads what the zygote sent without blocking and returns the next queued
- * exit event: 1 with *pid/*status set, 0 when none, KG_EUNAVAIL when the
+ * exit event: 1 with pid and status set, 0 when none, KG_EUNAVAIL when the
  * zygote is gone.
  */
 int kg_zygote_next_exit(kg_zygote *z, pid_t *pid, int *status, kg_err *err);
