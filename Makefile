@@ -11,7 +11,7 @@ PYTHON  ?= $(shell scripts/find-python)
 PKGS    := jansson libmicrohttpd libcurl sqlite3 hiredis libseccomp
 WARN    := -std=c11 -Wall -Wextra -Wpedantic -Werror
 CFLAGS  ?= -O2 -g
-CFLAGS  += $(WARN) -D_GNU_SOURCE -fPIC -Iinclude -Isrc $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+override CFLAGS += $(WARN) -D_GNU_SOURCE -fPIC -Iinclude -Isrc $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread
 
 LIB_SRCS := $(wildcard lib/*.c)
