@@ -1,0 +1,1262 @@
+/*
+ * test_sandbox.c - every test forks a child that enters the sandbox and
+ * tries something; the child reports through its exit status and a pipe.
+ * The test process is a subreaper, and every child it starts is tracked
+ * and killed with its group in teardown, so a failing test leaves nothing
+ * running.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/personality.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "worker/sandbox.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
+#endif
+
+#define CHILD_TIMEOUT_MS 10000
+
+static kg_sandbox_filter filter;    /* default profile: W^X denied */
+static kg_sandbox_filter filter_wx; /* allow_wx = 1 */
+static char base[KG_SANDBOX_PATH_MAX];
+static pid_t tracked[64];
+static int ntracked;
+static int report_fd = -1; /* in the child: where say() writes */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* In the child: a line to the parent. */
+static void say(const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n > 0 && report_fd >= 0 &&
+        write(report_fd, buf,
+              (size_t)n < sizeof buf ? (size_t)n : sizeof buf)) {
+    }
+}
+
+/* In the child: counts a failed expectation and says which. */
+static int nbad;
+#define EXPECT(cond)                                                           \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            nbad++;                                                            \
+            say("FAIL %s:%d %s (errno %d %s)\n", __func__, __LINE__, #cond,    \
+                errno, strerror(errno));                                       \
+        }                                                                      \
+    } while (0)
+
+typedef int (*victim_fn)(void *arg);
+
+struct child {
+    pid_t pid;
+    int rd; /* read end of the report pipe */
+    int status;
+    char out[8192];
+    size_t nout;
+};
+
+static void track(pid_t pid)
+{
+    if (ntracked < (int)(sizeof tracked / sizeof *tracked))
+        tracked[ntracked++] = pid;
+}
+
+/* Forks a child that enters the sandbox with cfg (plus the report pipe in
+ * keep_fds) and exits with fn(arg). */
+static void start(const kg_sandbox_cfg *cfg, victim_fn fn, void *arg,
+                  struct child *c)
+{
+    int p[2];
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    int keep[16];
+    int n = 0;
+    for (int i = 0; i < cfg->n_keep_fds && n < 15; i++)
+        keep[n++] = cfg->keep_fds[i];
+    keep[n++] = p[1];
+    kg_sandbox_cfg cc = *cfg;
+    cc.keep_fds = keep;
+    cc.n_keep_fds = n;
+    memset(c, 0, sizeof *c);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        report_fd = p[1];
+        kg_err e = {{0}};
+        if (kg_sandbox_enter(&cc, &e) < 0) {
+            say("SETUP %s\n", e.msg);
+            _exit(KG_SANDBOX_EXIT_SETUP);
+        }
+        _exit(fn(arg));
+    }
+    track(pid);
+    close(p[1]);
+    c->pid = pid;
+    c->rd = p[0];
+}
+
+/* Reads the report until EOF, or until token appears (token non-NULL). */
+static int read_report(struct child *c, const char *token, int timeout_ms)
+{
+    double deadline = now_ms() + timeout_ms;
+    for (;;) {
+        c->out[c->nout] = 0;
+        if (token && strstr(c->out, token))
+            return 1;
+        int left = (int)(deadline - now_ms());
+        if (left <= 0)
+            return 0;
+        struct pollfd pf = {.fd = c->rd, .events = POLLIN};
+        if (poll(&pf, 1, left) <= 0)
+            continue;
+        ssize_t r = read(c->rd, c->out + c->nout, sizeof c->out - 1 - c->nout);
+        if (r <= 0)
+            return !token;
+        c->nout += (size_t)r;
+    }
+}
+
+/* Waits for the child (killing its group on timeout); returns its wait
+ * status. */
+static int finish(struct child *c, int timeout_ms)
+{
+    double deadline = now_ms() + timeout_ms;
+    read_report(c, NULL, timeout_ms);
+    close(c->rd);
+    for (;;) {
+        pid_t r = waitpid(c->pid, &c->status, WNOHANG);
+        if (r == c->pid || (r < 0 && errno == ECHILD))
+            break; /* ECHILD: reaped by kill_group, status kept there */
+        if (now_ms() > deadline) {
+            kg_sandbox_kill_group(c->pid, 2000, &c->status, NULL);
+            kill(c->pid, SIGKILL);
+            waitpid(c->pid, &c->status, 0);
+            fail_msg("child %d timed out; said: %s", (int)c->pid, c->out);
+        }
+        usleep(1000);
+    }
+    for (char *l = c->out, *nl; *l; l = nl + 1) {
+        nl = strchr(l, '\n');
+        if (!nl)
+            nl = l + strlen(l) - 1;
+        printf("    [child %d] %.*s\n", (int)c->pid, (int)(nl - l), l);
+    }
+    return c->status;
+}
+
+static int run(const kg_sandbox_cfg *cfg, victim_fn fn, void *arg,
+               struct child *c)
+{
+    start(cfg, fn, arg, c);
+    return finish(c, CHILD_TIMEOUT_MS);
+}
+
+static void assert_exit0(const struct child *c)
+{
+    if (!WIFEXITED(c->status) || WEXITSTATUS(c->status) != 0)
+        fail_msg("child status 0x%x, said: %s", c->status, c->out);
+}
+
+/* A process that is gone or a zombie (nobody runs it). */
+static int dead(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    return !p || p[2] == 'Z' || p[2] == 'X';
+}
+
+static void default_cfg(kg_sandbox_cfg *cfg)
+{
+    kg_sandbox_cfg_init(cfg);
+    cfg->new_netns = 1;
+    cfg->filter = &filter;
+    cfg->expect_parent = getpid();
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    kg_err e = {{0}};
+    kg_sandbox_profile prof = {.allow_wx = 0, .allow_perf = 0};
+    if (kg_sandbox_filter_build(&prof, &filter, &e) < 0) {
+        fprintf(stderr, "filter: %s\n", e.msg);
+        return -1;
+    }
+    prof.allow_wx = 1;
+    if (kg_sandbox_filter_build(&prof, &filter_wx, &e) < 0)
+        return -1;
+    if (kg_sandbox_become_subreaper(&e) < 0)
+        return -1;
+    return kg_sandbox_mkdtemp(NULL, base, sizeof base, &e) < 0 ? -1 : 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    kg_sandbox_reap_orphans(NULL, 0);
+    kg_sandbox_filter_free(&filter);
+    kg_sandbox_filter_free(&filter_wx);
+    return kg_sandbox_rmtree(base, NULL) < 0 ? -1 : 0;
+}
+
+/* Runs after every test, also a failed one: nothing it started survives.
+ * Only pids that are still our unreaped children are signalled, so a
+ * recycled pid is never hit. */
+static int teardown(void **state)
+{
+    (void)state;
+    for (int i = 0; i < ntracked; i++) {
+        pid_t r = waitpid(tracked[i], NULL, WNOHANG);
+        if (r < 0)
+            continue; /* not (or no longer) our child */
+        /* the group outlives its reaped leader while members live */
+        kg_sandbox_kill_group(tracked[i], 2000, NULL, NULL);
+        if (r == 0) {
+            kill(tracked[i], SIGKILL);
+            waitpid(tracked[i], NULL, 0);
+        }
+    }
+    ntracked = 0;
+    kg_sandbox_reap_orphans(NULL, 0);
+    return 0;
+}
+
+/* ---- seccomp --------------------------------------------------------- */
+
+static void test_filter_build(void **state)
+{
+    (void)state;
+    assert_non_null(filter.insns);
+    assert_true(filter.len > 20 && filter.len < 4096);
+    assert_int_equal(filter.wx, 1);
+    assert_int_equal(filter_wx.wx, 0);
+    assert_true(filter_wx.len < filter.len);
+}
+
+static int v_denied(void *arg)
+{
+    (void)arg;
+    errno = 0;
+    EXPECT(ptrace(PTRACE_TRACEME, 0, NULL, NULL) < 0 && errno == EPERM);
+    EXPECT(mount("none", "/mnt", "tmpfs", 0, NULL) < 0 && errno == EPERM);
+    EXPECT(umount2("/proc", MNT_DETACH) < 0 && errno == EPERM);
+    EXPECT(syscall(SYS_bpf, 0, NULL, 0) < 0 && errno == EPERM);
+    EXPECT(unshare(CLONE_NEWUSER) < 0 && errno == EPERM);
+    EXPECT(unshare(CLONE_NEWNS) < 0 && errno == EPERM);
+    EXPECT(chroot("/") < 0 && errno == EPERM);
+    EXPECT(syscall(SYS_keyctl, 0, 0, 0, 0, 0) < 0 && errno == EPERM);
+    EXPECT(syscall(SYS_userfaultfd, 0) < 0 && errno == EPERM);
+    EXPECT(syscall(SYS_io_uring_setup, 1, NULL) < 0 && errno == EPERM);
+    EXPECT(syscall(SYS_perf_event_open, NULL, 0, -1, -1, 0) < 0 &&
+           errno == EPERM);
+    EXPECT(syscall(SYS_setns, 0, 0) < 0 && errno == EPERM);
+    char buf[8];
+    struct iovec lv = {buf, sizeof buf}, rv = {buf, sizeof buf};
+    EXPECT(syscall(SYS_process_vm_readv, getppid(), &lv, 1, &rv, 1, 0) < 0 &&
+           errno == EPERM);
+    /* clone3 cannot be inspected: ENOSYS makes libc fall back to clone */
+    EXPECT(syscall(SYS_clone3, NULL, 0) < 0 && errno == ENOSYS);
+    /* clone with a namespace flag: EPERM; if it forked, the child leaves */
+    long r = syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0);
+    if (r == 0)
+        _exit(0);
+    EXPECT(r < 0 && errno == EPERM);
+    /* packet/vsock sockets, also with garbage in the upper 32 bits */
+    EXPECT(socket(AF_PACKET, SOCK_RAW, 0) < 0 && errno == EAFNOSUPPORT);
+    EXPECT(socket(AF_VSOCK, SOCK_STREAM, 0) < 0 && errno == EAFNOSUPPORT);
+    EXPECT(syscall(SYS_socket, (1L << 32) | AF_PACKET, SOCK_RAW, 0) < 0 &&
+           errno == EAFNOSUPPORT);
+    /* capabilities are gone, NO_NEW_PRIVS and the filter are on */
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int seen = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "CapEff:", 7) || !strncmp(line, "CapBnd:", 7) ||
+            !strncmp(line, "CapPrm:", 7)) {
+            EXPECT(strstr(line, "0000000000000000") != NULL);
+            seen++;
+        }
+        if (!strncmp(line, "NoNewPrivs:", 11)) {
+            EXPECT(strstr(line, "1") != NULL);
+            seen++;
+        }
+        if (!strncmp(line, "Seccomp:", 8)) {
+            EXPECT(strstr(line, "2") != NULL);
+            seen++;
+        }
+    }
+    if (f)
+        fclose(f);
+    EXPECT(seen == 5);
+    return nbad;
+}
+
+static void test_seccomp_denies(void **state)
+{
+    (void)state;
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    struct child c;
+    run(&cfg, v_denied, NULL, &c);
+    assert_exit0(&c);
+}
+
+static void *thread_fn(void *arg)
+{
+    return arg;
+}
+
+static int v_allowed(void *arg)
+{
+    (void)arg;
+    int fd = open("f.txt", O_CREAT | O_RDWR | O_TRUNC, 0600);
+    EXPECT(fd >= 0);
+    EXPECT(write(fd, "abc", 3) == 3);
+    char b[4] = {0};
+    EXPECT(pread(fd, b, 3, 0) == 3 && !strcmp(b, "abc"));
+    close(fd);
+    void *m = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT(m != MAP_FAILED);
+    if (m != MAP_FAILED)
+        memset(m, 1, 1 << 20), munmap(m, 1 << 20);
+    pthread_t t;
+    void *ret = NULL;
+    EXPECT(pthread_create(&t, NULL, thread_fn, (void *)7) == 0);
+    EXPECT(pthread_join(t, &ret) == 0 && ret == (void *)7);
+    pid_t p = fork();
+    if (p == 0)
+        _exit(3);
+    int st = 0;
+    EXPECT(p > 0 && waitpid(p, &st, 0) == p && WEXITSTATUS(st) == 3);
+    p = fork();
+    if (p == 0) {
+        char *argv[] = {"true", NULL};
+        execv("/bin/true", argv);
+        _exit(99);
+    }
+    EXPECT(p > 0 && waitpid(p, &st, 0) == p && WIFEXITED(st) &&
+           WEXITSTATUS(st) == 0);
+    int sv[2];
+    EXPECT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    EXPECT(personality(0xffffffff) != -1);
+    return nbad;
+}
+
+static void test_seccomp_allows(void **state)
+{
+    (void)state;
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    char wd[KG_SANDBOX_PATH_MAX];
+    assert_int_equal(kg_sandbox_mkdtemp(base, wd, sizeof wd, NULL), 0);
+    cfg.workdir = wd;
+    struct child c;
+    run(&cfg, v_allowed, NULL, &c);
+    assert_int_equal(kg_sandbox_rmtree(wd, NULL), 0);
+    assert_exit0(&c);
+}
+
+static int v_kill_module(void *arg)
+{
+    (void)arg;
+    syscall(SYS_delete_module, "kgym_no_such_module", O_NONBLOCK);
+    return 0;
+}
+
+static int v_i386_abi(void *arg)
+{
+    (void)arg;
+#if defined(__x86_64__)
+    long r;
+    /* getpid through the i386 entry point: other numbers, other ABI */
+    __asm__ volatile("int $0x80" : "=a"(r) : "a"(20L) : "memory");
+    say("i386 getpid returned %ld\n", r);
+#endif
+    return 0;
+}
+
+static void test_seccomp_kills(void **state)
+{
+    (void)state;
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    struct child c;
+    run(&cfg, v_kill_module, NULL, &c);
+    assert_true(WIFSIGNALED(c.status));
+    assert_int_equal(WTERMSIG(c.status), SIGSYS);
+#if defined(__x86_64__)
+    run(&cfg, v_i386_abi, NULL, &c);
+    assert_true(WIFSIGNALED(c.status));
+    assert_int_equal(WTERMSIG(c.status), SIGSYS);
+#endif
+}
+
+static int v_wx(void *arg)
+{
+    int deny = *(int *)arg;
+    size_t n = 4096;
+    void *m = mmap(NULL, n, PROT_READ | PROT_WRITE | PROT_EXEC,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT(deny ? m == MAP_FAILED && errno == EACCES : m != MAP_FAILED);
+    m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+             0);
+    EXPECT(m != MAP_FAILED);
+    int r = mprotect(m, n, PROT_READ | PROT_WRITE | PROT_EXEC);
+    EXPECT(deny ? r < 0 && errno == EACCES : r == 0);
+    EXPECT(mprotect(m, n, PROT_READ | PROT_EXEC) == 0); /* W then X: fine */
+    r = personality(READ_IMPLIES_EXEC);
+    EXPECT(deny ? r < 0 && errno == EPERM : r != -1);
+    r = syscall(SYS_personality, 0x80000000u | READ_IMPLIES_EXEC);
+    EXPECT(deny ? r < 0 && errno == EPERM : r != -1);
+    EXPECT(personality(0xffffffff) != -1);
+    return nbad;
+}
+
+static void test_seccomp_wx(void **state)
+{
+    (void)state;
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    struct child c;
+    int deny = 1;
+    run(&cfg, v_wx, &deny, &c);
+    assert_exit0(&c);
+    deny = 0;
+    cfg.filter = &filter_wx;
+    run(&cfg, v_wx, &deny, &c);
+    assert_exit0(&c);
+}
+
+/* ---- network --------------------------------------------------------- */
+
+struct ports {
+    int v4, v6;
+};
+
+static int v_network(void *arg)
+{
+    struct ports *p = arg;
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT(s >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)p->v4)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT(connect(s, (struct sockaddr *)&a, sizeof a) < 0);
+    say("connect 127.0.0.1:%d: %s\n", p->v4, strerror(errno));
+    close(s);
+    if (p->v6 > 0) {
+        s = socket(AF_INET6, SOCK_STREAM, 0);
+        struct sockaddr_in6 a6 = {.sin6_family = AF_INET6,
+                                  .sin6_port = htons((uint16_t)p->v6)};
+        a6.sin6_addr = in6addr_loopback;
+        EXPECT(s < 0 || connect(s, (struct sockaddr *)&a6, sizeof a6) < 0);
+        close(s);
+    }
+    /* an outside address fails as well: there is no route at all */
+    s = socket(AF_INET, SOCK_DGRAM, 0);
+    a.sin_addr.s_addr = htonl(0x01010101);
+    a.sin_port = htons(53);
+    EXPECT(sendto(s, "x", 1, 0, (struct sockaddr *)&a, sizeof a) < 0);
+    close(s);
+    int sv[2];
+    EXPECT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    char b = 0;
+    EXPECT(write(sv[0], "k", 1) == 1 && read(sv[1], &b, 1) == 1 && b == 'k');
+    return nbad;
+}
+
+static int listen_on(int family, int *port)
+{
+    int s = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return -1;
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    socklen_t len;
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        len = sizeof *a;
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_addr = in6addr_loopback;
+        len = sizeof *a;
+    }
+    if (bind(s, (struct sockaddr *)&ss, len) < 0 || listen(s, 4) < 0 ||
+        getsockname(s, (struct sockaddr *)&ss, &len) < 0) {
+        close(s);
+        return -1;
+    }
+    *port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                    : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    return s;
+}
+
+static void test_network(void **state)
+{
+    (void)state;
+    struct ports p = {0, 0};
+    int s4 = listen_on(AF_INET, &p.v4);
+    int s6 = listen_on(AF_INET6, &p.v6);
+    assert_true(s4 >= 0);
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    struct child c;
+    run(&cfg, v_network, &p, &c);
+    close(s4);
+    if (s6 >= 0)
+        close(s6);
+    assert_exit0(&c);
+}
+
+/* ---- rlimits --------------------------------------------------------- */
+
+static int v_as(void *arg)
+{
+    (void)arg;
+    void *m = mmap(NULL, 512u << 20, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT(m == MAP_FAILED && errno == ENOMEM);
+    void *p = malloc(512u << 20);
+    EXPECT(p == NULL);
+    free(p);
+    return nbad;
+}
+
+static void test_rlimit_as(void **state)
+{
+    (void)state;
+    if (UNDER_ASAN) {
+        /* ASan reserves terabytes of shadow: RLIMIT_AS kills it */
+        skip();
+    }
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.as_bytes = 256u << 20;
+    struct child c;
+    run(&cfg, v_as, NULL, &c);
+    assert_exit0(&c);
+}
+
+static int v_fsize(void *arg)
+{
+    int ignore = *(int *)arg;
+    if (ignore)
+        signal(SIGXFSZ, SIG_IGN);
+    char buf[8192];
+    memset(buf, 'x', sizeof buf);
+    int fd = open("big", O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    EXPECT(fd >= 0);
+    ssize_t w = write(fd, buf, sizeof buf); /* partial: up to the limit */
+    EXPECT(w == 4096);
+    w = write(fd, buf, sizeof buf);
+    EXPECT(w < 0 && errno == EFBIG);
+    return nbad;
+}
+
+static void test_rlimit_fsize(void **state)
+{
+    (void)state;
+    char wd[KG_SANDBOX_PATH_MAX];
+    assert_int_equal(kg_sandbox_mkdtemp(base, wd, sizeof wd, NULL), 0);
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.workdir = wd;
+    cfg.fsize_bytes = 4096;
+    struct child c;
+    int ignore = 0;
+    run(&cfg, v_fsize, &ignore, &c);
+    assert_true(WIFSIGNALED(c.status));
+    assert_int_equal(WTERMSIG(c.status), SIGXFSZ);
+    ignore = 1;
+    run(&cfg, v_fsize, &ignore, &c);
+    assert_int_equal(kg_sandbox_rmtree(wd, NULL), 0);
+    assert_exit0(&c);
+}
+
+static int v_nofile(void *arg)
+{
+    (void)arg;
+    int n = 0;
+    while (n < 1000 && open("/dev/null", O_RDONLY) >= 0)
+        n++;
+    EXPECT(errno == EMFILE);
+    say("opened %d fds\n", n);
+    /* 0,1,2 and the report pipe are open: 16 - 4 new ones fit */
+    EXPECT(n == 12);
+    return nbad;
+}
+
+static void test_rlimit_nofile(void **state)
+{
+    (void)state;
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.nofile = 16;
+    struct child c;
+    run(&cfg, v_nofile, NULL, &c);
+    assert_exit0(&c);
+}
+
+static int v_spin(void *arg)
+{
+    (void)arg;
+    volatile unsigned long x = 0;
+    for (;;)
+        x++;
+    return 0;
+}
+
+static void test_rlimit_cpu(void **state)
+{
+    (void)state;
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.cpu_seconds = 1;
+    struct child c;
+    double t0 = now_ms();
+    run(&cfg, v_spin, NULL, &c);
+    double ms = now_ms() - t0;
+    assert_true(WIFSIGNALED(c.status));
+    assert_int_equal(WTERMSIG(c.status), SIGXCPU);
+    printf("    CPU-bound child killed by SIGXCPU after %.0f ms wall\n", ms);
+    assert_true(ms < 5000);
+}
+
+static int v_core(void *arg)
+{
+    (void)arg;
+    struct rlimit r;
+    EXPECT(getrlimit(RLIMIT_CORE, &r) == 0 && r.rlim_cur == 0 &&
+           r.rlim_max == 0);
+    signal(SIGABRT, SIG_DFL);
+    if (nbad == 0)
+        abort();
+    return nbad;
+}
+
+static void test_no_core(void **state)
+{
+    (void)state;
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    struct child c;
+    run(&cfg, v_core, NULL, &c);
+    assert_true(WIFSIGNALED(c.status));
+    assert_int_equal(WTERMSIG(c.status), SIGABRT);
+    assert_false(WCOREDUMP(c.status));
+}
+
+/* ---- fds, stdio, env, workdir ----------------------------------------- */
+
+static int v_fds(void *arg)
+{
+    int *fds = arg; /* [leaked, kept] */
+    EXPECT(fcntl(fds[0], F_GETFD) < 0 && errno == EBADF);
+    EXPECT(fcntl(fds[1], F_GETFD) == 0); /* open, FD_CLOEXEC cleared */
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int others = 0;
+    while (d && (e = readdir(d))) {
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] == '.' || fd <= 2 || fd == fds[1] || fd == dirfd(d) ||
+            fd == report_fd)
+            continue;
+        say("unexpected fd %d\n", fd);
+        others++;
+    }
+    if (d)
+        closedir(d);
+    EXPECT(others == 0);
+    /* stdin is /dev/null */
+    char b;
+    EXPECT(read(0, &b, 1) == 0);
+    /* stdout goes to the pipe the parent gave */
+    EXPECT(write(1, "to-stdout\n", 10) == 10);
+    return nbad;
+}
+
+static void test_fds(void **state)
+{
+    (void)state;
+    int fds[2];
+    fds[0] = open("/dev/null", O_RDONLY);             /* leaked, not kept */
+    fds[1] = open("/dev/null", O_RDONLY | O_CLOEXEC); /* kept */
+    int out[2];
+    assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.keep_fds = &fds[1];
+    cfg.n_keep_fds = 1;
+    cfg.stdout_fd = out[1];
+    struct child c;
+    start(&cfg, v_fds, fds, &c);
+    close(out[1]);
+    finish(&c, CHILD_TIMEOUT_MS);
+    char buf[64] = {0};
+    ssize_t n = read(out[0], buf, sizeof buf - 1);
+    close(out[0]);
+    close(fds[0]);
+    close(fds[1]);
+    assert_exit0(&c);
+    assert_true(n == 10 && !strcmp(buf, "to-stdout\n"));
+}
+
+static int v_env(void *arg)
+{
+    const char *const *want = arg;
+    int n = 0;
+    for (char **e = environ; *e; e++, n++) {
+        EXPECT(want[n] != NULL);
+        if (!want[n])
+            break;
+        if (strcmp(*e, want[n]))
+            say("env[%d] = %s, want %s\n", n, *e, want[n]), nbad++;
+    }
+    EXPECT(want[n] == NULL);
+    char cwd[KG_SANDBOX_PATH_MAX];
+    EXPECT(getcwd(cwd, sizeof cwd) && !strcmp(cwd, getenv("HOME")));
+    return nbad;
+}
+
+static void test_env(void **state)
+{
+    (void)state;
+    char wd[KG_SANDBOX_PATH_MAX], home[600], tmp[600];
+    assert_int_equal(kg_sandbox_mkdtemp(base, wd, sizeof wd, NULL), 0);
+    snprintf(home, sizeof home, "HOME=%s", wd);
+    snprintf(tmp, sizeof tmp, "TMPDIR=%s", wd);
+    const char *env[] = {"A=1", "HOME=/nowhere", "PATH=/usr/bin",
+                         "TMPDIR=/elsewhere", NULL};
+    const char *want[] = {"A=1", "PATH=/usr/bin", home, tmp, NULL};
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.workdir = wd;
+    cfg.env = env;
+    struct child c;
+    run(&cfg, v_env, (void *)want, &c);
+    assert_int_equal(kg_sandbox_rmtree(wd, NULL), 0);
+    assert_exit0(&c);
+}
+
+static int v_plant(void *arg)
+{
+    const char *outside = arg;
+    EXPECT(symlink(outside, "link-to-outside-file") == 0);
+    EXPECT(mkdir("d", 0700) == 0);
+    EXPECT(symlink("/etc", "d/link-to-etc") == 0);
+    int fd = open("d/f", O_CREAT | O_WRONLY, 0600);
+    EXPECT(fd >= 0 && write(fd, "x", 1) == 1);
+    close(fd);
+    EXPECT(mkdir("d/locked", 0700) == 0);
+    fd = open("d/locked/f", O_CREAT | O_WRONLY, 0600);
+    close(fd);
+    EXPECT(chmod("d/locked", 0) == 0);
+    EXPECT(chmod("d", 0500) == 0);
+    /* deep nesting: rmtree must not need one fd per level */
+    for (int i = 0; i < 2000; i++)
+        if (mkdir("n", 0700) < 0 || chdir("n") < 0) {
+            EXPECT(0);
+            break;
+        }
+    fd = open("deep", O_CREAT | O_WRONLY, 0600);
+    close(fd);
+    return nbad;
+}
+
+static void test_workdir_rmtree(void **state)
+{
+    (void)state;
+    char wd[KG_SANDBOX_PATH_MAX], outside[600];
+    assert_int_equal(kg_sandbox_mkdtemp(base, wd, sizeof wd, NULL), 0);
+    struct stat st;
+    assert_int_equal(stat(wd, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0700);
+    snprintf(outside, sizeof outside, "%s/outside.txt", base);
+    FILE *f = fopen(outside, "w");
+    assert_non_null(f);
+    fputs("keep me", f);
+    fclose(f);
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.workdir = wd;
+    struct child c;
+    run(&cfg, v_plant, outside, &c);
+    assert_exit0(&c);
+    kg_err e = {{0}};
+    double t0 = now_ms();
+    int r = kg_sandbox_rmtree(wd, &e);
+    printf("    rmtree of 2000 nested dirs + planted links: %.0f ms\n",
+           now_ms() - t0);
+    if (r < 0)
+        fail_msg("rmtree: %s", e.msg);
+    assert_int_equal(lstat(wd, &st), -1);
+    char buf[16] = {0};
+    f = fopen(outside, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(buf, sizeof buf, f));
+    fclose(f);
+    assert_string_equal(buf, "keep me");
+    assert_int_equal(stat("/etc/passwd", &st), 0);
+    unlink(outside);
+    /* a missing path is not an error; a file is removed */
+    assert_int_equal(kg_sandbox_rmtree(wd, NULL), 0);
+}
+
+/* ---- processes ------------------------------------------------------- */
+
+/* Forks three sleepers, one of which calls setsid and double-forks (a
+ * daemon that left the group), reports all pids, then sleeps. */
+static int v_family(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 2; i++) {
+        pid_t p = fork();
+        if (p == 0) {
+            for (;;)
+                pause();
+        }
+        say("pid %d\n", (int)p);
+    }
+    int pp[2];
+    EXPECT(pipe(pp) == 0);
+    pid_t p = fork();
+    if (p == 0) {
+        setsid();
+        pid_t q = fork();
+        if (q == 0) {
+            for (;;)
+                pause();
+        }
+        if (write(pp[1], &q, sizeof q) != sizeof q)
+            _exit(1);
+        _exit(0);
+    }
+    pid_t q = -1;
+    EXPECT(read(pp[0], &q, sizeof q) == sizeof q);
+    waitpid(p, NULL, 0);
+    say("escaped %d\n", (int)q);
+    say("READY\n");
+    for (;;)
+        pause();
+    return 0;
+}
+
+static void test_kill_group(void **state)
+{
+    (void)state;
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    struct child c;
+    start(&cfg, v_family, NULL, &c);
+    assert_true(read_report(&c, "READY\n", CHILD_TIMEOUT_MS));
+    pid_t pids[3];
+    int n = 0;
+    for (char *s = c.out; (s = strstr(s, "pid ")) && n < 2; s += 4)
+        pids[n++] = (pid_t)atoi(s + 4);
+    char *esc = strstr(c.out, "escaped ");
+    assert_non_null(esc);
+    pid_t escaped = (pid_t)atoi(esc + 8);
+    assert_int_equal(n, 2);
+    assert_true(escaped > 0);
+    assert_int_equal(getpgid(c.pid), c.pid); /* its own group */
+    assert_int_equal(getsid(c.pid), c.pid);  /* and session */
+
+    int status = -1;
+    kg_err e = {{0}};
+    assert_int_equal(kg_sandbox_kill_group(c.pid, 5000, &status, &e), 0);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    for (int i = 0; i < n; i++)
+        assert_true(dead(pids[i]));
+    /* the setsid'd daemon left the group: kill_group cannot see it... */
+    assert_false(dead(escaped));
+    /* ...but it reparented to us, the subreaper */
+    assert_int_equal(kg_sandbox_reap_orphans(NULL, 0), 1);
+    assert_true(dead(escaped));
+    close(c.rd);
+}
+
+static int v_wait(void *arg)
+{
+    (void)arg;
+    EXPECT(prctl(PR_GET_PDEATHSIG, &(int){0}) == 0);
+    say("READY\n");
+    for (;;)
+        pause();
+    return 0;
+}
+
+static void test_pdeathsig(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    pid_t mid = fork();
+    assert_true(mid >= 0);
+    if (mid == 0) {
+        /* the middle process: starts the sandboxed child, then waits */
+        kg_sandbox_cfg cfg;
+        default_cfg(&cfg); /* expect_parent = this process */
+        cfg.keep_fds = &p[1];
+        cfg.n_keep_fds = 1;
+        pid_t kid = fork();
+        if (kid == 0) {
+            report_fd = p[1];
+            if (kg_sandbox_enter(&cfg, NULL) < 0)
+                _exit(KG_SANDBOX_EXIT_SETUP);
+            say("kid %d\n", (int)getpid());
+            for (;;)
+                pause();
+        }
+        for (;;)
+            pause();
+    }
+    track(mid);
+    close(p[1]);
+    struct child c = {.pid = mid, .rd = p[0]};
+    assert_true(read_report(&c, "\n", CHILD_TIMEOUT_MS));
+    pid_t kid = (pid_t)atoi(c.out + 4);
+    assert_true(kid > 0);
+    track(kid);
+    kill(mid, SIGKILL);
+    waitpid(mid, NULL, 0);
+    /* kid got SIGKILL when mid died; it reparented to us (subreaper) */
+    int st = 0;
+    double t0 = now_ms();
+    while (waitpid(kid, &st, WNOHANG) == 0 && now_ms() - t0 < 5000)
+        usleep(1000);
+    close(p[0]);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+}
+
+static void test_pdeathsig_race(void **state)
+{
+    (void)state;
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    /* as if the parent had died before the prctl: our parent is not it */
+    cfg.expect_parent = getpid() + 100000;
+    struct child c;
+    run(&cfg, v_wait, NULL, &c);
+    assert_true(WIFEXITED(c.status));
+    assert_int_equal(WEXITSTATUS(c.status), KG_SANDBOX_EXIT_SETUP);
+    assert_non_null(strstr(c.out, "already exited"));
+}
+
+/* Forks sleepers until fork fails or 200 succeed; reports the count. */
+static int v_forks(void *arg)
+{
+    int limit = arg ? *(int *)arg : 200;
+    int n = 0;
+    for (int i = 0; i < limit; i++) {
+        pid_t p = fork();
+        if (p == 0) {
+            for (;;)
+                pause();
+        }
+        if (p < 0)
+            break;
+        n++;
+    }
+    say("forked %d (%s)\n", n, n < limit ? strerror(errno) : "no failure");
+    say("READY\n");
+    for (;;)
+        pause();
+    return 0;
+}
+
+static int forked(const struct child *c)
+{
+    const char *s = strstr(c->out, "forked ");
+    return s ? atoi(s + 7) : -1;
+}
+
+static void test_nproc_uid(void **state)
+{
+    (void)state;
+    if (getuid() != 0)
+        skip(); /* switching uid needs root */
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.nproc = 8;
+    cfg.uid = 65534;
+    cfg.gid = 65534;
+    struct child c;
+    start(&cfg, v_forks, NULL, &c);
+    int ok = read_report(&c, "READY\n", CHILD_TIMEOUT_MS);
+    kg_sandbox_kill_group(c.pid, 5000, &c.status, NULL);
+    finish(&c, CHILD_TIMEOUT_MS);
+    assert_true(ok);
+    /* the limit counts every process of uid 65534, the child included */
+    assert_true(forked(&c) >= 0 && forked(&c) < 8);
+}
+
+static void test_nproc_root_unbound(void **state)
+{
+    (void)state;
+    if (getuid() != 0)
+        skip();
+    /* documents a kernel rule: RLIMIT_NPROC never binds uid 0, even
+     * without capabilities (use the pids cgroup or a uid) */
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.nproc = 4;
+    int limit = 20;
+    struct child c;
+    start(&cfg, v_forks, &limit, &c);
+    int ok = read_report(&c, "READY\n", CHILD_TIMEOUT_MS);
+    kg_sandbox_kill_group(c.pid, 5000, &c.status, NULL);
+    finish(&c, CHILD_TIMEOUT_MS);
+    assert_true(ok);
+    assert_int_equal(forked(&c), 20);
+}
+
+static int v_uid(void *arg)
+{
+    (void)arg;
+    EXPECT(getuid() == 65534 && geteuid() == 65534 && getgid() == 65534);
+    gid_t g[4];
+    EXPECT(getgroups(4, g) == 0);
+    int sig = 0;
+    EXPECT(prctl(PR_GET_PDEATHSIG, &sig) == 0 && sig == SIGKILL);
+    EXPECT(kill(1, 0) < 0 && errno == EPERM);
+    EXPECT(kill(getppid(), 0) < 0 && errno == EPERM);
+    return nbad;
+}
+
+static void test_uid_switch(void **state)
+{
+    (void)state;
+    if (getuid() != 0)
+        skip();
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.uid = 65534;
+    cfg.gid = 65534;
+    struct child c;
+    run(&cfg, v_uid, NULL, &c);
+    assert_exit0(&c);
+}
+
+/* ---- cgroups --------------------------------------------------------- */
+
+static kg_sandbox_cgroups cgs;
+static int cgs_probed, cgs_ok;
+
+static int cgroups_usable(int need_mem, int need_pids)
+{
+    if (!cgs_probed) {
+        cgs_probed = 1;
+        cgs_ok = kg_sandbox_cgroup_probe(&cgs, NULL) == 0;
+        printf("    %s\n", kg_sandbox_cgroup_reason(&cgs));
+    }
+    if ((need_mem && !cgs.mem_version) || (need_pids && !cgs.pids_version)) {
+        printf("    skipped: %s\n", kg_sandbox_cgroup_reason(&cgs));
+        return 0;
+    }
+    return 1;
+}
+
+static int v_hog(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 1024; i++) { /* 1 GiB at most */
+        char *p = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return 2;
+        memset(p, i, 1 << 20);
+    }
+    return 0;
+}
+
+static void test_cgroup_memory(void **state)
+{
+    (void)state;
+    if (!cgroups_usable(1, 0))
+        skip();
+    kg_sandbox_cgroup g;
+    kg_err e = {{0}};
+    char name[64];
+    snprintf(name, sizeof name, "kgym-test-mem-%d", (int)getpid());
+    if (kg_sandbox_cgroup_open(&cgs, name, 64u << 20, 64, &g, &e) < 0)
+        fail_msg("cgroup_open: %s", e.msg);
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    kg_sandbox_cgroup_attach(&g, &cfg);
+    struct child c;
+    run(&cfg, v_hog, NULL, &c);
+    long ooms = kg_sandbox_cgroup_oom_kills(&g);
+    int r = kg_sandbox_cgroup_close(&g, 5000, &e);
+    if (r < 0)
+        fail_msg("cgroup_close: %s", e.msg);
+    printf("    64 MiB group: child status 0x%x, oom_kill %ld\n", c.status,
+           ooms);
+    assert_true(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL);
+    assert_true(ooms >= 1);
+}
+
+static void test_cgroup_pids(void **state)
+{
+    (void)state;
+    if (!cgroups_usable(0, 1))
+        skip();
+    kg_sandbox_cgroup g;
+    kg_err e = {{0}};
+    char name[64];
+    snprintf(name, sizeof name, "kgym-test-pids-%d", (int)getpid());
+    if (kg_sandbox_cgroup_open(&cgs, name, 0, 16, &g, &e) < 0)
+        fail_msg("cgroup_open: %s", e.msg);
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    kg_sandbox_cgroup_attach(&g, &cfg);
+    int limit = 1000; /* a bounded fork bomb */
+    struct child c;
+    start(&cfg, v_forks, &limit, &c);
+    int ok = read_report(&c, "READY\n", CHILD_TIMEOUT_MS);
+    int inside = kg_sandbox_cgroup_count(&g);
+    /* cgroup_close alone, no process-group kill: the group is the net */
+    int r = kg_sandbox_cgroup_close(&g, 5000, &e);
+    finish(&c, CHILD_TIMEOUT_MS);
+    if (r < 0)
+        fail_msg("cgroup_close: %s", e.msg);
+    assert_true(ok);
+    printf("    pids.max 16: %d forks succeeded, %d processes in the group\n",
+           forked(&c), inside);
+    assert_true(forked(&c) >= 1 && forked(&c) <= 15);
+    assert_int_equal(inside, forked(&c) + 1);
+    assert_true(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL);
+    assert_int_equal(kg_sandbox_reap_orphans(NULL, 0), 0);
+}
+
+/* A setsid'd daemon escapes the process group but not the cgroup. */
+static void test_cgroup_catches_escapee(void **state)
+{
+    (void)state;
+    if (!cgroups_usable(0, 1))
+        skip();
+    kg_sandbox_cgroup g;
+    kg_err e = {{0}};
+    char name[64];
+    snprintf(name, sizeof name, "kgym-test-esc-%d", (int)getpid());
+    if (kg_sandbox_cgroup_open(&cgs, name, 0, 64, &g, &e) < 0)
+        fail_msg("cgroup_open: %s", e.msg);
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    kg_sandbox_cgroup_attach(&g, &cfg);
+    struct child c;
+    start(&cfg, v_family, NULL, &c);
+    int ok = read_report(&c, "READY\n", CHILD_TIMEOUT_MS);
+    char *esc = strstr(c.out, "escaped ");
+    pid_t escaped = esc ? (pid_t)atoi(esc + 8) : -1;
+    int r = kg_sandbox_cgroup_close(&g, 5000, &e);
+    finish(&c, CHILD_TIMEOUT_MS);
+    if (r < 0)
+        fail_msg("cgroup_close: %s", e.msg);
+    assert_true(ok && escaped > 0);
+    kg_sandbox_reap_orphans(NULL, 0); /* only reaps the dead one */
+    assert_true(dead(escaped));
+}
+
+static void test_cgroup_bad_name(void **state)
+{
+    (void)state;
+    kg_sandbox_cgroups none;
+    memset(&none, 0, sizeof none);
+    kg_sandbox_cgroup g;
+    assert_int_equal(kg_sandbox_cgroup_open(&none, "../x", 0, 0, &g, NULL),
+                     KG_EINVAL);
+    assert_int_equal(kg_sandbox_cgroup_open(&none, "ok", 0, 0, &g, NULL),
+                     KG_EUNAVAIL);
+}
+
+#define T(f) cmocka_unit_test_teardown(f, teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_filter_build),
+        T(test_seccomp_denies),
+        T(test_seccomp_allows),
+        T(test_seccomp_kills),
+        T(test_seccomp_wx),
+        T(test_network),
+        T(test_rlimit_as),
+        T(test_rlimit_fsize),
+        T(test_rlimit_nofile),
+        T(test_rlimit_cpu),
+        T(test_no_core),
+        T(test_fds),
+        T(test_env),
+        T(test_workdir_rmtree),
+        T(test_kill_group),
+        T(test_pdeathsig),
+        T(test_pdeathsig_race),
+        T(test_uid_switch),
+        T(test_nproc_uid),
+        T(test_nproc_root_unbound),
+        T(test_cgroup_bad_name),
+        T(test_cgroup_memory),
+        T(test_cgroup_pids),
+        T(test_cgroup_catches_escapee),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
