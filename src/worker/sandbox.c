@@ -1103,16 +1103,19 @@ int kg_sandbox_cgroup_probe(kg_sandbox_cgroups *cg, kg_err *err)
                  cg->pids_base);
         return 0;
     }
-    snprintf(cg->reason, sizeof cg->reason,
-             "no writable cgroup with %s%s%s (%s%s%s%s%s); %s",
-             cg->mem_version ? "" : "memory",
-             !cg->mem_version && !cg->pids_version ? " and " : "",
-             cg->pids_version ? "" : "pids", w2, *wm ? "; " : "", wm,
-             *wp ? "; " : "", wp,
-             cg->mem_version || cg->pids_version
-                 ? "the other controller is used"
-                 : "memory is bounded by rlimits only, and stray processes "
-                   "by the process group and the subreaper");
+    /* a log line: truncation is acceptable (hence the checked result) */
+    int n = snprintf(cg->reason, sizeof cg->reason,
+                     "no usable cgroup %s%s%s (%s%s%s%s%s); %s",
+                     cg->mem_version ? "" : "memory",
+                     !cg->mem_version && !cg->pids_version ? "+" : "",
+                     cg->pids_version ? "" : "pids", w2, *wm ? "; " : "", wm,
+                     *wp ? "; " : "", wp,
+                     cg->mem_version || cg->pids_version
+                         ? "the other one is used"
+                         : "memory bounded by rlimits only, strays by "
+                           "process group and subreaper");
+    if (n < 0)
+        cg->reason[0] = 0;
     return kg_errf(err, KG_EUNAVAIL, "%s", cg->reason);
 }
 
