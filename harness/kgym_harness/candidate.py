@@ -1,0 +1,208 @@
+"""The untrusted role: imports the generated kernel and answers the judge.
+
+run_candidate(chan_fd) serves commands until "exit" or until the judge goes
+away. It never sees the secret input seed or any expected output: it gets
+inputs, returns outputs, and times/profiles itself on inputs drawn from a
+public timing seed. Everything it says is checked or cross-checked by the
+judge.
+
+Commands (JSON header + tensors, see channel.py):
+  load    {reference_code, kernel_code, backend, entry_point, init_seed, device}
+  run     {mode: train|eval, grad: bool, args}        -> {output, launches}
+  time    {n_warmup, n_iter, seed}                      -> {timing, launches}
+  profile {n_iter, seed}                                -> {profile}
+  exit
+Every reply has ok (bool), failure (when not ok) and tamper (names of
+measuring functions that were replaced since load).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Callable
+
+import torch
+
+from . import hooks, integrity, loader, profiling, timing
+from .channel import Channel, PeerClosed, ProtocolError, pack, unpack
+
+
+class CandidateState:
+    """What one candidate process holds between commands."""
+
+    def __init__(self) -> None:
+        self.device = "cpu"
+        self.ref_module: Any = None
+        self.model: Any = None
+        self.kernel_path: str | None = None
+        self.kernel_code = ""
+        self.snapshot: integrity.Snapshot | None = None
+        self.workdir: str | None = None
+
+
+def _failure(exc: BaseException, phase: str, state: CandidateState) -> dict:
+    return {"ok": False, "failure": loader.classify(exc, phase, state.kernel_path)}
+
+
+def _setup_backend(backend: str, device: str, kernel_code: str) -> list[str]:
+    """Install the launch hooks before any candidate code is imported."""
+    if backend == "triton" and torch.device(device).type == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    if torch.device(device).type == "cuda":
+        torch.cuda.set_device(torch.device(device))
+    installed = hooks.install_extension_hooks()
+    if backend == "triton" or "triton" in kernel_code:
+        installed += hooks.install_triton_hooks()
+    return installed
+
+
+def cmd_load(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
+    state.device = str(h.get("device") or "cpu")
+    state.kernel_code = str(h.get("kernel_code") or "")
+    installed = _setup_backend(str(h.get("backend")), state.device, state.kernel_code)
+    state.snapshot = integrity.Snapshot()
+    state.workdir = tempfile.mkdtemp(prefix="kgym-cand-")
+    ref_path = loader.write_source(state.workdir, loader.REFERENCE_FILE,
+                                   str(h.get("reference_code") or ""))
+    state.kernel_path = os.path.abspath(loader.write_source(
+        state.workdir, loader.KERNEL_FILE, state.kernel_code))
+    try:
+        state.ref_module = loader.import_file(ref_path, "kgym_reference")
+    except BaseException as e:  # the judge imported it fine: not the candidate's fault
+        info = loader.classify(e, "load", None)
+        info.update(verdict="infra_error", code="REFERENCE_ERROR")
+        return {"ok": False, "failure": info}, []
+    try:
+        module = loader.import_file(state.kernel_path, "kgym_kernel")
+    except BaseException as e:
+        return _failure(e, "load", state), []
+    cls_name = f"{h.get('entry_point') or 'Model'}New"
+    cls = getattr(module, cls_name, None)
+    if cls is None:
+        info = {"verdict": "compile_error", "code": "MISSING_MODEL_NEW", "phase": "load",
+                "type": "AttributeError", "traceback": "", "frames": [],
+                "message": f"kernel_code defines no class {cls_name}"}
+        return {"ok": False, "failure": info}, []
+    init_seed = int(h.get("init_seed") or 0)
+    try:
+        init = loader.init_inputs(state.ref_module, init_seed)
+        state.model = loader.build_model(cls, init, init_seed, state.device)
+        timing.sync(state.device)
+    except BaseException as e:
+        return _failure(e, "init", state), []
+    hooks.RECORDER.take()
+    return {"ok": True, "hooks": installed}, []
+
+
+def _forward(state: CandidateState, mode: str, grad: bool) -> Callable[[Any], Any]:
+    model = state.model
+
+    def call(args: Any) -> Any:
+        loader.set_mode(model, mode)
+        with torch.set_grad_enabled(grad):
+            return model(*args)
+    return call
+
+
+def _pack_output(out: Any) -> tuple[Any, list, str | None]:
+    """Output -> (structure, tensors, problem); only plain tensors may cross."""
+    tensors: list[torch.Tensor] = []
+    for leaf in _leaves(out):
+        if isinstance(leaf, torch.Tensor) and type(leaf) not in (torch.Tensor, torch.nn.Parameter):
+            return None, [], f"forward returned a tensor subclass ({type(leaf).__name__})"
+    try:
+        desc = pack(out, tensors)
+    except TypeError:
+        return None, [], f"forward returned {type(out).__name__}, not a tensor or tuple of tensors"
+    return desc, [t.detach().cpu() for t in tensors], None
+
+
+def _leaves(value: Any) -> list:
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _leaves(v)]
+    return [value]
+
+
+def cmd_run(state: CandidateState, h: dict, tensors: list) -> tuple[dict, list]:
+    mode = "eval" if h.get("mode") == "eval" else "train"
+    grad = bool(h.get("grad", False))
+    args = loader.to_device(unpack(h.get("args", []), tensors), state.device)
+    if not isinstance(args, list):
+        raise ProtocolError("args must be a list")
+    hooks.RECORDER.take()
+    try:
+        out = _forward(state, mode, grad)(args)
+        timing.sync(state.device)
+        desc, outs, problem = _pack_output(out)
+    except BaseException as e:
+        return _failure(e, "run", state), []
+    launches = hooks.RECORDER.take()
+    if problem:
+        return {"ok": True, "output_problem": problem, "launches": launches}, []
+    return {"ok": True, "output": desc, "launches": launches}, outs
+
+
+def _make_args(state: CandidateState, seed: int) -> Callable[[int], Any]:
+    def make(i: int) -> Any:
+        return loader.draw_inputs(state.ref_module, loader.derive_seed(seed, f"iter:{i}"),
+                                  state.device)
+    return make
+
+
+def cmd_time(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
+    n_warmup, n_iter = int(h.get("n_warmup", 0)), int(h.get("n_iter", 1))
+    call = _forward(state, "train", False)
+    hooks.RECORDER.take()
+    try:
+        res = timing.time_forward(call, _make_args(state, int(h.get("seed", 0))),
+                                  n_warmup, n_iter, state.device)
+    except BaseException as e:
+        return _failure(e, "time", state), []
+    return {"ok": True, "timing": res, "launches": hooks.RECORDER.take()}, []
+
+
+def cmd_profile(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
+    call = _forward(state, "train", False)
+    try:
+        prof = profiling.profile_forward(call, _make_args(state, int(h.get("seed", 0))),
+                                         max(1, int(h.get("n_iter", 3))), state.device,
+                                         state.kernel_code)
+    except BaseException as e:
+        return _failure(e, "profile", state), []
+    hooks.RECORDER.take()
+    return {"ok": True, "profile": prof}, []
+
+
+HANDLERS = {"load": cmd_load, "run": cmd_run, "time": cmd_time, "profile": cmd_profile}
+
+
+def run_candidate(chan_fd: int) -> None:
+    """Serve the judge on chan_fd until it says exit or closes the channel.
+
+    Assumes nothing about argv or cwd; writes sources under a fresh
+    tempfile.mkdtemp() directory (the caller points TMPDIR somewhere private).
+    """
+    chan = Channel(chan_fd)
+    state = CandidateState()
+    try:
+        while True:
+            try:
+                header, tensors = chan.recv()
+            except PeerClosed:
+                return
+            cmd = header.get("cmd")
+            if cmd == "exit":
+                chan.send({"ok": True})
+                return
+            handler = HANDLERS.get(cmd)
+            if handler is None:
+                chan.send({"ok": False, "failure": {"verdict": "infra_error",
+                                                    "code": "PROTOCOL_ERROR",
+                                                    "message": f"unknown command {cmd!r}"}})
+                continue
+            reply, out = handler(state, header, tensors)
+            reply["tamper"] = state.snapshot.changed() if state.snapshot else []
+            chan.send(reply, out)
+    finally:
+        chan.close()

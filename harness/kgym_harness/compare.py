@@ -1,0 +1,96 @@
+"""The judge's comparison of candidate outputs with expected outputs.
+
+Runs only in the trusted process. Outputs may be a tensor or a (nested)
+tuple/list of tensors; structure, shape and dtype must match exactly, no
+element may be NaN/Inf where the expected one is finite, and every element
+must satisfy |got - expected| <= atol + rtol * |expected|.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+REL_EPS = 1e-6
+BIG = 1 << 27
+
+
+def flatten(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        out: list[Any] = []
+        for v in value:
+            out.extend(flatten(v))
+        return out
+    return [value]
+
+
+def _fail(code: str, index: int, message: str, **extra: Any) -> dict:
+    out = {"code": code, "output_index": index, "message": message,
+           "max_abs_err": None, "max_rel_err": None, "bad_fraction": None}
+    out.update(extra)
+    return out
+
+
+def _compare_tensor(i: int, exp: torch.Tensor, got: torch.Tensor,
+                    atol: float, rtol: float) -> dict | None:
+    if tuple(exp.shape) != tuple(got.shape):
+        return _fail("SHAPE_MISMATCH", i, f"output {i}: expected shape {tuple(exp.shape)}, "
+                     f"got {tuple(got.shape)}")
+    if exp.dtype != got.dtype:
+        return _fail("DTYPE_MISMATCH", i, f"output {i}: expected dtype "
+                     f"{str(exp.dtype).replace('torch.', '')}, got "
+                     f"{str(got.dtype).replace('torch.', '')}")
+    n = exp.numel()
+    if n == 0:
+        return None
+    got = got.to(exp.device)
+    wide = torch.float32 if n > BIG else torch.float64
+    if exp.is_complex():
+        wide = torch.complex64 if n > BIG else torch.complex128
+    e, g = exp.detach().to(wide), got.detach().to(wide)
+    e_fin, g_fin = torch.isfinite(e), torch.isfinite(g)
+    same_special = (~e_fin) & (~g_fin) & ((e == g) | (torch.isnan(e) & torch.isnan(g)))
+    nonfinite_bad = (~g_fin) & ~same_special
+    diff = (g - e).abs()
+    diff = torch.where(same_special, torch.zeros_like(diff), diff)
+    both_fin = e_fin & g_fin
+    tol = atol + rtol * e.abs()
+    bad = (diff > tol) | nonfinite_bad | ((~e_fin) & g_fin)
+    nbad = int(bad.sum())
+    finite_diff = torch.where(both_fin, diff, torch.zeros_like(diff))
+    max_abs = float(finite_diff.max())
+    max_rel = float((finite_diff / (e.abs() + REL_EPS)).max())
+    stats = {"max_abs_err": max_abs, "max_rel_err": max_rel, "bad_fraction": nbad / n,
+             "bad_count": nbad, "numel": n}
+    n_nonfinite = int(nonfinite_bad.sum())
+    if n_nonfinite:
+        return _fail("NONFINITE_OUTPUT", i, f"output {i}: {n_nonfinite} of {n} elements are "
+                     f"NaN or Inf where the expected value is finite", **stats)
+    if nbad:
+        return _fail("VALUE_MISMATCH", i, f"output {i}: {100.0 * nbad / n:.2f}% of {n} elements "
+                     f"({nbad}) outside atol={atol:g} rtol={rtol:g}; max abs err "
+                     f"{max_abs:.3g}, max rel err {max_rel:.3g}", **stats)
+    return None
+
+
+def compare_outputs(expected: Any, got: Any, atol: float, rtol: float) -> dict | None:
+    """None when got matches expected, else a failure dict with a stable code."""
+    exp_leaves, got_leaves = flatten(expected), flatten(got)
+    exp_struct = "tensor" if isinstance(expected, torch.Tensor) else type(expected).__name__
+    got_struct = "tensor" if isinstance(got, torch.Tensor) else type(got).__name__
+    if len(exp_leaves) != len(got_leaves):
+        return _fail("OUTPUT_TYPE", 0, f"expected {len(exp_leaves)} output(s) ({exp_struct}), "
+                     f"got {len(got_leaves)} ({got_struct})")
+    for i, (e, g) in enumerate(zip(exp_leaves, got_leaves)):
+        if isinstance(e, torch.Tensor) != isinstance(g, torch.Tensor):
+            want = "a tensor" if isinstance(e, torch.Tensor) else type(e).__name__
+            return _fail("OUTPUT_TYPE", i, f"output {i}: expected {want}, got "
+                         f"{'a tensor' if isinstance(g, torch.Tensor) else type(g).__name__}")
+        if isinstance(e, torch.Tensor):
+            fail = _compare_tensor(i, e, g, atol, rtol)
+            if fail:
+                return fail
+        elif e != g:
+            return _fail("VALUE_MISMATCH", i, f"output {i}: expected {e!r}, got {g!r}")
+    return None

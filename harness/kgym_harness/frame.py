@@ -1,0 +1,55 @@
+"""The result frame: how the judge hands its one result to the worker/launcher.
+
+b"KGYMRES1" | 8-byte big-endian length | UTF-8 JSON | b"KGYMEND1".
+A frame without its trailer is incomplete and never a pass. Standard library
+only, so readers need not import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+RESULT_MAGIC = b"KGYMRES1"
+RESULT_TRAILER = b"KGYMEND1"
+MAX_RESULT = 64 << 20
+
+
+def encode_result(obj: dict) -> bytes:
+    body = json.dumps(obj, allow_nan=False, default=str).encode("utf-8")
+    return RESULT_MAGIC + len(body).to_bytes(8, "big") + body + RESULT_TRAILER
+
+
+def write_result(fd: int, obj: dict) -> None:
+    """Write the one result frame to fd (all of it, retrying short writes)."""
+    data = memoryview(encode_result(obj))
+    while data:
+        n = os.write(fd, data)
+        data = data[n:]
+
+
+class FrameError(Exception):
+    """The result bytes are not exactly one complete frame."""
+
+
+def decode_result(data: bytes) -> dict:
+    """Parse exactly one complete result frame; raise FrameError otherwise."""
+    head = len(RESULT_MAGIC) + 8
+    if len(data) < head + len(RESULT_TRAILER):
+        raise FrameError(f"result frame truncated ({len(data)} bytes)")
+    if data[:len(RESULT_MAGIC)] != RESULT_MAGIC:
+        raise FrameError("result frame has a bad magic")
+    n = int.from_bytes(data[len(RESULT_MAGIC):head], "big")
+    if n > MAX_RESULT:
+        raise FrameError("result frame too large")
+    if len(data) != head + n + len(RESULT_TRAILER):
+        raise FrameError(f"result frame length {len(data)} != {head + n + len(RESULT_TRAILER)}")
+    if data[head + n:] != RESULT_TRAILER:
+        raise FrameError("result frame has no trailer")
+    try:
+        obj = json.loads(data[head:head + n].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise FrameError(f"result body is not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise FrameError("result body is not an object")
+    return obj

@@ -1,0 +1,324 @@
+"""Run-time recording of custom kernel launches (the paper's hacking check).
+
+Installed in the candidate process before the candidate's code is imported:
+
+* Triton: the launch path is wrapped wherever this Triton has it
+  (JITFunction.run, the interpreter's InterpretedFunction.run, a compiled
+  kernel's direct launcher, and Autotuner/Heuristics.run, which only count
+  when nothing inside them did). Found by feature detection, not versions.
+* torch.utils.cpp_extension.load_inline / load: every build goes to a
+  directory keyed by the sha256 of its sources and flags (so repeats do not
+  rebuild), a failed build is remembered (so the error is classified as a
+  build error even if it surfaces later), and the returned module is wrapped
+  so every call into one of its functions is recorded and timed.
+
+The recorder lives in the candidate's own address space, so a determined
+candidate can forge records; the judge treats the records as evidence of
+absence (no launch = decoy), and the profiler's device kernel names are the
+cross-check on the GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import os
+import sys
+import time
+from typing import Any, Callable
+
+from .paths import ext_cache_root
+
+_perf_ns = time.perf_counter_ns
+MAX_RECORDS = 64
+
+
+class LaunchRecorder:
+    """Custom launches seen since the last take(): names, grids, time inside."""
+
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+        self.count = 0
+        self.depth = 0
+        self.ns_by_name: dict[str, int] = {}
+        self.calls_by_name: dict[str, int] = {}
+        self.build_error: str | None = None
+        self.triton_names: set[str] = set()
+        self.ext_names: set[str] = set()
+
+    def record(self, kind: str, name: str, grid: Any = None) -> None:
+        self.count += 1
+        if len(self.records) < MAX_RECORDS:
+            self.records.append({"kind": kind, "name": name, "grid": grid})
+        if kind == "triton":
+            self.triton_names.add(name)
+        else:
+            self.ext_names.add(name)
+
+    def add_time(self, name: str, ns: int) -> None:
+        self.ns_by_name[name] = self.ns_by_name.get(name, 0) + ns
+        self.calls_by_name[name] = self.calls_by_name.get(name, 0) + 1
+
+    def take(self) -> dict:
+        """Return and clear what was recorded since the last take()."""
+        out = {"count": self.count, "records": self.records}
+        self.records, self.count = [], 0
+        return out
+
+    def take_times(self) -> tuple[dict[str, int], dict[str, int]]:
+        out = (self.ns_by_name, self.calls_by_name)
+        self.ns_by_name, self.calls_by_name = {}, {}
+        return out
+
+
+RECORDER = LaunchRecorder()
+
+
+# ---- Triton -----------------------------------------------------------------
+
+def _grid_dims(grid: Any) -> list[int] | None:
+    if isinstance(grid, int) and not isinstance(grid, bool):
+        return [grid]
+    if isinstance(grid, (tuple, list)) and all(isinstance(g, int) for g in grid):
+        return [int(g) for g in grid]
+    return None
+
+
+def _resolve_grid(fn: Any, grid: Any, args: tuple, kwargs: dict) -> Any:
+    """The launch grid as a list of ints, or "callable" if it cannot be known."""
+    if not callable(grid):
+        return _grid_dims(grid)
+    try:
+        py = getattr(fn, "fn", None) or fn
+        sig = inspect.signature(py)
+        named = {k: v for k, v in kwargs.items() if k in sig.parameters}
+        bound = sig.bind_partial(*args, **named)
+        bound.apply_defaults()
+        meta = dict(bound.arguments)
+        meta.update(kwargs)
+        return _grid_dims(grid(meta)) or "callable"
+    except Exception:
+        return "callable"
+
+
+def _kernel_name(obj: Any) -> str:
+    for attr in ("__name__", "_fn_name", "name"):
+        v = getattr(obj, attr, None)
+        if isinstance(v, str) and v:
+            return v
+    inner = getattr(obj, "fn", None)
+    return getattr(inner, "__name__", type(obj).__name__)
+
+
+def _is_empty_grid(grid: Any) -> bool:
+    return isinstance(grid, list) and any(g <= 0 for g in grid)
+
+
+def _wrap_launch(orig: Callable) -> Callable:
+    """Wrap a KernelInterface.run: record non-warmup launches with their grid."""
+    @functools.wraps(orig)
+    def run(self, *args, **kwargs):
+        if kwargs.get("warmup", False):
+            return orig(self, *args, **kwargs)
+        name = _kernel_name(self)
+        grid = _resolve_grid(self, kwargs.get("grid"), args, kwargs)
+        if not _is_empty_grid(grid):
+            RECORDER.record("triton", name, grid)
+        RECORDER.depth += 1
+        t0 = _perf_ns()
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            RECORDER.depth -= 1
+            RECORDER.add_time(name, _perf_ns() - t0)
+    run.__kgym_wrapped__ = True
+    return run
+
+
+def _wrap_outer(orig: Callable) -> Callable:
+    """Wrap Autotuner/Heuristics.run: count one launch only if no inner hook did."""
+    @functools.wraps(orig)
+    def run(self, *args, **kwargs):
+        before = RECORDER.count
+        out = orig(self, *args, **kwargs)
+        if RECORDER.count == before and not kwargs.get("warmup", False):
+            grid = _grid_dims(kwargs.get("grid"))
+            if not _is_empty_grid(grid):
+                RECORDER.record("triton", _kernel_name(self), grid)
+        return out
+    run.__kgym_wrapped__ = True
+    return run
+
+
+def _wrap_compiled_getitem(orig: Callable) -> Callable:
+    """Wrap CompiledKernel.__getitem__ (a direct launch of a compiled kernel)."""
+    @functools.wraps(orig)
+    def getitem(self, grid):
+        runner = orig(self, grid)
+        name = getattr(self, "name", None) or "compiled_kernel"
+
+        def launch(*args, **kwargs):
+            dims = _grid_dims(grid)
+            if not _is_empty_grid(dims):
+                RECORDER.record("triton", name, dims)
+            return runner(*args, **kwargs)
+        return launch
+    getitem.__kgym_wrapped__ = True
+    return getitem
+
+
+def _patch(cls: Any, attr: str, wrapper: Callable[[Callable], Callable]) -> bool:
+    orig = cls.__dict__.get(attr)
+    if orig is None or getattr(orig, "__kgym_wrapped__", False):
+        return False
+    setattr(cls, attr, wrapper(orig))
+    return True
+
+
+def install_triton_hooks() -> list[str]:
+    """Wrap every Triton launch path present; returns what was wrapped."""
+    try:
+        import triton  # noqa: F401
+    except Exception:
+        return []
+    done = []
+    targets = [
+        ("triton.runtime.jit", "JITFunction", "run", _wrap_launch),
+        ("triton.runtime.interpreter", "InterpretedFunction", "run", _wrap_launch),
+        ("triton.runtime.autotuner", "Autotuner", "run", _wrap_outer),
+        ("triton.runtime.autotuner", "Heuristics", "run", _wrap_outer),
+        ("triton.compiler.compiler", "CompiledKernel", "__getitem__", _wrap_compiled_getitem),
+    ]
+    for modname, clsname, attr, wrapper in targets:
+        try:
+            mod = __import__(modname, fromlist=[clsname])
+        except Exception:
+            continue
+        cls = getattr(mod, clsname, None)
+        if cls is not None and _patch(cls, attr, wrapper):
+            done.append(f"{clsname}.{attr}")
+    return done
+
+
+# ---- torch.utils.cpp_extension ----------------------------------------------
+
+class ExtensionProxy:
+    """Stands in for an extension module; records and times each function call."""
+
+    def __init__(self, module: Any, ext_name: str):
+        object.__setattr__(self, "_kgym_module", module)
+        object.__setattr__(self, "_kgym_name", ext_name)
+        object.__setattr__(self, "_kgym_cache", {})
+
+    def __getattr__(self, attr: str) -> Any:
+        module = object.__getattribute__(self, "_kgym_module")
+        value = getattr(module, attr)
+        if attr.startswith("__") or not callable(value) or isinstance(value, type):
+            return value
+        cache = object.__getattribute__(self, "_kgym_cache")
+        if attr not in cache:
+            cache[attr] = _recording_call(value, attr)
+        return cache[attr]
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        setattr(object.__getattribute__(self, "_kgym_module"), attr, value)
+
+    def __dir__(self) -> list[str]:
+        return dir(object.__getattribute__(self, "_kgym_module"))
+
+    def __repr__(self) -> str:
+        return f"<kgym extension {object.__getattribute__(self, '_kgym_name')}>"
+
+
+def _recording_call(fn: Callable, name: str) -> Callable:
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        RECORDER.record("ext", name)
+        t0 = _perf_ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            RECORDER.add_time(name, _perf_ns() - t0)
+    return call
+
+
+def _read_sources(sources: Any) -> list[str]:
+    paths = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources or [])
+    out = []
+    for p in paths:
+        try:
+            with open(p, "rb") as f:
+                out.append(hashlib.sha256(f.read()).hexdigest())
+        except OSError:
+            out.append(f"missing:{p}")
+    return out
+
+
+def build_key(kind: str, name: str, args: tuple, kwargs: dict) -> str:
+    """sha256 over everything that changes the built module (not paths)."""
+    import torch
+    desc: dict[str, Any] = {"kind": kind, "name": name, "torch": torch.__version__,
+                            "python": sys.version.split()[0]}
+    params = dict(kwargs)
+    positional = list(args)
+    if kind == "load":
+        if positional:
+            positional[0] = _read_sources(positional[0])
+        if "sources" in params:
+            params["sources"] = _read_sources(params["sources"])
+    params["args"] = positional
+    params.pop("build_directory", None)
+    params.pop("verbose", None)
+    desc["params"] = params
+    blob = json.dumps(desc, sort_keys=True, default=repr).encode()
+    return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def _build_dir(key: str) -> str | None:
+    path = os.path.join(ext_cache_root(), key)
+    try:
+        os.makedirs(path, exist_ok=True)
+        return path
+    except OSError:
+        return None
+
+
+def _trim_build_log(text: str, limit: int = 4000) -> str:
+    lines = text.splitlines()
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    keep = errors[:20] if errors else lines[-30:]
+    out = "\n".join(keep)
+    return out[:limit]
+
+
+def _wrap_builder(orig: Callable, kind: str) -> Callable:
+    @functools.wraps(orig)
+    def builder(name, *args, **kwargs):
+        key = build_key(kind, str(name), args, kwargs)
+        path = _build_dir(key)
+        if path is not None:
+            kwargs["build_directory"] = path
+        try:
+            module = orig(name, *args, **kwargs)
+        except BaseException as e:
+            RECORDER.build_error = f"building extension {name!r} failed: {_trim_build_log(str(e))}"
+            raise
+        if module is None or isinstance(module, str) or not hasattr(module, "__dict__"):
+            return module
+        return ExtensionProxy(module, str(name))
+    builder.__kgym_wrapped__ = True
+    return builder
+
+
+def install_extension_hooks() -> list[str]:
+    """Wrap torch.utils.cpp_extension.load_inline and load."""
+    import torch.utils.cpp_extension as ce
+    done = []
+    for attr, kind in (("load_inline", "load_inline"), ("load", "load")):
+        orig = getattr(ce, attr, None)
+        if orig is not None and not getattr(orig, "__kgym_wrapped__", False):
+            setattr(ce, attr, _wrap_builder(orig, kind))
+            done.append(f"cpp_extension.{attr}")
+    return done

@@ -1,0 +1,383 @@
+"""The trusted role: decides the verdict and writes the one result frame.
+
+run_judge(task, chan_fd, result_fd) holds the secret seed, the reference
+model and every expected output. It drives the candidate over chan_fd
+(see candidate.py), compares, times the reference itself, cross-checks what
+the candidate claims against its own clock, and writes the result to
+result_fd as one framed message (channel.write_result), then returns.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+import time
+import traceback
+from typing import Any
+
+import torch
+
+from . import compare, loader, profiling, schema, timing
+from .channel import Channel, ChannelTimeout, PeerClosed, ProtocolError
+from .frame import write_result
+from .feedback import make_feedback
+from .remote import CandidateFailed, Remote
+
+MODES = (("train", False), ("train", True), ("eval", False))
+RECHECK_TRIALS = 2
+PROFILE_ITERS = 3
+
+
+class Stop(Exception):
+    """Evaluation is over; the result already says why."""
+
+
+def _now() -> float:
+    return time.perf_counter()
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return "cpu: " + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu: " + (platform.processor() or platform.machine())
+
+
+def select_device(req: dict) -> str:
+    """The device to evaluate on; raises ValueError when it cannot be had."""
+    want = req.get("device")
+    if want is None:
+        if req["backend"] == "cpu":
+            return "cpu"
+        if torch.cuda.is_available():
+            return "cuda:0"
+        if req["backend"] == "triton":
+            return "cpu"  # Triton's interpreter on CPU tensors
+        raise ValueError("device: backend cuda needs a GPU and none is available")
+    if want.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device: {want} requested but CUDA is not available")
+        return want if ":" in want else "cuda:0"
+    if req["backend"] == "cuda":
+        raise ValueError("device: backend cuda cannot run on the cpu")
+    return "cpu"
+
+
+class Judge:
+    """One evaluation. Methods raise Stop once the verdict is decided."""
+
+    def __init__(self, task: Any, chan: Channel, result: dict):
+        self.task = task
+        self.chan = chan
+        self.remote = Remote(chan)
+        self.result = result
+        self.phase = "setup"
+        self.req: dict = {}
+        self.device = "cpu"
+        self.launches = {f"{m}/{'grad' if g else 'no_grad'}": 0 for m, g in MODES}
+        self.kernel_names: set[str] = set()
+
+    # -- failures ---------------------------------------------------------
+    def fail(self, verdict: str, code: str, etype: str, message: str,
+             tb: str = "", frames: list | None = None) -> None:
+        schema.set_error(self.result, verdict, code, self.phase, etype, message, tb, frames)
+        raise Stop()
+
+    def candidate_failed(self, info: dict) -> None:
+        schema.set_error(self.result, info["verdict"], info["code"], info["phase"] or self.phase,
+                         info["type"], info["message"], info["traceback"], info["frames"])
+        raise Stop()
+
+    # -- phases -------------------------------------------------------------
+    def setup(self) -> None:
+        try:
+            self.req = schema.normalize_request(self.task)
+        except ValueError as e:
+            self.fail("infra_error", "BAD_REQUEST", "ValueError", str(e))
+        req = self.req
+        self.result["task_id"] = req["task_id"]
+        self.result["device"].update(worker_id=req["worker_id"], backend=req["backend"])
+        self.result["timings"]["queued"] = req["queued_ms"]
+        margin = min(5.0, 0.1 * req["timeout"])
+        budget = req["timeout"]
+        if req["deadline"] is not None:
+            budget = min(budget, req["deadline"] - time.time())
+        self.chan.deadline = time.monotonic() + budget - margin
+        try:
+            self.device = select_device(req)
+        except ValueError as e:
+            self.fail("infra_error", "INFRA_ERROR", "ValueError", str(e))
+        dev = torch.device(self.device)
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
+        self.result["device"].update(name=name, device=self.device)
+        secret = req["seed"]
+        self.init_seed = loader.derive_seed(secret, "init")
+        self.timing_seed = loader.derive_seed(secret, "timing")
+        workdir = tempfile.mkdtemp(prefix="kgym-judge-")
+        try:
+            path = loader.write_source(workdir, loader.REFERENCE_FILE, req["reference_code"])
+            self.ref_module = loader.import_file(path, "kgym_reference")
+            cls = getattr(self.ref_module, req["entry_point"])
+            init = loader.init_inputs(self.ref_module, self.init_seed)
+            self.ref_model = loader.build_model(cls, init, self.init_seed, self.device)
+        except Exception as e:
+            self.fail("infra_error", "REFERENCE_ERROR", type(e).__name__,
+                      f"the reference program failed to load: {e}", traceback.format_exc())
+
+    def compile(self) -> None:
+        self.phase = "compile"
+        req = self.req
+        self.remote.load(reference_code=req["reference_code"], kernel_code=req["kernel_code"],
+                         backend=req["backend"], entry_point=req["entry_point"],
+                         init_seed=self.init_seed, device=self.device)
+        self.result["compiled"] = True
+
+    def reference_forward(self, inputs: list, mode: str = "train", grad: bool = False) -> Any:
+        loader.set_mode(self.ref_model, mode)
+        with torch.set_grad_enabled(grad):
+            out = self.ref_model(*loader.clone_inputs(inputs))
+        timing.sync(self.device)
+        return out
+
+    def trial(self, label: str, mode: str = "train", grad: bool = False,
+              check: bool = True) -> dict | None:
+        """One candidate call (first) and, if check, the reference and the comparison."""
+        inputs = loader.draw_inputs(self.ref_module,
+                                    loader.derive_seed(self.req["seed"], label), self.device)
+        got, problem, launches = self.remote.run(inputs, mode, grad)
+        self.launches[f"{mode}/{'grad' if grad else 'no_grad'}"] += launches["count"]
+        self.kernel_names.update(r["name"] for r in launches["records"])
+        if problem is not None:
+            return {"code": "OUTPUT_TYPE", "message": problem, "output_index": 0,
+                    "max_abs_err": None, "max_rel_err": None, "bad_fraction": None}
+        if not check:
+            return None
+        expected = self.reference_forward(inputs, mode, grad)
+        return compare.compare_outputs(expected, got, self.req["atol"], self.req["rtol"])
+
+    def mismatch(self, fail: dict, trial: str) -> None:
+        self.result["mismatch"] = dict(fail, trial=trial)
+        self.fail("mismatch", fail["code"], "Mismatch", f"{trial}: {fail['message']}")
+
+    def correctness(self) -> None:
+        self.phase = "correctness"
+        for t in range(self.req["num_correct_trials"]):
+            fail = self.trial(f"trial:{t}")
+            if fail:
+                self.mismatch(fail, f"trial {t}")
+        if not self.req["run_hack_checks"]:
+            return
+        for mode, grad in MODES[1:]:
+            fail = self.trial(f"mode:{mode}:{grad}", mode, grad, check=False)
+            if fail:
+                self.mismatch(fail, f"{mode} mode, grad {'on' if grad else 'off'}")
+        self.result["checks"]["launches"] = dict(self.launches)
+        self.result["checks"]["custom_kernels"] = sorted(self.kernel_names)[:16]
+        counts = list(self.launches.values())
+        if not any(counts):
+            self.result["decoy_kernel"] = True
+            self.hack("no_custom_kernel", "NO_CUSTOM_KERNEL",
+                      "no custom kernel ran in any mode: the output came from PyTorch ops")
+        elif not all(counts):
+            quiet = [k for k, v in self.launches.items() if not v]
+            self.hack("mode_branch", "MODE_BRANCH",
+                      f"custom kernels ran in some modes but not in {', '.join(quiet)}")
+
+    def hack(self, reason: str, code: str, message: str, stop: bool = True) -> None:
+        if reason not in self.result["hack_reasons"]:
+            self.result["hack_reasons"].append(reason)
+        if stop:
+            self.fail("hacked", code, "HackDetected", message)
+        schema.set_error(self.result, "hacked", code, self.phase, "HackDetected", message)
+
+    def time_reference(self) -> dict:
+        req = self.req
+        config = {"n_warmup": req["num_warmup"], "n_iter": req["num_perf_trials"],
+                  "backend": req["reference_backend"], "entry": req["entry_point"]}
+        key = timing.reftime_key(req["reference_code"], config, self.result["device"]["name"])
+        use_cache = not req["force_refresh"] and os.environ.get("KGYM_REFTIME_CACHE", "1") != "0"
+        cached = timing.reftime_load(key) if use_cache else None
+        if cached is not None:
+            self.result["checks"]["reference_cached"] = True
+            return cached
+        model = self.ref_model
+        loader.set_mode(model, "train")
+        fn: Any = model
+        if req["reference_backend"] == "torch_compile":
+            try:
+                fn = torch.compile(model)
+                with torch.no_grad():
+                    fn(*loader.draw_inputs(self.ref_module, self.timing_seed, self.device))
+            except Exception as e:
+                fn = model
+                self.result["warnings"].append(f"torch.compile failed, timed eager: {e}"[:500])
+
+        def call(args: Any) -> Any:
+            with torch.no_grad():
+                return fn(*args)
+
+        def make(i: int) -> Any:
+            return loader.draw_inputs(self.ref_module,
+                                      loader.derive_seed(self.timing_seed, f"iter:{i}"), self.device)
+        res = timing.time_forward(call, make, req["num_warmup"], req["num_perf_trials"],
+                                  self.device)
+        if fn is model or req["reference_backend"] == "eager":
+            timing.reftime_store(key, res)
+        self.result["checks"]["reference_cached"] = False
+        return res
+
+    def timing(self) -> None:
+        self.phase = "timing"
+        req = self.req
+        t0 = _now()
+        cand = self.remote.time(req["num_warmup"], req["num_perf_trials"], self.timing_seed)
+        wall_ms = (_now() - t0) * 1e3
+        for r in range(RECHECK_TRIALS):
+            self.phase = "recheck"
+            fail = self.trial(f"recheck:{r}")
+            if fail:
+                self.result["mismatch"] = dict(fail, trial=f"recheck {r}")
+                self.hack("output_cache", "OUTPUT_CACHE",
+                          "correct before timing but wrong after it (output cache, call-count "
+                          f"switch or a nondeterministic kernel): {fail['message']}")
+        self.phase = "timing"
+        ref = self.time_reference()
+        flush_ms = timing.flush_cost_ms(self.device)
+        kstats = timing.stats(cand["samples_ms"])
+        rstats = timing.stats(ref["samples_ms"])
+        self.result["runtime_stats"] = {"kernel": kstats, "reference": rstats}
+        self.result["kernel_runtime"] = kstats["median"]
+        self.result["reference_runtime"] = rstats["median"]
+        if kstats["median"] > 0:
+            self.result["speedup"] = rstats["median"] / kstats["median"]
+        excess = timing.tamper_excess(sum(cand["samples_ms"]), req["num_perf_trials"],
+                                      req["num_warmup"], wall_ms, ref["prep_ms"], flush_ms)
+        self.result["checks"]["timing_wall_ms"] = wall_ms
+        self.result["checks"]["timing_unexplained_ms"] = max(excess, 0.0)
+        if cand["launches"]["count"] == 0 and req["run_hack_checks"]:
+            self.hack("mode_branch", "MODE_BRANCH",
+                      "no custom kernel ran during the timed iterations", stop=False)
+        if excess > 0:
+            self.hack("timer_tamper", "TIMER_TAMPER",
+                      f"the timed phase took {wall_ms:.1f} ms by the judge's clock; the claimed "
+                      f"kernel times leave {excess:.1f} ms unexplained", stop=False)
+
+    def profile(self) -> None:
+        self.phase = "profiling"
+        try:
+            raw = self.remote.profile(PROFILE_ITERS, self.timing_seed)
+        except CandidateFailed as e:
+            self.result["warnings"].append(f"profiling failed: {e.info['message']}"[:500])
+            return
+        prof = profiling.sanitize_profile(raw)
+        if prof is None:
+            self.result["warnings"].append("the candidate sent a malformed profile")
+        self.result["profile"] = prof
+
+    def run(self) -> None:
+        timings = self.result["timings"]
+        stages = [("setup", self.setup), ("compile", self.compile),
+                  ("correctness", self.correctness), ("timing", self.timing)]
+        for name, fn in stages:
+            t0 = _now()
+            try:
+                fn()
+            finally:
+                timings[name] = (_now() - t0) * 1e3
+        if self.req["enable_profiling"]:
+            t0 = _now()
+            try:
+                self.profile()
+            finally:
+                timings["profiling"] = (_now() - t0) * 1e3
+        if self.remote.tamper and self.req["run_hack_checks"]:
+            self.result["checks"]["replaced_functions"] = sorted(self.remote.tamper)[:20]
+            self.hack("timer_tamper", "TIMER_TAMPER", "measuring functions were replaced: "
+                      + ", ".join(sorted(self.remote.tamper)[:5]), stop=False)
+        if self.result["hack_reasons"]:
+            self.result["verdict"] = "hacked"
+        else:
+            self.result["verdict"] = "pass"
+            self.result["correctness"] = True
+
+    def guarded_run(self) -> None:
+        """run() with every way the candidate can end the evaluation mapped to a verdict."""
+        try:
+            self.run()
+        except Stop:
+            pass
+        except CandidateFailed as e:
+            try:
+                self.candidate_failed(e.info)
+            except Stop:
+                pass
+        except ChannelTimeout:
+            schema.set_error(self.result, "timeout", "TIMEOUT", self.phase, "Timeout",
+                             f"the candidate did not answer within the time limit "
+                             f"({self.req.get('timeout')} s) during {self.phase}")
+        except PeerClosed:
+            schema.set_error(self.result, "runtime_error", "CHILD_DIED", self.phase, "ChildDied",
+                             f"the candidate process died during {self.phase}")
+        except ProtocolError as e:
+            schema.set_error(self.result, "runtime_error", "PROTOCOL_ERROR", self.phase,
+                             "ProtocolError", f"the candidate broke the protocol: {e}")
+        if self.result["error"] is not None and self.result["verdict"] == "pass":
+            self.result["verdict"], self.result["correctness"] = "infra_error", False
+        if self.result["verdict"] != "pass":
+            self.result["correctness"] = False
+
+
+def _finish(result: dict, judge: Judge | None, started: float) -> None:
+    result["timings"]["total"] = (_now() - started) * 1e3
+    result["status"] = "failed" if result["verdict"] == "infra_error" else "completed"
+    kernel_code = judge.req.get("kernel_code", "") if judge and judge.req else ""
+    try:
+        result["feedback"] = make_feedback(result, kernel_code or "")
+    except Exception as e:  # feedback must never cost the result
+        result["feedback"] = f"Verdict: {result['verdict']} (feedback failed: {e})"
+
+
+def run_judge(task: dict, chan_fd: int, result_fd: int) -> None:
+    """Evaluate task against the candidate on chan_fd; write one frame to result_fd.
+
+    Never raises for anything the candidate does; an internal failure
+    becomes verdict infra_error. Does not close result_fd's peer or rely on
+    argv or cwd.
+    """
+    started = _now()
+    task_id = task.get("task_id") if isinstance(task, dict) else None
+    backend = task.get("backend") if isinstance(task, dict) else None
+    result = schema.new_result(task_id if isinstance(task_id, str) else None,
+                               backend if isinstance(backend, str) else None)
+    judge = None
+    chan = None
+    try:
+        chan = Channel(chan_fd)
+        judge = Judge(task, chan, result)
+        judge.guarded_run()
+    except BaseException as e:
+        result["verdict"], result["correctness"] = "infra_error", False
+        schema.set_error(result, "infra_error", "INFRA_ERROR",
+                         judge.phase if judge else "setup", type(e).__name__,
+                         f"judge failed: {e}", traceback.format_exc())
+    finally:
+        if chan is not None:
+            _say_goodbye(chan)
+        _finish(result, judge, started)
+        write_result(result_fd, result)
+
+
+def _say_goodbye(chan: Channel) -> None:
+    try:
+        chan.deadline = time.monotonic() + 2.0
+        Remote(chan).exit()
+    except Exception:
+        pass
+    chan.close()

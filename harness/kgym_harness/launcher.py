@@ -1,0 +1,234 @@
+"""The plain launcher: both roles as separate subprocesses, one evaluation.
+
+evaluate(task) makes a socketpair (judge <-> candidate) and a result pipe
+(judge -> here), starts `python -m kgym_harness.role candidate` and
+`... role judge` each in its own session (process group), its own private
+temp dir as cwd and TMPDIR, gives the task only to the judge (a 0600 file it
+deletes after reading), enforces task["timeout"] by killing both groups,
+and returns the result read from the pipe. No complete frame means no pass.
+
+The C worker replaces this with a warm zygote that forks the roles and calls
+run_judge / run_candidate directly; nothing here is needed by them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable
+
+from . import paths, schema
+from .frame import FrameError, decode_result
+
+HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CANDIDATE_ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "USER", "LOGNAME",
+                      "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
+                      "CC", "CXX", "MAX_JOBS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                      "TORCH_CUDA_ARCH_LIST", "TRITON_INTERPRET", "TRITON_CACHE_DIR",
+                      "TRITON_HOME", "NVIDIA_VISIBLE_DEVICES", "KGYM_WORKER_ID")
+TAIL_BYTES = 4000
+DEFAULT_TIMEOUT = 300.0
+
+
+def _pythonpath(extra: str | None) -> str:
+    return HARNESS_DIR + (os.pathsep + extra if extra else "")
+
+
+def candidate_env(tmpdir: str) -> dict[str, str]:
+    """An allow-listed environment: nothing from the caller's secrets."""
+    env = {k: os.environ[k] for k in CANDIDATE_ENV_KEEP if k in os.environ}
+    env.update(TMPDIR=tmpdir, PYTHONPATH=_pythonpath(os.environ.get("PYTHONPATH")),
+               KGYM_EXT_CACHE_DIR=paths.ext_cache_root(), PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+def judge_env(tmpdir: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(TMPDIR=tmpdir, PYTHONPATH=_pythonpath(os.environ.get("PYTHONPATH")))
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", paths.cache_dir("inductor"))
+    return env
+
+
+def _timeout_of(task: object) -> float:
+    t = task.get("timeout") if isinstance(task, dict) else None
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and 1.0 <= t <= schema.MAX_TIMEOUT:
+        return float(t)
+    return DEFAULT_TIMEOUT
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read_until(fd: int, deadline: float, limit: int) -> tuple[bytes, bool]:
+    """Read fd until EOF (True) or the deadline (False)."""
+    chunks, size = [], 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return b"".join(chunks), False
+        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        if not ready:
+            continue
+        data = os.read(fd, 1 << 16)
+        if not data:
+            return b"".join(chunks), True
+        size += len(data)
+        if size > limit:
+            return b"".join(chunks), True
+        chunks.append(data)
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - TAIL_BYTES))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _exit_text(rc: int | None) -> str:
+    if rc is None:
+        return "still running"
+    if rc < 0:
+        try:
+            return f"killed by signal {-rc} ({signal.Signals(-rc).name})"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit status {rc}"
+
+
+def _synthetic(task: object, verdict: str, code: str, message: str, detail: str = "") -> dict:
+    task_id = task.get("task_id") if isinstance(task, dict) else None
+    backend = task.get("backend") if isinstance(task, dict) else None
+    result = schema.new_result(task_id if isinstance(task_id, str) else None,
+                               backend if isinstance(backend, str) else None)
+    schema.set_error(result, verdict, code, "launcher", code.title(), message, detail)
+    result["status"] = "failed" if verdict == "infra_error" else "completed"
+    result["feedback"] = f"Verdict: {verdict} ({code})\n  {message}"
+    return result
+
+
+def result_from_bytes(task: object, data: bytes, eof: bool, judge_rc: int | None,
+                      timeout: float, judge_log: str = "") -> dict:
+    """Turn what the judge wrote into a result; anything incomplete is not a pass."""
+    try:
+        return schema.check_result(decode_result(data))
+    except (FrameError, ValueError) as e:
+        why = str(e)
+    if not eof:
+        return _synthetic(task, "timeout", "TIMEOUT",
+                          f"the evaluation exceeded its time limit of {timeout:g} s", why)
+    return _synthetic(task, "runtime_error", "RESULT_INCOMPLETE",
+                      f"the judge ended ({_exit_text(judge_rc)}) without a complete result: {why}",
+                      judge_log)
+
+
+def evaluate(task: dict, *, python: str | None = None,
+             on_spawn: Callable[[int, int], None] | None = None,
+             judge_argv: list[str] | None = None) -> dict:
+    """Evaluate one task in two fresh subprocesses and return the result dict.
+
+    on_spawn(judge_pid, candidate_pid) is called once both have started
+    (tests use it). judge_argv replaces the judge's command (tests use it to
+    stand in a broken judge); "{chan}", "{result}" and "{task}" are filled in.
+    """
+    python = python or sys.executable
+    timeout = _timeout_of(task)
+    started = time.monotonic()
+    deadline = started + timeout
+    base = tempfile.mkdtemp(prefix="kgym-eval-")
+    jdir, cdir = os.path.join(base, "judge"), os.path.join(base, "candidate")
+    os.mkdir(jdir, 0o700)
+    os.mkdir(cdir, 0o700)
+    task_file = os.path.join(jdir, "task.json")
+    body = dict(task) if isinstance(task, dict) else task
+    if isinstance(body, dict):
+        body["deadline"] = time.time() + timeout
+    fd = os.open(task_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(body, f)
+    j_sock, c_sock = socket.socketpair()
+    r_read, r_write = os.pipe()
+    procs: list[subprocess.Popen] = []
+    c_log = open(os.path.join(base, "candidate.log"), "wb")
+    j_log = open(os.path.join(base, "judge.log"), "wb")
+    try:
+        cand = subprocess.Popen(
+            [python, "-m", "kgym_harness.role", "candidate", "--chan-fd", str(c_sock.fileno())],
+            pass_fds=(c_sock.fileno(),), cwd=cdir, env=candidate_env(cdir),
+            stdin=subprocess.DEVNULL, stdout=c_log,
+            stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(cand)
+        fill = {"chan": str(j_sock.fileno()), "result": str(r_write), "task": task_file}
+        argv = ([a.format(**fill) for a in judge_argv] if judge_argv else
+                [python, "-m", "kgym_harness.role", "judge", "--chan-fd", fill["chan"],
+                 "--result-fd", fill["result"], "--task-file", task_file])
+        judge = subprocess.Popen(
+            argv, pass_fds=(j_sock.fileno(), r_write), cwd=jdir, env=judge_env(jdir),
+            stdin=subprocess.DEVNULL, stdout=j_log,
+            stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(judge)
+        j_sock.close()
+        c_sock.close()
+        os.close(r_write)
+        r_write = -1
+        if on_spawn:
+            on_spawn(judge.pid, cand.pid)
+        data, eof = _read_until(r_read, deadline, 2 * (64 << 20))
+        if eof:
+            _wait(judge, min(deadline, time.monotonic() + 5.0))
+            _wait(cand, min(deadline, time.monotonic() + 2.0))
+        result = result_from_bytes(task, data, eof, judge.poll(), timeout,
+                                   _tail(os.path.join(base, "judge.log")))
+        if result.get("error_code") == "CHILD_DIED":
+            _note_candidate_exit(result, cand, base)
+        return result
+    finally:
+        for p in procs:
+            _kill_group(p)
+        for p in procs:
+            try:
+                p.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                pass
+        for s in (j_sock, c_sock):
+            s.close()
+        c_log.close()
+        j_log.close()
+        os.close(r_read)
+        if r_write >= 0:
+            os.close(r_write)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _wait(proc: subprocess.Popen, until: float) -> None:
+    try:
+        proc.wait(timeout=max(0.0, until - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _note_candidate_exit(result: dict, cand: subprocess.Popen, base: str) -> None:
+    """Add how the candidate process ended to a CHILD_DIED error."""
+    _wait(cand, time.monotonic() + 1.0)
+    how = _exit_text(cand.poll())
+    err = result.get("error") or {}
+    err["message"] = f"{err.get('message', '')} ({how})"
+    err["traceback"] = _tail(os.path.join(base, "candidate.log"))[-2000:]
+    result["error"] = err
+    result["error_message"] = err["message"]
+    result["feedback"] = result.get("feedback", "") + f"\n  The candidate process {how}."

@@ -1,0 +1,61 @@
+"""Process entry for one role: python -m kgym_harness.role {judge,candidate} ...
+
+  candidate --chan-fd N
+  judge --chan-fd M --result-fd R [--task-file F]   (task JSON on stdin if no file)
+
+The task file is read and then deleted. Both roles end with os._exit so that
+nothing registered by candidate code (atexit, threads) runs after the role.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _read_task(path: str | None) -> object:
+    try:
+        if path:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        else:
+            text = sys.stdin.read()
+        return json.loads(text)
+    except (OSError, ValueError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kgym_harness.role")
+    sub = parser.add_subparsers(dest="role", required=True)
+    cand = sub.add_parser("candidate")
+    cand.add_argument("--chan-fd", type=int, required=True)
+    judge = sub.add_parser("judge")
+    judge.add_argument("--chan-fd", type=int, required=True)
+    judge.add_argument("--result-fd", type=int, required=True)
+    judge.add_argument("--task-file")
+    args = parser.parse_args(argv)
+    if args.role == "candidate":
+        from .candidate import run_candidate
+        run_candidate(args.chan_fd)
+    else:
+        task = _read_task(args.task_file)
+        from .judge import run_judge
+        run_judge(task, args.chan_fd, args.result_fd)
+    return 0
+
+
+if __name__ == "__main__":
+    code = 1
+    try:
+        code = main()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
