@@ -22,7 +22,7 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 APP_OBJS := $(APP_SRCS:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-all: $(BUILD)/libkgym.a $(BUILD)/libkgym.so $(BUILD)/kgym
+all: $(BUILD)/libkgym.a $(BUILD)/libkgym.so $(BUILD)/libkgym_sandbox.so $(BUILD)/kgym
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -34,6 +34,11 @@ $(BUILD)/libkgym.a: $(LIB_OBJS)
 
 $(BUILD)/libkgym.so: $(LIB_OBJS)
 	$(CC) $(CFLAGS) -shared -o $@ $^ -lm
+
+# the sandbox as a shared object, for the Python zygote's children (ctypes)
+SANDBOX_OBJS := $(BUILD)/src/worker/sandbox.o $(BUILD)/src/worker/sandbox_json.o
+$(BUILD)/libkgym_sandbox.so: $(SANDBOX_OBJS) $(LIB_OBJS)
+	$(CC) $(CFLAGS) -shared -o $@ $^ $(shell pkg-config --libs libseccomp jansson)
 
 $(BUILD)/libkgym-app.a: $(APP_OBJS)
 	@rm -f $@

@@ -4,5 +4,6 @@
 #define KGYM_CLI_H
 
 int kg_cli_rl(int argc, char **argv);
+int kg_cli_eval(int argc, char **argv);
 
 #endif

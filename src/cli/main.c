@@ -12,7 +12,12 @@ struct subcommand {
 };
 
 static const struct subcommand commands[] = {
-    {"rl", kg_cli_rl, "RL math: reward|returns|advantages|mrs|prs|fastp|select (JSON stdin -> stdout)"},
+    {"eval", kg_cli_eval,
+     "evaluate candidates against a reference locally (sandboxed, warm "
+     "zygote)"},
+    {"rl", kg_cli_rl,
+     "RL math: reward|returns|advantages|mrs|prs|fastp|select (JSON stdin -> "
+     "stdout)"},
 };
 
 static void usage(FILE *f)
@@ -36,6 +41,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "kgym: unknown command '%s' (kgym --help lists them)\n", argv[1]);
+    fprintf(stderr, "kgym: unknown command '%s' (kgym --help lists them)\n",
+            argv[1]);
     return 2;
 }

@@ -1,0 +1,410 @@
+/* cmd_eval.c - `kgym eval`: evaluate candidates locally through the worker
+ * engine (the same path `kgym worker` uses), no server. */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/request.h"
+#include "worker/engine.h"
+
+#define MAX_CANDS 4096
+
+struct evalrun {
+    int json_out;
+    int n;
+    const char *names[MAX_CANDS];
+    json_t *results[MAX_CANDS];
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kgym eval --ref R.py --cand C.py [--cand C2.py | --cand "
+               "DIR ...] [options]\n"
+               "\n"
+               "Evaluates each candidate against the reference in a sandboxed "
+               "child forked\n"
+               "from one warm zygote, and prints a summary (or, with --json, "
+               "one result\n"
+               "object per line).\n"
+               "\n"
+               "options:\n"
+               "  --backend cpu|triton|cuda   how the candidate is built "
+               "(default triton)\n"
+               "  --device cpu|cuda:N         device (default cuda:0 when a "
+               "GPU is present, else cpu)\n"
+               "  --concurrency N             tasks in flight (default 1)\n"
+               "  --json                      one result object per line\n"
+               "  --fresh                     a fresh interpreter per child "
+               "(no zygote)\n"
+               "  --no-sandbox                skip namespaces, seccomp and "
+               "limits (debugging only)\n"
+               "  --python PATH               interpreter with torch (default: "
+               "KGYM_PYTHON, .venv, python3)\n"
+               "  --verbose                   show the children's output\n"
+               "  --FIELD VALUE               any request field, underscores "
+               "as dashes:\n"
+               "                              --num-correct-trials 3 "
+               "--num-perf-trials 20 --timeout 60\n"
+               "                              --reference-backend "
+               "torch_compile --strict true --seed 7\n");
+}
+
+static char *read_file(const char *path, kg_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        kg_errf(err, KG_EIO, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 65536, n = 0;
+    char *b = malloc(cap);
+    for (;;) {
+        if (!b)
+            break;
+        if (n + 1 >= cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = nb;
+        }
+        size_t r = fread(b + n, 1, cap - n - 1, f);
+        if (r == 0)
+            break;
+        n += r;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!b || bad) {
+        free(b);
+        kg_errf(err, KG_EIO, "%s: read failed", path);
+        return NULL;
+    }
+    b[n] = 0;
+    return b;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Adds path, or every *.py in it when it is a directory (sorted). */
+static int add_cands(struct evalrun *run, const char *path, kg_err *err)
+{
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return kg_errf(err, KG_ENOTFOUND, "--cand %s: %s", path,
+                       strerror(errno));
+    if (!S_ISDIR(st.st_mode)) {
+        if (run->n >= MAX_CANDS)
+            return kg_errf(err, KG_EINVAL, "too many candidates");
+        run->names[run->n++] = strdup(path);
+        return 0;
+    }
+    DIR *d = opendir(path);
+    if (!d)
+        return kg_errf(err, KG_EIO, "--cand %s: %s", path, strerror(errno));
+    char *list[MAX_CANDS];
+    int k = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && k < MAX_CANDS) {
+        size_t l = strlen(de->d_name);
+        if (l > 3 && !strcmp(de->d_name + l - 3, ".py")) {
+            char full[PATH_MAX];
+            snprintf(full, sizeof full, "%s/%s", path, de->d_name);
+            list[k++] = strdup(full);
+        }
+    }
+    closedir(d);
+    qsort(list, (size_t)k, sizeof list[0], cmp_str);
+    for (int i = 0; i < k; i++) {
+        if (run->n >= MAX_CANDS)
+            return kg_errf(err, KG_EINVAL, "too many candidates");
+        run->names[run->n++] = list[i];
+    }
+    if (k == 0)
+        return kg_errf(err, KG_ENOTFOUND, "--cand %s: no .py files", path);
+    return 0;
+}
+
+/* A flag's value: a JSON literal when it parses as one, else a string. */
+static json_t *flag_value(const char *v)
+{
+    json_error_t je;
+    json_t *j = json_loads(v, JSON_DECODE_ANY, &je);
+    if (j && (json_is_number(j) || json_is_boolean(j) || json_is_null(j)))
+        return j;
+    json_decref(j);
+    return json_string(v);
+}
+
+static const char *root_dir(char *buf, size_t n)
+{
+    const char *env = getenv("KGYM_ROOT");
+    if (env && *env)
+        return env;
+    ssize_t k = readlink("/proc/self/exe", buf, n - 1);
+    if (k <= 0)
+        return ".";
+    buf[k] = 0;
+    for (int up = 0; up < 2; up++) { /* <root>/build/kgym */
+        char *s = strrchr(buf, '/');
+        if (s)
+            *s = 0;
+    }
+    return buf;
+}
+
+static double num(json_t *r, const char *k)
+{
+    json_t *v = json_object_get(r, k);
+    return json_is_number(v) ? json_number_value(v) : -1;
+}
+
+static void print_summary(const char *name, json_t *r)
+{
+    printf("== %s\n", name);
+    printf("verdict:   %s\n", json_string_value(json_object_get(r, "verdict")));
+    const char *em = json_string_value(json_object_get(r, "error_message"));
+    if (em && *em)
+        printf("error:     %s\n", em);
+    if (num(r, "speedup") >= 0)
+        printf("speedup:   %.3fx (kernel %.4f ms, reference %.4f ms)\n",
+               num(r, "speedup"), num(r, "kernel_runtime"),
+               num(r, "reference_runtime"));
+    json_t *prof = json_object_get(r, "profile");
+    const char *sum = json_string_value(json_object_get(prof, "summary"));
+    if (sum)
+        printf("profile:   %s\n", sum);
+    json_t *hr = json_object_get(r, "hack_reasons");
+    if (json_array_size(hr) > 0) {
+        printf("hacks:    ");
+        size_t i;
+        json_t *v;
+        json_array_foreach(hr, i, v) printf(" %s", json_string_value(v));
+        printf("\n");
+    }
+    json_t *t = json_object_get(r, "timings");
+    if (json_is_object(t)) {
+        printf("timings:  ");
+        const char *k;
+        json_t *v;
+        json_object_foreach(t, k, v) if (json_is_number(v))
+            printf(" %s=%.0fms", k, json_number_value(v));
+        printf("\n");
+    }
+    const char *fb = json_string_value(json_object_get(r, "feedback"));
+    if (fb)
+        printf("feedback:\n%s\n", fb);
+}
+
+static void print_table(struct evalrun *run)
+{
+    printf("%-40s %-14s %9s %10s %10s %9s %8s  %s\n", "candidate", "verdict",
+           "speedup", "kernel_ms", "ref_ms", "coverage", "wall_s",
+           "hack_reasons");
+    for (int i = 0; i < run->n; i++) {
+        json_t *r = run->results[i];
+        const char *nm = strrchr(run->names[i], '/');
+        nm = nm ? nm + 1 : run->names[i];
+        char sp[32] = "-", km[32] = "-", rm[32] = "-", cov[32] = "-",
+             hacks[256] = "";
+        if (num(r, "speedup") >= 0)
+            snprintf(sp, sizeof sp, "%.3fx", num(r, "speedup"));
+        if (num(r, "kernel_runtime") >= 0)
+            snprintf(km, sizeof km, "%.4f", num(r, "kernel_runtime"));
+        if (num(r, "reference_runtime") >= 0)
+            snprintf(rm, sizeof rm, "%.4f", num(r, "reference_runtime"));
+        json_t *c = json_object_get(json_object_get(r, "profile"), "coverage");
+        if (json_is_number(c))
+            snprintf(cov, sizeof cov, "%.1f%%", 100 * json_number_value(c));
+        size_t k;
+        json_t *v;
+        json_array_foreach(json_object_get(r, "hack_reasons"), k, v)
+        {
+            if (strlen(hacks) + strlen(json_string_value(v)) + 2 <
+                sizeof hacks) {
+                if (k)
+                    strcat(hacks, ",");
+                strcat(hacks, json_string_value(v));
+            }
+        }
+        double wall = num(json_object_get(r, "timings"), "total");
+        (void)wall;
+        json_t *t = json_object_get(r, "timings");
+        double tot = json_is_object(t) ? num(t, "total") : -1;
+        printf("%-40.40s %-14s %9s %10s %10s %9s %8.2f  %s\n", nm,
+               json_string_value(json_object_get(r, "verdict")), sp, km, rm,
+               cov, tot >= 0 ? tot / 1e3 : 0.0, hacks);
+    }
+}
+
+static void on_done(void *ctx, void *user, json_t *result)
+{
+    struct evalrun *run = ctx;
+    int i = (int)(intptr_t)user;
+    run->results[i] = json_incref(result);
+    if (run->json_out) {
+        char *s = json_dumps(result, JSON_COMPACT);
+        if (s) {
+            printf("%s\n", s);
+            fflush(stdout);
+            free(s);
+        }
+    }
+}
+
+int kg_cli_eval(int argc, char **argv)
+{
+    static struct evalrun run;
+    kg_err err = {{0}};
+    const char *ref = NULL;
+    char rootbuf[PATH_MAX];
+    kg_engine_cfg cfg = {.device = NULL, .concurrency = 1};
+    json_t *fields = json_object();
+    int rc = 2;
+    memset(&run, 0, sizeof run);
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            rc = 0;
+            goto out;
+        } else if (!strcmp(a, "--json")) {
+            run.json_out = 1;
+        } else if (!strcmp(a, "--fresh")) {
+            cfg.fresh = 1;
+        } else if (!strcmp(a, "--no-sandbox")) {
+            cfg.no_sandbox = 1;
+        } else if (!strcmp(a, "--verbose")) {
+            cfg.verbose = 1;
+        } else if (strncmp(a, "--", 2) || !v) {
+            fprintf(stderr, "kgym eval: %s: %s\n", a,
+                    strncmp(a, "--", 2) ? "unexpected argument"
+                                        : "needs a value");
+            goto out;
+        } else {
+            i++;
+            if (!strcmp(a, "--ref"))
+                ref = v;
+            else if (!strcmp(a, "--cand")) {
+                if (add_cands(&run, v, &err)) {
+                    fprintf(stderr, "kgym eval: %s\n", err.msg);
+                    goto out;
+                }
+            } else if (!strcmp(a, "--device"))
+                cfg.device = v;
+            else if (!strcmp(a, "--concurrency"))
+                cfg.concurrency = atoi(v);
+            else if (!strcmp(a, "--python"))
+                cfg.python = v;
+            else {
+                char key[64];
+                snprintf(key, sizeof key, "%s", a + 2);
+                for (char *p = key; *p; p++)
+                    if (*p == '-')
+                        *p = '_';
+                if (!strcmp(key, "reference_code") ||
+                    !strcmp(key, "kernel_code")) {
+                    fprintf(stderr,
+                            "kgym eval: use --ref and --cand for code\n");
+                    goto out;
+                }
+                json_object_set_new(fields, key, flag_value(v));
+            }
+        }
+    }
+    if (!ref || run.n == 0) {
+        usage(stderr);
+        goto out;
+    }
+    char *refcode = read_file(ref, &err);
+    if (!refcode) {
+        fprintf(stderr, "kgym eval: --ref %s\n", err.msg);
+        goto out;
+    }
+    json_object_set_new(fields, "reference_code", json_string(refcode));
+    free(refcode);
+
+    /* validate every candidate's request before starting anything */
+    json_t *tasks[MAX_CANDS];
+    for (int i = 0; i < run.n; i++) {
+        char *code = read_file(run.names[i], &err);
+        if (!code) {
+            fprintf(stderr, "kgym eval: --cand %s\n", err.msg);
+            for (int k = 0; k < i; k++)
+                json_decref(tasks[k]);
+            goto out;
+        }
+        json_t *req = json_deep_copy(fields);
+        json_object_set_new(req, "kernel_code", json_string(code));
+        free(code);
+        if (!json_object_get(req, "kernel_code")) {
+            fprintf(stderr, "kgym eval: %s: not valid UTF-8\n", run.names[i]);
+            json_decref(req);
+            for (int k = 0; k < i; k++)
+                json_decref(tasks[k]);
+            goto out;
+        }
+        int code_rc;
+        tasks[i] = kg_request_normalize(req, &code_rc, NULL, &err);
+        json_decref(req);
+        if (!tasks[i]) {
+            fprintf(stderr, "kgym eval: %s: %s\n", run.names[i], err.msg);
+            for (int k = 0; k < i; k++)
+                json_decref(tasks[k]);
+            goto out;
+        }
+    }
+    if (!cfg.device)
+        cfg.device = access("/dev/nvidia0", F_OK) == 0 ? "cuda:0" : "cpu";
+    cfg.root = root_dir(rootbuf, sizeof rootbuf);
+    kg_engine *e = NULL;
+    if (kg_engine_new(&e, &cfg, &err)) {
+        fprintf(stderr, "kgym eval: %s\n", err.msg);
+        for (int k = 0; k < run.n; k++)
+            json_decref(tasks[k]);
+        rc = 1;
+        goto out;
+    }
+    for (int i = 0; i < run.n; i++) {
+        kg_engine_submit(e, tasks[i], (void *)(intptr_t)i, &err);
+        json_decref(tasks[i]);
+    }
+    rc = 0;
+    for (;;) {
+        int busy = kg_engine_step(e, 1000, on_done, &run, &err);
+        if (busy < 0) {
+            fprintf(stderr, "kgym eval: %s\n", err.msg);
+            rc = 1;
+            break;
+        }
+        if (busy == 0)
+            break;
+    }
+    kg_engine_free(e);
+    if (!run.json_out && rc == 0) {
+        if (run.n == 1)
+            print_summary(run.names[0], run.results[0]);
+        else
+            print_table(&run);
+    }
+out:
+    for (int i = 0; i < run.n; i++) {
+        json_decref(run.results[i]);
+        free((char *)run.names[i]);
+    }
+    json_decref(fields);
+    return rc;
+}

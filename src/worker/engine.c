@@ -1,0 +1,985 @@
+/* engine.c - task state machine of one worker (see engine.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "worker/engine.h"
+#include "worker/frame.h"
+#include "worker/sandbox.h"
+#include "worker/sandbox_json.h"
+#include "worker/zygote.h"
+
+#define LOG_CAP (64 * 1024) /* bytes of a child's output kept */
+#define MAX_SLOTS 64
+#define KILL_GRACE_MS                                                          \
+    5000 /* a judge that finished its frame gets this long to exit */
+#define VERSION_FIELD "kgym_version"
+
+enum slot_state { S_FREE, S_RUNNING, S_HELD };
+
+struct buf {
+    char *p;
+    size_t n, cap;
+    size_t dropped; /* log bytes dropped from the front */
+};
+
+struct child {
+    pid_t pid;
+    int exited;
+    int status;
+    int log_fd;
+    struct buf log;
+    char wd[PATH_MAX];
+    kg_sandbox_cgroup cg;
+    int has_cg;
+};
+
+struct slot {
+    enum slot_state state;
+    json_t *task;
+    void *user;
+    double t_submit, t_start, t_spawned, deadline, t_judge_done;
+    struct child judge, cand;
+    int res_fd;
+    struct buf res;
+    int timed_out;
+    json_t *held; /* result waiting for the device probe */
+};
+
+struct pending {
+    json_t *task;
+    void *user;
+    double t_submit;
+    struct pending *next;
+};
+
+struct kg_engine {
+    kg_engine_cfg cfg;
+    char python[PATH_MAX], root[PATH_MAX], tmp_base[PATH_MAX],
+        cache_dir[PATH_MAX];
+    char pythonpath[PATH_MAX], sandbox_lib[PATH_MAX], lock_path[PATH_MAX];
+    char cuda_env[64];
+    kg_zygote *zy;
+    struct slot slots[MAX_SLOTS];
+    struct pending *head, *tail;
+    int npending;
+    long next_id;
+    int need_probe;
+    int device_bad;
+    kg_sandbox_filter filter; /* fresh mode: built once, before any fork */
+    kg_sandbox_cgroups cgroups;
+    int drop_uid; /* running as root: the candidate runs as nobody */
+};
+
+#define NOBODY 65534
+
+/* snprintf for paths; a truncated path is an error, not a shorter path. */
+static int pathf(char *out, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int pathf(char *out, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(out, n, fmt, ap);
+    va_end(ap);
+    return k < 0 || (size_t)k >= n ? KG_EINVAL : 0;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void buf_free(struct buf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+/* Appends, keeping at most cap bytes: with keep_tail the newest bytes stay. */
+static int buf_add(struct buf *b, const char *s, size_t n, size_t cap,
+                   int keep_tail)
+{
+    if (b->n + n > cap) {
+        if (!keep_tail)
+            return -1;
+        if (n >= cap) {
+            b->dropped += b->n + (n - cap);
+            s += n - cap;
+            n = cap;
+            b->n = 0;
+        } else {
+            size_t drop = b->n + n - cap;
+            memmove(b->p, b->p + drop, b->n - drop);
+            b->n -= drop;
+            b->dropped += drop;
+        }
+    }
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 4096;
+        while (nc < b->n + n + 1)
+            nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np)
+            return -1;
+        b->p = np, b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* ---- children ----------------------------------------------------------- */
+
+/* The environment a child starts with: nothing of the worker's but what the
+ * runtime needs. */
+static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
+                         const json_t *task)
+{
+    static const char *pass[] = {"PATH",
+                                 "LD_LIBRARY_PATH",
+                                 "CUDA_HOME",
+                                 "CUDA_PATH",
+                                 "LANG",
+                                 "CC",
+                                 "CXX",
+                                 "NCCL_NVLS_ENABLE",
+                                 "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                                 "NVSHMEM_DISABLE_NVLS",
+                                 "TRITON_INTERPRET",
+                                 "TRITON_PTXAS_PATH",
+                                 NULL};
+    json_t *env = json_object();
+    for (const char **p = pass; *p; p++) {
+        const char *v = getenv(*p);
+        if (v)
+            json_object_set_new(env, *p, json_string(v));
+    }
+    if (!json_object_get(env, "PATH"))
+        json_object_set_new(env, "PATH",
+                            json_string("/usr/local/bin:/usr/bin:/bin"));
+    json_object_set_new(env, "HOME", json_string(c->wd));
+    json_object_set_new(env, "TMPDIR", json_string(c->wd));
+    json_object_set_new(env, "PYTHONPATH", json_string(e->pythonpath));
+    json_object_set_new(env, "PYTHONDONTWRITEBYTECODE", json_string("1"));
+    /* caches per role: the candidate must not be able to write what the
+     * judge reads (reference timings) */
+    char cd[PATH_MAX + 32], tc[PATH_MAX + 48];
+    snprintf(cd, sizeof cd, "%s/%s", e->cache_dir, role);
+    snprintf(tc, sizeof tc, "%s/triton", cd);
+    json_object_set_new(env, "KGYM_CACHE_DIR", json_string(cd));
+    json_object_set_new(env, "TRITON_CACHE_DIR", json_string(tc));
+    json_object_set_new(env, "TORCH_EXTENSIONS_DIR", json_string(cd));
+    json_object_set_new(
+        env, "KGYM_WORKER_ID",
+        json_string(e->cfg.worker_id ? e->cfg.worker_id : "local"));
+    json_object_set_new(env, "KGYM_DEVICE", json_string(e->cfg.device));
+    if (e->cuda_env[0])
+        json_object_set_new(env, "CUDA_VISIBLE_DEVICES",
+                            json_string(e->cuda_env));
+    const char *backend = json_string_value(json_object_get(task, "backend"));
+    if (!strcmp(e->cfg.device, "cpu") && backend && !strcmp(backend, "triton"))
+        json_object_set_new(env, "TRITON_INTERPRET", json_string("1"));
+    return env;
+}
+
+/* Sandbox settings per role: the candidate gets everything; the judge
+ * (trusted, runs the reference) is isolated from the network and from the
+ * worker's fds but keeps a looser limit set. */
+static json_t *sandbox_cfg(kg_engine *e, const char *role,
+                           const struct child *c)
+{
+    int cand = !strcmp(role, "candidate");
+    int gpu = strncmp(e->cfg.device, "cuda", 4) == 0;
+    json_t *s = json_object();
+    json_object_set_new(s, "workdir", json_string(c->wd));
+    json_object_set_new(s, "required", json_boolean(!e->cfg.no_sandbox));
+    json_object_set_new(s, "enabled", json_boolean(!e->cfg.no_sandbox));
+    json_object_set_new(s, "new_netns", json_boolean(1));
+    json_object_set_new(s, "seccomp", json_boolean(cand));
+    /* CUDA maps a huge virtual range: no RLIMIT_AS on a GPU worker. */
+    json_object_set_new(s, "as_bytes",
+                        json_integer(gpu ? 0 : (json_int_t)16 << 30));
+    json_object_set_new(s, "cpu_seconds", json_integer(cand ? 600 : 1200));
+    json_object_set_new(s, "fsize_bytes", json_integer((json_int_t)2 << 30));
+    json_object_set_new(s, "nofile", json_integer(1024));
+    json_object_set_new(s, "nproc", json_integer(cand ? 512 : 0));
+    if (cand && e->drop_uid) {
+        json_object_set_new(s, "uid", json_integer(NOBODY));
+        json_object_set_new(s, "gid", json_integer(NOBODY));
+    }
+    if (c->has_cg) {
+        json_t *procs = json_array();
+        for (int i = 0; i < c->cg.n; i++)
+            json_array_append_new(procs, json_string(c->cg.procs[i]));
+        json_object_set_new(s, "cgroup_procs", procs);
+    }
+    return s;
+}
+
+/* Spawns one role; returns its pid or a negative code. fds named in names. */
+static int spawn(kg_engine *e, struct slot *sl, const char *role,
+                 struct child *c, int chan_fd, int res_fd, kg_err *err)
+{
+    int lp[2];
+    if (pipe2(lp, O_CLOEXEC) < 0)
+        return kg_errf(err, KG_EIO, "pipe: %s", strerror(errno));
+    int rc = kg_sandbox_mkdtemp(e->tmp_base, c->wd, sizeof c->wd, err);
+    if (rc) {
+        close(lp[0]), close(lp[1]);
+        return rc;
+    }
+    int cand = !strcmp(role, "candidate");
+    if (cand && e->drop_uid && chown(c->wd, NOBODY, NOBODY) < 0) {
+        close(lp[0]), close(lp[1]);
+        return kg_errf(err, KG_EIO, "chown %s: %s", c->wd, strerror(errno));
+    }
+    if (cand && (e->cgroups.mem_version || e->cgroups.pids_version) &&
+        !e->cfg.no_sandbox) {
+        char name[64];
+        snprintf(name, sizeof name, "kgym-%d-%ld", (int)getpid(),
+                 e->next_id + 1);
+        uint64_t mem = strncmp(e->cfg.device, "cuda", 4) ? (uint64_t)16 << 30
+                                                         : (uint64_t)64 << 30;
+        kg_err cgerr;
+        if (kg_sandbox_cgroup_open(&e->cgroups, name, mem, 1024, &c->cg,
+                                   &cgerr) == 0)
+            c->has_cg = 1;
+    }
+    json_t *req = json_object();
+    json_object_set_new(req, "op", json_string("spawn"));
+    json_object_set_new(req, "id", json_integer(++e->next_id));
+    json_object_set_new(req, "role", json_string(role));
+    json_object_set_new(req, "sandbox", sandbox_cfg(e, role, c));
+    json_object_set_new(req, "env", child_env(e, role, c, sl->task));
+    json_object_set_new(req, "device", json_string(e->cfg.device));
+    int fds[3], nfds = 0;
+    json_t *names = json_array();
+    if (chan_fd >= 0)
+        fds[nfds++] = chan_fd,
+        json_array_append_new(names, json_string("chan"));
+    if (res_fd >= 0)
+        fds[nfds++] = res_fd,
+        json_array_append_new(names, json_string("result"));
+    fds[nfds++] = lp[1], json_array_append_new(names, json_string("log"));
+    json_object_set_new(req, "fds", names);
+    if (!strcmp(role, "judge")) {
+        json_t *t = json_deep_copy(sl->task);
+        json_object_set_new(t, "device_lock", json_string(e->lock_path));
+        json_object_set_new(t, "device", json_string(e->cfg.device));
+        json_object_set_new(req, "task", t);
+    }
+    pid_t pid = -1;
+    if (e->zy)
+        rc = kg_zygote_spawn(e->zy, req, fds, nfds, &pid, err);
+    else
+        rc = kg_spawn_exec(e->python, req, fds, nfds, &e->filter, &pid, err);
+    json_decref(req);
+    close(lp[1]);
+    if (rc) {
+        close(lp[0]);
+        return rc;
+    }
+    fcntl(lp[0], F_SETFL, O_NONBLOCK);
+    c->pid = pid;
+    c->log_fd = lp[0];
+    c->exited = 0;
+    return 0;
+}
+
+static void kill_child(struct child *c)
+{
+    if (c->pid > 0 && !c->exited)
+        kg_sandbox_kill_group(c->pid, 2000, NULL, NULL);
+    if (c->has_cg)
+        kg_sandbox_cgroup_close(&c->cg, 2000,
+                                NULL); /* what left the group too */
+}
+
+/* ---- results ------------------------------------------------------------ */
+
+static const char *tail_of(const struct buf *b, size_t max)
+{
+    if (!b->p)
+        return "";
+    return b->n > max ? b->p + b->n - max : b->p;
+}
+
+static void describe_status(char *out, size_t n, const char *who,
+                            const struct child *c)
+{
+    if (!c->exited)
+        snprintf(out, n, "%s still running", who);
+    else if (WIFSIGNALED(c->status))
+        snprintf(out, n, "%s killed by signal %d (%s)", who,
+                 WTERMSIG(c->status), strsignal(WTERMSIG(c->status)));
+    else
+        snprintf(out, n, "%s exited with status %d", who,
+                 WEXITSTATUS(c->status));
+}
+
+/* A verdict the engine writes itself: the judge did not deliver. */
+static json_t *engine_verdict(struct slot *sl, const char *verdict,
+                              const char *code, const char *msg)
+{
+    json_t *r = json_object();
+    json_t *tid = json_object_get(sl->task, "task_id");
+    if (tid)
+        json_object_set(r, "task_id", tid);
+    json_object_set_new(r, "status", json_string("completed"));
+    json_object_set_new(r, "verdict", json_string(verdict));
+    json_object_set_new(r, "compiled", json_boolean(0));
+    json_object_set_new(r, "correctness", json_boolean(0));
+    json_object_set_new(r, "decoy_kernel", json_boolean(0));
+    json_object_set_new(r, "hack_reasons", json_array());
+    json_object_set_new(r, "speedup", json_null());
+    json_object_set_new(r, "kernel_runtime", json_null());
+    json_object_set_new(r, "reference_runtime", json_null());
+    json_object_set_new(r, "error_message", json_string(msg));
+    json_object_set_new(r, "error_code", json_string(code));
+    json_t *err = json_object();
+    json_object_set_new(err, "phase", json_string("worker"));
+    json_object_set_new(err, "type", json_string(code));
+    json_object_set_new(err, "message", json_string(msg));
+    json_object_set_new(err, "traceback",
+                        json_string(tail_of(&sl->cand.log, 2000)));
+    json_object_set_new(r, "error", err);
+    char fb[1024];
+    snprintf(fb, sizeof fb, "Verdict: %s\n%s\n", verdict, msg);
+    json_object_set_new(r, "feedback", json_string(fb));
+    json_object_set_new(r, VERSION_FIELD, json_string(KG_VERSION));
+    return r;
+}
+
+static json_t *build_result(kg_engine *e, struct slot *sl)
+{
+    char js[256], cs[256], msg[1024];
+    describe_status(js, sizeof js, "judge", &sl->judge);
+    describe_status(cs, sizeof cs, "candidate", &sl->cand);
+    if (sl->timed_out) {
+        double t = json_number_value(json_object_get(sl->task, "timeout"));
+        snprintf(
+            msg, sizeof msg,
+            "evaluation exceeded its timeout of %.0f s and was killed (%s; %s)",
+            t, js, cs);
+        return engine_verdict(sl, "timeout", "TIMEOUT", msg);
+    }
+    kg_err ferr = {{0}};
+    json_t *r = NULL;
+    if (sl->res.n > 0)
+        r = kg_frame_parse(sl->res.p, sl->res.n, &ferr);
+    else
+        snprintf(ferr.msg, sizeof ferr.msg, "no result frame");
+    if (!r) {
+        snprintf(msg, sizeof msg,
+                 "the evaluation ended without a complete result (%s; %s; %s)",
+                 ferr.msg, js, cs);
+        const char *t = tail_of(&sl->cand.log, 300);
+        if (*t && strlen(msg) + strlen(t) + 32 < sizeof msg) {
+            strcat(msg, "; candidate output: ");
+            strcat(msg, t);
+        }
+        return engine_verdict(sl, "runtime_error", "CHILD_DIED", msg);
+    }
+    (void)e;
+    /* The frame is the judge's; the engine owns status, device and clock. */
+    json_object_set_new(r, "status", json_string("completed"));
+    json_t *tid = json_object_get(sl->task, "task_id");
+    if (tid)
+        json_object_set(r, "task_id", tid);
+    if (WIFSIGNALED(sl->cand.status) && sl->cand.exited &&
+        sl->cand.status != SIGKILL) {
+        json_object_set_new(r, "candidate_exit", json_string(cs));
+    }
+    return r;
+}
+
+static void stamp(kg_engine *e, struct slot *sl, json_t *r)
+{
+    double end = now_ms();
+    json_t *t = json_object_get(r, "timings");
+    if (!json_is_object(t)) {
+        t = json_object();
+        json_object_set_new(r, "timings", t);
+    }
+    json_object_set_new(t, "queued", json_real(sl->t_start - sl->t_submit));
+    json_object_set_new(t, "spawn", json_real(sl->t_spawned - sl->t_start));
+    json_object_set_new(t, "total", json_real(end - sl->t_start));
+    json_t *d = json_object_get(r, "device");
+    if (!json_is_object(d)) {
+        d = json_object();
+        json_object_set_new(r, "device", d);
+    }
+    json_object_set_new(
+        d, "worker_id",
+        json_string(e->cfg.worker_id ? e->cfg.worker_id : "local"));
+    json_object_set_new(d, "device", json_string(e->cfg.device));
+    json_object_set(d, "backend", json_object_get(sl->task, "backend"));
+    json_object_set_new(d, "mode", json_string(e->zy ? "zygote" : "fresh"));
+}
+
+static void free_slot(kg_engine *e, struct slot *sl)
+{
+    (void)e;
+    close_fd(&sl->res_fd);
+    close_fd(&sl->judge.log_fd);
+    close_fd(&sl->cand.log_fd);
+    buf_free(&sl->res);
+    buf_free(&sl->judge.log);
+    buf_free(&sl->cand.log);
+    struct child *cs[2] = {&sl->judge, &sl->cand};
+    for (int i = 0; i < 2; i++) {
+        if (cs[i]->has_cg)
+            kg_sandbox_cgroup_close(&cs[i]->cg, 2000, NULL);
+        if (cs[i]->wd[0])
+            kg_sandbox_rmtree(cs[i]->wd, NULL);
+    }
+    json_decref(sl->task);
+    json_decref(sl->held);
+    memset(sl, 0, sizeof *sl);
+    sl->res_fd = sl->judge.log_fd = sl->cand.log_fd = -1;
+}
+
+static int is_cuda_failure(kg_engine *e, struct slot *sl, json_t *r)
+{
+    if (strncmp(e->cfg.device, "cuda", 4))
+        return 0;
+    const char *code = json_string_value(json_object_get(r, "error_code"));
+    if (code && !strcmp(code, "CUDA_ERROR"))
+        return 1;
+    return sl->cand.exited && WIFSIGNALED(sl->cand.status) &&
+           WTERMSIG(sl->cand.status) != SIGKILL;
+}
+
+/* ---- lifecycle ------------------------------------------------------------
+ */
+
+static int start_task(kg_engine *e, struct slot *sl, struct pending *p,
+                      kg_err *err)
+{
+    memset(sl, 0, sizeof *sl);
+    sl->res_fd = sl->judge.log_fd = sl->cand.log_fd = -1;
+    sl->task = p->task;
+    sl->user = p->user;
+    sl->t_submit = p->t_submit;
+    sl->t_start = now_ms();
+    sl->state = S_RUNNING;
+    double timeout = json_number_value(json_object_get(sl->task, "timeout"));
+    if (timeout <= 0)
+        timeout = 300;
+    sl->deadline = sl->t_start + timeout * 1e3;
+
+    int chan[2], rp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) < 0)
+        return kg_errf(err, KG_EIO, "socketpair: %s", strerror(errno));
+    if (pipe2(rp, O_CLOEXEC) < 0) {
+        close(chan[0]), close(chan[1]);
+        return kg_errf(err, KG_EIO, "pipe: %s", strerror(errno));
+    }
+    /* the candidate first: it never sees the result pipe or the task */
+    int rc = spawn(e, sl, "candidate", &sl->cand, chan[1], -1, err);
+    if (!rc)
+        rc = spawn(e, sl, "judge", &sl->judge, chan[0], rp[1], err);
+    close(chan[0]), close(chan[1]), close(rp[1]);
+    sl->res_fd = rp[0];
+    fcntl(sl->res_fd, F_SETFL, O_NONBLOCK);
+    sl->t_spawned = now_ms();
+    return rc;
+}
+
+int kg_engine_submit(kg_engine *e, json_t *task, void *user, kg_err *err)
+{
+    struct pending *p = calloc(1, sizeof *p);
+    if (!p)
+        return kg_errf(err, KG_ENOMEM, "out of memory");
+    p->task = json_incref(task);
+    p->user = user;
+    p->t_submit = now_ms();
+    if (e->tail)
+        e->tail->next = p;
+    else
+        e->head = p;
+    e->tail = p;
+    e->npending++;
+    return 0;
+}
+
+/* Reads whatever is ready on a child's log pipe. */
+static void drain_log(kg_engine *e, struct child *c, const char *who)
+{
+    char tmp[8192];
+    while (c->log_fd >= 0) {
+        ssize_t n = read(c->log_fd, tmp, sizeof tmp);
+        if (n > 0) {
+            buf_add(&c->log, tmp, (size_t)n, LOG_CAP, 1);
+            if (e->cfg.verbose)
+                fprintf(stderr, "[%s %d] %.*s", who, (int)c->pid, (int)n, tmp);
+            continue;
+        }
+        if (n == 0 || (errno != EAGAIN && errno != EINTR))
+            close_fd(&c->log_fd);
+        break;
+    }
+}
+
+static void drain_result(struct slot *sl)
+{
+    char tmp[65536];
+    while (sl->res_fd >= 0) {
+        ssize_t n = read(sl->res_fd, tmp, sizeof tmp);
+        if (n > 0) {
+            if (buf_add(&sl->res, tmp, (size_t)n, KG_FRAME_MAX + 24, 0) < 0) {
+                close_fd(&sl->res_fd); /* oversized: never a result */
+                buf_free(&sl->res);
+            }
+            continue;
+        }
+        if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+            close_fd(&sl->res_fd);
+            if (!sl->t_judge_done)
+                sl->t_judge_done = now_ms();
+        }
+        break;
+    }
+}
+
+static void note_exit(kg_engine *e, pid_t pid, int status)
+{
+    for (int i = 0; i < e->cfg.concurrency; i++) {
+        struct slot *sl = &e->slots[i];
+        if (sl->state != S_RUNNING)
+            continue;
+        struct child *c = sl->judge.pid == pid  ? &sl->judge
+                          : sl->cand.pid == pid ? &sl->cand
+                                                : NULL;
+        if (c && !c->exited) {
+            c->exited = 1;
+            c->status = status;
+            /* the session may hold more processes: the whole group goes */
+            kg_sandbox_kill_group(pid, 2000, NULL, NULL);
+        }
+    }
+}
+
+static void collect_exits(kg_engine *e)
+{
+    if (e->zy) {
+        pid_t pid;
+        int st;
+        kg_err err;
+        while (kg_zygote_next_exit(e->zy, &pid, &st, &err) == 1)
+            note_exit(e, pid, st);
+        return;
+    }
+    pid_t live[2 * MAX_SLOTS];
+    int nlive = 0;
+    for (int i = 0; i < e->cfg.concurrency; i++) {
+        struct slot *sl = &e->slots[i];
+        if (sl->state != S_RUNNING)
+            continue;
+        pid_t ps[2] = {sl->judge.pid, sl->cand.pid};
+        int ex[2] = {sl->judge.exited, sl->cand.exited};
+        for (int k = 0; k < 2; k++) {
+            int st;
+            if (ps[k] > 0 && !ex[k] && waitpid(ps[k], &st, WNOHANG) == ps[k])
+                note_exit(e, ps[k], st);
+            else if (ps[k] > 0 && !ex[k])
+                live[nlive++] = ps[k];
+        }
+    }
+    /* what a task left behind reparented to us (the subreaper) */
+    kg_sandbox_reap_orphans(live, nlive);
+}
+
+static int restart_zygote(kg_engine *e, kg_err *err);
+
+/* Runs the device probe child synchronously; 0 = healthy. */
+static int probe_device(kg_engine *e)
+{
+    struct slot tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.task = json_pack("{s:s}", "backend", "cpu");
+    struct child c;
+    memset(&c, 0, sizeof c);
+    kg_err err;
+    int healthy = 0;
+    for (int attempt = 0; attempt < 3 && !healthy; attempt++) {
+        if (attempt > 0 && e->zy && restart_zygote(e, &err))
+            continue;
+        if (spawn(e, &tmp, "probe", &c, -1, -1, &err))
+            continue;
+        double deadline = now_ms() + 60000;
+        int status = -1, got = 0;
+        while (!got && now_ms() < deadline) {
+            drain_log(e, &c, "probe");
+            if (e->zy) {
+                pid_t pid;
+                int st;
+                while (kg_zygote_next_exit(e->zy, &pid, &st, &err) == 1) {
+                    if (pid == c.pid)
+                        status = st, got = 1;
+                    else
+                        note_exit(e, pid, st);
+                }
+            } else if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+                got = 1;
+            }
+            if (!got)
+                usleep(20000);
+        }
+        if (!got)
+            kg_sandbox_kill_group(c.pid, 2000, NULL, NULL);
+        healthy = got && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        close_fd(&c.log_fd);
+        buf_free(&c.log);
+        kg_sandbox_rmtree(c.wd, NULL);
+    }
+    json_decref(tmp.task);
+    return healthy ? 0 : -1;
+}
+
+static void finish(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
+                   void *ctx)
+{
+    json_t *r = build_result(e, sl);
+    stamp(e, sl, r);
+    if (is_cuda_failure(e, sl, r))
+        e->need_probe = 1;
+    if (e->need_probe) {
+        sl->held = r;
+        sl->state = S_HELD;
+        return;
+    }
+    done(ctx, sl->user, r);
+    json_decref(r);
+    free_slot(e, sl);
+}
+
+/* After a CUDA failure: once nothing else runs, probe the device, then hand
+ * out the held results (infra_error if the device is unhealthy: not the
+ * candidate's fault, to be retried elsewhere). */
+static void settle_probe(kg_engine *e, kg_engine_done_fn done, void *ctx)
+{
+    for (int i = 0; i < e->cfg.concurrency; i++)
+        if (e->slots[i].state == S_RUNNING)
+            return;
+    int healthy = probe_device(e) == 0;
+    e->device_bad = !healthy;
+    for (int i = 0; i < e->cfg.concurrency; i++) {
+        struct slot *sl = &e->slots[i];
+        if (sl->state != S_HELD)
+            continue;
+        json_t *r = sl->held;
+        sl->held = NULL;
+        if (!healthy) {
+            json_decref(r);
+            r = engine_verdict(
+                sl, "infra_error", "DEVICE_UNHEALTHY",
+                "the device failed its health probe after this task; "
+                "the task will be retried on a healthy device");
+            stamp(e, sl, r);
+        }
+        done(ctx, sl->user, r);
+        json_decref(r);
+        free_slot(e, sl);
+    }
+    e->need_probe = 0;
+}
+
+int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
+                   void *ctx, kg_err *err)
+{
+    int n = e->cfg.concurrency;
+    if (e->zy && !kg_zygote_alive(e->zy)) {
+        int rc = restart_zygote(e, err);
+        if (rc)
+            return rc;
+    }
+    /* start what fits */
+    for (int i = 0; i < n && e->head && !e->need_probe; i++) {
+        struct slot *sl = &e->slots[i];
+        if (sl->state != S_FREE)
+            continue;
+        struct pending *p = e->head;
+        e->head = p->next;
+        if (!e->head)
+            e->tail = NULL;
+        e->npending--;
+        kg_err serr;
+        if (start_task(e, sl, p, &serr)) {
+            kill_child(&sl->cand);
+            kill_child(&sl->judge);
+            json_t *r =
+                engine_verdict(sl, "infra_error", "SPAWN_FAILED", serr.msg);
+            stamp(e, sl, r);
+            done(ctx, sl->user, r);
+            json_decref(r);
+            free_slot(e, sl);
+        }
+        free(p);
+    }
+
+    /* wait */
+    struct pollfd pf[1 + 3 * MAX_SLOTS];
+    int np = 0;
+    double wake = now_ms() + timeout_ms;
+    if (e->zy)
+        pf[np++] = (struct pollfd){.fd = kg_zygote_fd(e->zy), .events = POLLIN};
+    for (int i = 0; i < n; i++) {
+        struct slot *sl = &e->slots[i];
+        if (sl->state != S_RUNNING)
+            continue;
+        int fds[3] = {sl->res_fd, sl->judge.log_fd, sl->cand.log_fd};
+        for (int k = 0; k < 3; k++)
+            if (fds[k] >= 0)
+                pf[np++] = (struct pollfd){.fd = fds[k], .events = POLLIN};
+        if (sl->deadline < wake)
+            wake = sl->deadline;
+    }
+    int wait = (int)(wake - now_ms());
+    if (!e->zy && wait > 50)
+        wait = 50; /* fresh mode: exits are found by waitpid */
+    if (wait < 0)
+        wait = 0;
+    poll(pf, (nfds_t)np, wait);
+
+    /* read and reap */
+    collect_exits(e);
+    for (int i = 0; i < n; i++) {
+        struct slot *sl = &e->slots[i];
+        if (sl->state != S_RUNNING)
+            continue;
+        drain_result(sl);
+        drain_log(e, &sl->judge, "judge");
+        drain_log(e, &sl->cand, "candidate");
+    }
+    collect_exits(e);
+
+    /* decide */
+    double t = now_ms();
+    for (int i = 0; i < n; i++) {
+        struct slot *sl = &e->slots[i];
+        if (sl->state != S_RUNNING)
+            continue;
+        int judge_done = sl->judge.exited && sl->res_fd < 0;
+        if (!judge_done && sl->res_fd < 0 &&
+            t - sl->t_judge_done > KILL_GRACE_MS)
+            kill_child(&sl->judge); /* frame delivered but the judge lingers */
+        if (!judge_done && t >= sl->deadline) {
+            sl->timed_out = 1;
+            kill_child(&sl->judge);
+            kill_child(&sl->cand);
+            continue; /* exits arrive in the next step */
+        }
+        if (judge_done && !sl->cand.exited)
+            kill_child(&sl->cand); /* the judge is done: so is the candidate */
+        if (judge_done && sl->cand.exited) {
+            drain_log(e, &sl->cand, "candidate");
+            finish(e, sl, done, ctx);
+        }
+    }
+    if (e->need_probe)
+        settle_probe(e, done, ctx);
+
+    int busy = e->npending;
+    for (int i = 0; i < n; i++)
+        busy += e->slots[i].state != S_FREE;
+    return busy;
+}
+
+/* ---- setup ------------------------------------------------------------------
+ */
+
+static int restart_zygote(kg_engine *e, kg_err *err)
+{
+    /* tasks in flight die with the zygote: their results are infra errors,
+     * found by the normal path (no frame, children gone) */
+    for (int i = 0; i < e->cfg.concurrency; i++) {
+        struct slot *sl = &e->slots[i];
+        if (sl->state == S_RUNNING) {
+            sl->judge.exited = sl->cand.exited = 1;
+            close_fd(&sl->res_fd);
+        }
+    }
+    kg_zygote_stop(e->zy);
+    e->zy = NULL;
+    char dev[80];
+    const char *env[4] = {
+        "KGYM_SANDBOX_PROFILE={\"allow_wx\": true, \"allow_perf\": true}",
+        NULL};
+    int ne = 1;
+    if (e->cuda_env[0]) {
+        pathf(dev, sizeof dev, "CUDA_VISIBLE_DEVICES=%s", e->cuda_env);
+        env[ne++] = dev;
+    }
+    kg_zygote_cfg zc = {.python = e->python,
+                        .pythonpath = e->pythonpath,
+                        .sandbox_lib = e->cfg.no_sandbox ? "" : e->sandbox_lib,
+                        .env = env,
+                        .log_fd = e->cfg.verbose ? 2 : -1,
+                        .ready_timeout_ms = 180000};
+    return kg_zygote_start(&e->zy, &zc, err);
+}
+
+static int find_python(kg_engine *e, kg_err *err)
+{
+    if (e->cfg.python) {
+        snprintf(e->python, sizeof e->python, "%s", e->cfg.python);
+        return 0;
+    }
+    const char *env = getenv("KGYM_PYTHON");
+    if (env && *env) {
+        snprintf(e->python, sizeof e->python, "%s", env);
+        return 0;
+    }
+    pathf(e->python, sizeof e->python, "%s/.venv/bin/python", e->root);
+    if (access(e->python, X_OK) == 0)
+        return 0;
+    char cmd[PATH_MAX + 32];
+    snprintf(cmd, sizeof cmd, "%s/scripts/find-python", e->root);
+    FILE *f = popen(cmd, "r");
+    if (!f || !fgets(e->python, sizeof e->python, f)) {
+        if (f)
+            pclose(f);
+        return kg_errf(err, KG_ENOTFOUND,
+                       "no Python with torch found (set KGYM_PYTHON)");
+    }
+    pclose(f);
+    e->python[strcspn(e->python, "\n")] = 0;
+    return 0;
+}
+
+int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
+{
+    kg_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return kg_errf(err, KG_ENOMEM, "out of memory");
+    e->cfg = *cfg;
+    if (e->cfg.concurrency < 1)
+        e->cfg.concurrency = 1;
+    if (e->cfg.concurrency > MAX_SLOTS)
+        e->cfg.concurrency = MAX_SLOTS;
+    for (int i = 0; i < MAX_SLOTS; i++)
+        e->slots[i].res_fd = e->slots[i].judge.log_fd =
+            e->slots[i].cand.log_fd = -1;
+    if (strcmp(cfg->device, "cpu") && strncmp(cfg->device, "cuda:", 5)) {
+        free(e);
+        return kg_errf(err, KG_EINVAL, "device must be cpu or cuda:N, not '%s'",
+                       cfg->device);
+    }
+    if (!strncmp(cfg->device, "cuda:", 5))
+        snprintf(e->cuda_env, sizeof e->cuda_env, "%s", cfg->device + 5);
+    snprintf(e->root, sizeof e->root, "%s", cfg->root ? cfg->root : ".");
+    const char *tmp = cfg->tmp_base ? cfg->tmp_base : getenv("TMPDIR");
+    snprintf(e->tmp_base, sizeof e->tmp_base, "%s", tmp && *tmp ? tmp : "/tmp");
+    int bad = 0;
+    if (cfg->cache_dir)
+        bad |= pathf(e->cache_dir, sizeof e->cache_dir, "%s", cfg->cache_dir);
+    else
+        bad |= pathf(e->cache_dir, sizeof e->cache_dir, "%s/kgym-cache",
+                     e->tmp_base);
+    mkdir(e->cache_dir, 0755);
+    bad |= pathf(e->pythonpath, sizeof e->pythonpath, "%s/harness", e->root);
+    bad |= pathf(e->sandbox_lib, sizeof e->sandbox_lib,
+                 "%s/build/libkgym_sandbox.so", e->root);
+    bad |= pathf(e->lock_path, sizeof e->lock_path, "%s/kgym-device-%s.lock",
+                 e->tmp_base, cfg->device);
+    if (bad) {
+        free(e);
+        return kg_errf(err, KG_EINVAL, "paths too long");
+    }
+    for (char *p = strrchr(e->lock_path, '/') + 1; *p; p++)
+        if (*p == ':')
+            *p = '_';
+    int rc = find_python(e, err);
+    if (!rc && !cfg->no_sandbox && access(e->sandbox_lib, R_OK))
+        rc = kg_errf(err, KG_ENOTFOUND, "sandbox library %s missing (run make)",
+                     e->sandbox_lib);
+    /* orphans of a task (daemonized grandchildren) come back to us */
+    if (!rc)
+        rc = kg_sandbox_become_subreaper(err);
+    e->drop_uid = geteuid() == 0 && !cfg->no_sandbox;
+    if (!rc && !cfg->no_sandbox) {
+        kg_err cgerr;
+        if (kg_sandbox_cgroup_probe(&e->cgroups, &cgerr) && cfg->verbose)
+            fprintf(stderr, "kgym worker: %s\n",
+                    kg_sandbox_cgroup_reason(&e->cgroups));
+        if (!e->drop_uid)
+            fprintf(stderr,
+                    "kgym worker: not root: candidates run as this user "
+                    "(they could read the judge's memory); run as root for a "
+                    "uid switch\n");
+    }
+    if (!rc) {
+        /* per-role caches; the candidate's belongs to the candidate's uid */
+        char d[PATH_MAX + 32];
+        snprintf(d, sizeof d, "%s/judge", e->cache_dir);
+        mkdir(d, 0700);
+        snprintf(d, sizeof d, "%s/candidate", e->cache_dir);
+        mkdir(d, 0700);
+        if (e->drop_uid && chown(d, NOBODY, NOBODY) < 0)
+            rc = kg_errf(err, KG_EIO, "chown %s: %s", d, strerror(errno));
+    }
+    if (!rc && cfg->fresh && !cfg->no_sandbox) {
+        kg_sandbox_profile prof = {.allow_wx = 1, .allow_perf = 1};
+        rc = kg_sandbox_filter_build(&prof, &e->filter, err);
+    }
+    if (!rc && !cfg->fresh)
+        rc = restart_zygote(e, err);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+const json_t *kg_engine_info(const kg_engine *e)
+{
+    return e->zy ? kg_zygote_info(e->zy) : NULL;
+}
+
+void kg_engine_free(kg_engine *e)
+{
+    if (!e)
+        return;
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        struct slot *sl = &e->slots[i];
+        if (sl->state == S_RUNNING) {
+            kill_child(&sl->judge);
+            kill_child(&sl->cand);
+        }
+        if (sl->state != S_FREE)
+            free_slot(e, sl);
+    }
+    while (e->head) {
+        struct pending *p = e->head;
+        e->head = p->next;
+        json_decref(p->task);
+        free(p);
+    }
+    kg_zygote_stop(e->zy);
+    kg_sandbox_filter_free(&e->filter);
+    free(e);
+}

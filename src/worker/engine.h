@@ -1,0 +1,61 @@
+/*
+ * engine.h - the evaluation engine of one worker: one device, a warm
+ * zygote, and up to `concurrency` tasks in flight, each as a sandboxed
+ * judge child and a sandboxed candidate child.
+ *
+ * The engine is the trusted side: it owns the result pipe, the clock of
+ * last resort and the kill switch. A task's result is the judge's framed
+ * result when the engine saw it complete; otherwise the engine writes the
+ * verdict itself (timeout, runtime_error, infra_error). Both `kgym eval`
+ * and `kgym worker` drive this same engine.
+ */
+#ifndef KGYM_ENGINE_H
+#define KGYM_ENGINE_H
+
+#include <jansson.h>
+
+#include "kgym/kgym.h"
+
+typedef struct kg_engine kg_engine;
+
+typedef struct kg_engine_cfg {
+    const char *device; /* "cpu" or "cuda:N" */
+    int concurrency;    /* tasks in flight (>= 1) */
+    const char *python; /* interpreter with torch (NULL: scripts/find-python) */
+    const char *root;   /* kgym tree holding harness/ and build/ */
+    const char
+        *tmp_base; /* parent of private work dirs (NULL: $TMPDIR or /tmp) */
+    const char
+        *cache_dir; /* extension/Triton caches (NULL: <tmp_base>/kgym-cache) */
+    int fresh;      /* 1: a fresh interpreter per child, no zygote */
+    int no_sandbox; /* 1: skip namespaces/seccomp/rlimits (debugging) */
+    const char *worker_id; /* reported in results */
+    int verbose;           /* log children's output to stderr */
+} kg_engine_cfg;
+
+/* Called once per finished task with its result (borrowed: copy or
+ * json_incref to keep it) and the pointer given to kg_engine_submit. */
+typedef void (*kg_engine_done_fn)(void *ctx, void *user, json_t *result);
+
+/* Creates an engine and starts its zygote. *out owned by the caller. */
+int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err);
+
+/* Queues a normalized request (kg_request_normalize); takes a reference. */
+int kg_engine_submit(kg_engine *e, json_t *task, void *user, kg_err *err);
+
+/*
+ * Starts queued tasks, waits up to timeout_ms for events and finishes what
+ * is done, calling done() for each. Returns the number of tasks queued or
+ * in flight after the step, or a negative code.
+ */
+int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
+                   void *ctx, kg_err *err);
+
+/* The zygote's ready message (torch/triton versions, import time), or
+ * NULL in fresh mode. */
+const json_t *kg_engine_info(const kg_engine *e);
+
+/* Kills everything in flight (their results are dropped) and frees e. */
+void kg_engine_free(kg_engine *e);
+
+#endif
