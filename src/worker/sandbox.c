@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -973,7 +974,7 @@ static int own_cgroup(const char *ctl, char *out, size_t len)
         char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (!c2)
             continue;
-        *c2 = 0;
+        *c1 = *c2 = 0;
         const char *ctls = c1 + 1, *path = c2 + 1;
         int match = ctl ? has_word(ctls, ctl, ",") : !strcmp(line, "0");
         if (match && strlen(path) < len) {
@@ -1012,6 +1013,33 @@ static int probe_mkdir(const char *dir)
     return 0;
 }
 
+/* A reason for the log; truncation is fine. */
+static void why_set(char *why, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void why_set(char *why, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, len, fmt, ap);
+    va_end(ap);
+}
+
+/* Processes in dir other than the caller; -1 if unreadable. */
+static int other_procs(const char *dir)
+{
+    char path[KG_SANDBOX_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    long pid;
+    int n = 0;
+    while (fscanf(f, "%ld", &pid) == 1)
+        n += pid != (long)getpid();
+    fclose(f);
+    return n;
+}
+
 /* v2: both controllers available in our cgroup and enabled for its
  * children (moving ourselves to a leaf if the no-internal-process rule
  * demands it). */
@@ -1019,18 +1047,18 @@ static int probe_v2(kg_sandbox_cgroups *cg, char *why, size_t whylen)
 {
     char dir[KG_SANDBOX_PATH_MAX], buf[512];
     if (cgroup_dir(NULL, dir, sizeof dir) < 0) {
-        snprintf(why, whylen, "no cgroup2 mount");
+        why_set(why, whylen, "no cgroup2 mount");
         return -1;
     }
     if (read_file(dir, "cgroup.controllers", buf, sizeof buf) < 0) {
-        snprintf(why, whylen, "cannot read %.150s/cgroup.controllers", dir);
+        why_set(why, whylen, "cannot read %.150s/cgroup.controllers", dir);
         return -1;
     }
     int mem = has_word(buf, "memory", " \n"),
         pids = has_word(buf, "pids", " \n");
     if (!mem && !pids) {
-        snprintf(why, whylen, "cgroup2 at %.150s has neither memory nor pids",
-                 dir);
+        why_set(why, whylen, "cgroup2 at %.150s has neither memory nor pids",
+                dir);
         return -1;
     }
     if (read_file(dir, "cgroup.subtree_control", buf, sizeof buf) < 0)
@@ -1040,24 +1068,35 @@ static int probe_v2(kg_sandbox_cgroups *cg, char *why, size_t whylen)
     const char *en = mem && pids ? "+memory +pids" : mem ? "+memory" : "+pids";
     if (need && write_file(dir, "cgroup.subtree_control", en) < 0) {
         if (errno != EBUSY) {
-            snprintf(why, whylen, "cgroup2 %.150s: enabling controllers: %s",
-                     dir, strerror(errno));
+            why_set(why, whylen, "cgroup2 %.150s: enabling controllers: %s",
+                    dir, strerror(errno));
             return -1;
         }
-        /* we live in this (non-root) cgroup: move to a leaf first */
+        /* processes live in this (non-root) cgroup. If we are the only
+         * one, move to a leaf and enable; if not, moving would not help
+         * and would only disturb the others. */
+        int others = other_procs(dir);
+        if (others != 0) {
+            why_set(why, whylen,
+                    "cgroup2 %.150s holds %d other processes, so %s cannot "
+                    "be enabled for task groups (give the worker its own "
+                    "delegated cgroup)",
+                    dir, others, en);
+            return -1;
+        }
         char leaf[KG_SANDBOX_PATH_MAX + 16];
         snprintf(leaf, sizeof leaf, "%s/kgym-worker", dir);
         if ((mkdir(leaf, 0755) < 0 && errno != EEXIST) ||
             write_file(leaf, "cgroup.procs", "0") < 0 ||
             write_file(dir, "cgroup.subtree_control", en) < 0) {
-            snprintf(why, whylen, "cgroup2 %.150s: cannot enable %s: %s", dir,
-                     en, strerror(errno));
+            why_set(why, whylen, "cgroup2 %.150s: cannot enable %s: %s", dir,
+                    en, strerror(errno));
             return -1;
         }
     }
     if (probe_mkdir(dir) < 0) {
-        snprintf(why, whylen, "cgroup2 %.150s not writable: %s", dir,
-                 strerror(errno));
+        why_set(why, whylen, "cgroup2 %.150s not writable: %s", dir,
+                strerror(errno));
         return -1;
     }
     if (mem) {
@@ -1075,12 +1114,12 @@ static int probe_v1(const char *ctl, char *base, char *why, size_t whylen)
 {
     char dir[KG_SANDBOX_PATH_MAX];
     if (cgroup_dir(ctl, dir, sizeof dir) < 0) {
-        snprintf(why, whylen, "no cgroup v1 %.150s hierarchy", ctl);
+        why_set(why, whylen, "no cgroup v1 %.150s hierarchy", ctl);
         return -1;
     }
     if (probe_mkdir(dir) < 0) {
-        snprintf(why, whylen, "cgroup v1 %.150s not writable: %s", dir,
-                 strerror(errno));
+        why_set(why, whylen, "cgroup v1 %.150s not writable: %s", dir,
+                strerror(errno));
         return -1;
     }
     memcpy(base, dir, sizeof dir);

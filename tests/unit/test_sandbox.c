@@ -1228,6 +1228,65 @@ static void test_cgroup_bad_name(void **state)
                      KG_EUNAVAIL);
 }
 
+/* ---- the real payload: torch and triton inside the sandbox ---------- */
+
+static int v_python(void *arg)
+{
+    char **argv = arg;
+    execv(argv[0], argv);
+    say("exec %s: %s\n", argv[0], strerror(errno));
+    return 127;
+}
+
+/*
+ * A smoke run of what a harness child does (import torch and triton, an
+ * eager op through oneDNN, a Triton kernel in the interpreter), under the
+ * profile the CPU worker uses: netns, seccomp with W+X allowed (oneDNN's
+ * JIT needs it), rlimits, clean env. Skipped without a Python that has
+ * torch (KGYM_PYTHON, else .venv/bin/python). About 5 s.
+ */
+static void test_torch_smoke(void **state)
+{
+    (void)state;
+    char py[1024], script[1024], cwd[900];
+    const char *kp = getenv("KGYM_PYTHON");
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    snprintf(py, sizeof py, "%s", kp && *kp ? kp : ".venv/bin/python");
+    if (py[0] != '/') /* absolute but unresolved: venvs are symlinks */
+        snprintf(py, sizeof py, "%s/%s", cwd,
+                 kp && *kp ? kp : ".venv/bin/python");
+    snprintf(script, sizeof script,
+             "%s/tests/unit/sandbox_victims/torch_check.py", cwd);
+    if (access(py, X_OK) < 0 || access(script, R_OK) < 0) {
+        printf("    skipped: no %s or %s\n", py, script);
+        skip();
+    }
+    char wd[KG_SANDBOX_PATH_MAX];
+    assert_int_equal(kg_sandbox_mkdtemp(base, wd, sizeof wd, NULL), 0);
+    const char *env[] = {"PATH=/usr/local/bin:/usr/bin:/bin",
+                         "TRITON_INTERPRET=1", "PYTHONDONTWRITEBYTECODE=1",
+                         NULL};
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.filter = &filter_wx;
+    cfg.workdir = wd;
+    cfg.env = env;
+    cfg.cpu_seconds = 60;
+    cfg.fsize_bytes = 64u << 20;
+    cfg.nofile = 1024;
+    cfg.nproc = 256;
+    char *argv[] = {py, script, "--quick", NULL};
+    struct child c;
+    double t0 = now_ms();
+    start(&cfg, v_python, argv, &c);
+    /* the payload's STEP lines go to our stdout; a failed one: exit 1 */
+    finish(&c, 60000);
+    double ms = now_ms() - t0;
+    assert_int_equal(kg_sandbox_rmtree(wd, NULL), 0);
+    printf("    torch smoke run: %.0f ms\n", ms);
+    assert_exit0(&c);
+}
+
 #define T(f) cmocka_unit_test_teardown(f, teardown)
 
 int main(void)
@@ -1257,6 +1316,7 @@ int main(void)
         T(test_cgroup_memory),
         T(test_cgroup_pids),
         T(test_cgroup_catches_escapee),
+        T(test_torch_smoke),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
