@@ -36,7 +36,7 @@
 #define KG_SANDBOX_FD_NULL (-2)  /* /dev/null */
 
 #define KG_SANDBOX_MAX_CGROUPS 2 /* v1: memory and pids hierarchies */
-#define KG_SANDBOX_ENV_MAX 256   /* entries of cfg->env, HOME/TMPDIR aside */
+#define KG_SANDBOX_ENV_MAX 1024  /* entries of cfg->env, HOME/TMPDIR aside */
 #define KG_SANDBOX_PATH_MAX 512
 
 /*
