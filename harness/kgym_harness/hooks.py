@@ -285,12 +285,15 @@ def _build_dir(key: str) -> str | None:
         return None
 
 
-def _trim_build_log(text: str, limit: int = 4000) -> str:
+def _trim_build_log(text: str, build_dir: str | None, limit: int = 4000) -> str:
+    """The compiler's diagnostics, without the build directory's path."""
+    if build_dir:
+        text = text.replace(build_dir + os.sep, "")
     lines = text.splitlines()
-    errors = [ln for ln in lines if "error" in ln.lower()]
-    keep = errors[:20] if errors else lines[-30:]
-    out = "\n".join(keep)
-    return out[:limit]
+    keep = [ln for ln in lines if "error:" in ln or "fatal error" in ln]
+    if not keep:
+        keep = [ln for ln in lines if "error" in ln.lower()] or lines[-30:]
+    return "\n".join(keep[:20])[:limit]
 
 
 def _wrap_builder(orig: Callable, kind: str) -> Callable:
@@ -303,7 +306,8 @@ def _wrap_builder(orig: Callable, kind: str) -> Callable:
         try:
             module = orig(name, *args, **kwargs)
         except BaseException as e:
-            RECORDER.build_error = f"building extension {name!r} failed: {_trim_build_log(str(e))}"
+            RECORDER.build_error = (f"building extension {name!r} failed:\n"
+                                    f"{_trim_build_log(str(e), path)}")
             raise
         if module is None or isinstance(module, str) or not hasattr(module, "__dict__"):
             return module

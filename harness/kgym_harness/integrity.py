@@ -49,25 +49,47 @@ def _targets() -> list[tuple[str, Any, str]]:
         mod = sys.modules.get(modname)
         if mod is None:
             continue
-        for attr, value in vars(mod).items():
-            if isinstance(value, (types.FunctionType, type)) or attr == "RECORDER":
+        for attr, value in list(vars(mod).items()):
+            if isinstance(value, types.ModuleType):
+                continue
+            if callable(value) or attr == "RECORDER":
                 out.append((f"{modname}.{attr}", mod, attr))
+            if isinstance(value, type) and value.__module__.startswith("kgym_harness"):
+                for name, member in list(vars(value).items()):
+                    if isinstance(member, types.FunctionType):
+                        out.append((f"{modname}.{attr}.{name}", value, name))
+            if isinstance(value, dict) and attr.isupper():
+                for key in list(value):
+                    if isinstance(key, str) and callable(value[key]):
+                        out.append((f"{modname}.{attr}[{key}]", value, key))
     return out
 
 
 def _get(owner: Any, attr: str) -> Any:
+    if isinstance(owner, dict):
+        return owner.get(attr)
     if isinstance(owner, type):
         return owner.__dict__.get(attr)
     return getattr(owner, attr, None)
 
 
+def _code(obj: Any) -> Any:
+    return getattr(obj, "__code__", None) if isinstance(obj, types.FunctionType) else None
+
+
 class Snapshot:
-    """Identities captured at one moment; compare later with changed()."""
+    """Identities (and code objects) captured at one moment; see changed()."""
 
     def __init__(self) -> None:
-        self._items = [(name, owner, attr, _get(owner, attr))
-                       for name, owner, attr in _targets()]
+        self._items = []
+        for name, owner, attr in _targets():
+            obj = _get(owner, attr)
+            self._items.append((name, owner, attr, obj, _code(obj)))
 
     def changed(self) -> list[str]:
-        return [name for name, owner, attr, obj in self._items
-                if _get(owner, attr) is not obj]
+        out = []
+        for name, owner, attr, obj, code in self._items:
+            now = _get(owner, attr)
+            if now is not obj or _code(now) is not code:
+                out.append(name)
+        return out

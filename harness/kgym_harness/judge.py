@@ -81,6 +81,7 @@ class Judge:
         self.device = "cpu"
         self.launches = {f"{m}/{'grad' if g else 'no_grad'}": 0 for m, g in MODES}
         self.kernel_names: set[str] = set()
+        self.records: list[dict] = []
 
     # -- failures ---------------------------------------------------------
     def fail(self, verdict: str, code: str, etype: str, message: str,
@@ -154,6 +155,7 @@ class Judge:
         got, problem, launches = self.remote.run(inputs, mode, grad)
         self.launches[f"{mode}/{'grad' if grad else 'no_grad'}"] += launches["count"]
         self.kernel_names.update(r["name"] for r in launches["records"])
+        self.records.extend(launches["records"][:4 - len(self.records)] if len(self.records) < 4 else [])
         if problem is not None:
             return {"code": "OUTPUT_TYPE", "message": problem, "output_index": 0,
                     "max_abs_err": None, "max_rel_err": None, "bad_fraction": None}
@@ -180,6 +182,7 @@ class Judge:
                 self.mismatch(fail, f"{mode} mode, grad {'on' if grad else 'off'}")
         self.result["checks"]["launches"] = dict(self.launches)
         self.result["checks"]["custom_kernels"] = sorted(self.kernel_names)[:16]
+        self.result["checks"]["launch_records"] = self.records[:4]
         counts = list(self.launches.values())
         if not any(counts):
             self.result["decoy_kernel"] = True

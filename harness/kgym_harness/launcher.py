@@ -7,8 +7,10 @@ temp dir as cwd and TMPDIR, gives the task only to the judge (a 0600 file it
 deletes after reading), enforces task["timeout"] by killing both groups,
 and returns the result read from the pipe. No complete frame means no pass.
 
-The C worker replaces this with a warm zygote that forks the roles and calls
-run_judge / run_candidate directly; nothing here is needed by them.
+Roles start cold (SubprocessSpawner, the default) or are forked from a warm
+server that has torch imported (warm.WarmSpawner). The C worker replaces
+all of this with its sandboxed zygote, which calls run_judge /
+run_candidate directly; nothing here is needed by them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from . import paths, schema
 from .frame import FrameError, decode_result
@@ -62,13 +64,6 @@ def _timeout_of(task: object) -> float:
     if isinstance(t, (int, float)) and not isinstance(t, bool) and 1.0 <= t <= schema.MAX_TIMEOUT:
         return float(t)
     return DEFAULT_TIMEOUT
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _read_until(fd: int, deadline: float, limit: int) -> tuple[bytes, bool]:
@@ -137,50 +132,92 @@ def result_from_bytes(task: object, data: bytes, eof: bool, judge_rc: int | None
                       judge_log)
 
 
-def evaluate(task: dict, *, python: str | None = None,
+class PopenProc:
+    """A role started cold as `python -m kgym_harness.role ...` (our child)."""
+
+    def __init__(self, popen: subprocess.Popen):
+        self.popen = popen
+        self.pid = popen.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self.popen.wait(timeout=max(0.0, timeout))
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class SubprocessSpawner:
+    """Starts each role as a fresh interpreter (cold: imports torch every time)."""
+
+    def __init__(self, python: str | None = None, judge_argv: list[str] | None = None):
+        self.python = python or sys.executable
+        self.judge_argv = judge_argv
+
+    def spawn(self, role: str, chan_fd: int, log_fd: int, cwd: str, env: dict[str, str],
+              result_fd: int = -1, task_file: str | None = None) -> PopenProc:
+        argv = [self.python, "-m", "kgym_harness.role", role, "--chan-fd", str(chan_fd)]
+        fds = [chan_fd]
+        if role == "judge":
+            argv += ["--result-fd", str(result_fd), "--task-file", task_file or ""]
+            fds.append(result_fd)
+            if self.judge_argv:
+                fill = {"chan": str(chan_fd), "result": str(result_fd), "task": task_file}
+                argv = [a.format(**fill) for a in self.judge_argv]
+        return PopenProc(subprocess.Popen(
+            argv, pass_fds=tuple(fds), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+            stdout=log_fd, stderr=log_fd, start_new_session=True))
+
+
+def _kill_group(proc: Any) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _write_task(task: object, path: str, timeout: float) -> None:
+    body = dict(task) if isinstance(task, dict) else task
+    if isinstance(body, dict):
+        body["deadline"] = time.time() + timeout
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(body, f)
+
+
+def evaluate(task: dict, *, spawner: Any = None,
              on_spawn: Callable[[int, int], None] | None = None,
              judge_argv: list[str] | None = None) -> dict:
-    """Evaluate one task in two fresh subprocesses and return the result dict.
+    """Evaluate one task in two fresh processes and return the result dict.
 
-    on_spawn(judge_pid, candidate_pid) is called once both have started
-    (tests use it). judge_argv replaces the judge's command (tests use it to
-    stand in a broken judge); "{chan}", "{result}" and "{task}" are filled in.
+    spawner: SubprocessSpawner (default) or warm.WarmSpawner. on_spawn(judge
+    pid, candidate pid) is called once both exist (tests use it). judge_argv
+    replaces the judge's command line (tests stand in a broken judge with
+    it); "{chan}", "{result}" and "{task}" are filled in.
     """
-    python = python or sys.executable
+    if judge_argv is not None or spawner is None:
+        spawner = SubprocessSpawner(judge_argv=judge_argv)
     timeout = _timeout_of(task)
-    started = time.monotonic()
-    deadline = started + timeout
+    deadline = time.monotonic() + timeout
     base = tempfile.mkdtemp(prefix="kgym-eval-")
     jdir, cdir = os.path.join(base, "judge"), os.path.join(base, "candidate")
     os.mkdir(jdir, 0o700)
     os.mkdir(cdir, 0o700)
     task_file = os.path.join(jdir, "task.json")
-    body = dict(task) if isinstance(task, dict) else task
-    if isinstance(body, dict):
-        body["deadline"] = time.time() + timeout
-    fd = os.open(task_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(body, f)
+    _write_task(task, task_file, timeout)
     j_sock, c_sock = socket.socketpair()
     r_read, r_write = os.pipe()
-    procs: list[subprocess.Popen] = []
-    c_log = open(os.path.join(base, "candidate.log"), "wb")
-    j_log = open(os.path.join(base, "judge.log"), "wb")
+    logs = {n: os.open(os.path.join(base, f"{n}.log"), os.O_WRONLY | os.O_CREAT, 0o600)
+            for n in ("judge", "candidate")}
+    procs: list[Any] = []
     try:
-        cand = subprocess.Popen(
-            [python, "-m", "kgym_harness.role", "candidate", "--chan-fd", str(c_sock.fileno())],
-            pass_fds=(c_sock.fileno(),), cwd=cdir, env=candidate_env(cdir),
-            stdin=subprocess.DEVNULL, stdout=c_log,
-            stderr=subprocess.STDOUT, start_new_session=True)
+        cand = spawner.spawn("candidate", c_sock.fileno(), logs["candidate"], cdir,
+                             candidate_env(cdir))
         procs.append(cand)
-        fill = {"chan": str(j_sock.fileno()), "result": str(r_write), "task": task_file}
-        argv = ([a.format(**fill) for a in judge_argv] if judge_argv else
-                [python, "-m", "kgym_harness.role", "judge", "--chan-fd", fill["chan"],
-                 "--result-fd", fill["result"], "--task-file", task_file])
-        judge = subprocess.Popen(
-            argv, pass_fds=(j_sock.fileno(), r_write), cwd=jdir, env=judge_env(jdir),
-            stdin=subprocess.DEVNULL, stdout=j_log,
-            stderr=subprocess.STDOUT, start_new_session=True)
+        judge = spawner.spawn("judge", j_sock.fileno(), logs["judge"], jdir, judge_env(jdir),
+                              result_fd=r_write, task_file=task_file)
         procs.append(judge)
         j_sock.close()
         c_sock.close()
@@ -190,8 +227,8 @@ def evaluate(task: dict, *, python: str | None = None,
             on_spawn(judge.pid, cand.pid)
         data, eof = _read_until(r_read, deadline, 2 * (64 << 20))
         if eof:
-            _wait(judge, min(deadline, time.monotonic() + 5.0))
-            _wait(cand, min(deadline, time.monotonic() + 2.0))
+            judge.wait(min(deadline, time.monotonic() + 5.0) - time.monotonic())
+            cand.wait(min(deadline, time.monotonic() + 2.0) - time.monotonic())
         result = result_from_bytes(task, data, eof, judge.poll(), timeout,
                                    _tail(os.path.join(base, "judge.log")))
         if result.get("error_code") == "CHILD_DIED":
@@ -201,34 +238,23 @@ def evaluate(task: dict, *, python: str | None = None,
         for p in procs:
             _kill_group(p)
         for p in procs:
-            try:
-                p.wait(timeout=5.0)
-            except subprocess.TimeoutExpired:
-                pass
+            p.wait(5.0)
         for s in (j_sock, c_sock):
             s.close()
-        c_log.close()
-        j_log.close()
+        for fd in logs.values():
+            os.close(fd)
         os.close(r_read)
         if r_write >= 0:
             os.close(r_write)
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _wait(proc: subprocess.Popen, until: float) -> None:
-    try:
-        proc.wait(timeout=max(0.0, until - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def _note_candidate_exit(result: dict, cand: subprocess.Popen, base: str) -> None:
+def _note_candidate_exit(result: dict, cand: Any, base: str) -> None:
     """Add how the candidate process ended to a CHILD_DIED error."""
-    _wait(cand, time.monotonic() + 1.0)
-    how = _exit_text(cand.poll())
+    how = _exit_text(cand.wait(1.0))
     err = result.get("error") or {}
-    err["message"] = f"{err.get('message', '')} ({how})"
+    err["message"] = f"{err.get('message', '')}: {how}"
     err["traceback"] = _tail(os.path.join(base, "candidate.log"))[-2000:]
     result["error"] = err
     result["error_message"] = err["message"]
-    result["feedback"] = result.get("feedback", "") + f"\n  The candidate process {how}."
+    result["feedback"] = result.get("feedback", "") + f"\n  The candidate process ended: {how}."

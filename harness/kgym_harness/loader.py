@@ -149,9 +149,9 @@ def _cuda_error(chain: list[BaseException]) -> str | None:
 
 
 def frames_of(exc: BaseException, kernel_path: str | None) -> list[dict]:
-    """Frames of the whole exception chain, oldest first, candidate's marked."""
+    """Frames of the whole exception chain in call order, the candidate's marked."""
     frames: list[dict] = []
-    for e in reversed(_chain(exc)):
+    for e in _chain(exc):  # outermost first: the call path, then each cause below it
         for fs in traceback.extract_tb(e.__traceback__):
             mine = kernel_path is not None and os.path.abspath(fs.filename) == kernel_path
             frames.append({"file": KERNEL_FILE if mine else fs.filename,

@@ -1,0 +1,277 @@
+"""Every verdict path on backend cpu, end to end through the launcher."""
+
+from __future__ import annotations
+
+import kit
+
+
+def test_honest_kernel_passes():
+    r = kit.run(kit.cpu_kernel())
+    assert r["verdict"] == "pass", r["feedback"]
+    assert r["correctness"] is True and r["compiled"] is True
+    assert r["status"] == "completed"
+    assert r["hack_reasons"] == [] and r["decoy_kernel"] is False
+    assert r["checks"]["custom_kernels"] == ["add_relu_scale"]
+    assert all(v > 0 for v in r["checks"]["launches"].values())
+    for side in ("kernel", "reference"):
+        s = r["runtime_stats"][side]
+        assert s["n"] == 3 and 0 < s["min"] <= s["median"] <= s["max"]
+    assert r["speedup"] == r["reference_runtime"] / r["kernel_runtime"]
+    assert r["kgym_version"] == "0.1.0"
+    assert r["device"]["backend"] == "cpu" and r["device"]["name"].startswith("cpu")
+    assert set(r["timings"]) == {"queued", "setup", "compile", "correctness", "timing",
+                                 "profiling", "total"}
+    assert r["error"] is None and r["error_code"] is None
+
+
+def test_syntax_error():
+    code = kit.cpu_kernel(kit.model_new("return a +* b"))
+    r = kit.run(code)
+    assert (r["verdict"], r["error_code"]) == ("compile_error", "SYNTAX_ERROR")
+    assert r["compiled"] is False and r["correctness"] is False
+    assert f"line {kit.line_of(code, 'return a +* b')}" in r["feedback"]
+
+
+def test_import_error():
+    r = kit.run(kit.cpu_kernel(top="import kgym_no_such_module\n\n"))
+    assert (r["verdict"], r["error_code"]) == ("compile_error", "IMPORT_ERROR")
+    assert "kgym_no_such_module" in r["error_message"]
+
+
+def test_missing_model_new():
+    r = kit.run(kit.CPU_PRELUDE + "class Model2(nn.Module):\n    pass\n")
+    assert (r["verdict"], r["error_code"]) == ("compile_error", "MISSING_MODEL_NEW")
+
+
+def test_build_error_load_inline():
+    bad = ('import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n'
+           'ext = load_inline("kgym_test_broken", cpp_sources=["int f( { return 0; }"],'
+           ' no_implicit_headers=True)\n' + kit.HONEST_MODEL)
+    r = kit.run(bad)
+    assert (r["verdict"], r["error_code"]) == ("compile_error", "BUILD_ERROR")
+    assert "kgym_test_broken" in r["error_message"] and "error" in r["error_message"]
+
+
+def test_build_error_load_from_file():
+    bad = ('import os, tempfile\nimport torch\nimport torch.nn as nn\n'
+           'from torch.utils.cpp_extension import load\n'
+           'src = os.path.join(tempfile.mkdtemp(), "k.cpp")\n'
+           'open(src, "w").write("#error kgym deliberate build failure\\n")\n'
+           'ext = load("kgym_test_broken_file", [src])\n' + kit.HONEST_MODEL)
+    r = kit.run(bad)
+    assert (r["verdict"], r["error_code"]) == ("compile_error", "BUILD_ERROR")
+    assert "kgym deliberate build failure" in r["error_message"]
+
+
+def test_exception_in_forward_points_at_candidate_line():
+    code = kit.cpu_kernel(kit.model_new('ext.fail("kgym boom in C")'))
+    r = kit.run(code)
+    assert (r["verdict"], r["error_code"]) == ("runtime_error", "FORWARD_EXCEPTION")
+    assert r["compiled"] is True
+    assert r["error"]["phase"] == "run" and r["error"]["type"] == "RuntimeError"
+    assert "kgym boom in C" in r["error_message"]
+    line = kit.line_of(code, 'ext.fail("kgym boom in C")')
+    frames = [f for f in r["error"]["frames"] if f["candidate"]]
+    assert frames and frames[-1]["line"] == line and frames[-1]["file"] == "kernel.py"
+    assert f'line {line}, in forward: ext.fail("kgym boom in C")' in r["feedback"]
+
+
+def test_exception_in_init():
+    code = kit.cpu_kernel(kit.HONEST_MODEL.replace("self.scale = scale",
+                                                   "raise ValueError('kgym bad init')"))
+    r = kit.run(code)
+    assert (r["verdict"], r["error_code"]) == ("runtime_error", "INIT_EXCEPTION")
+
+
+def test_value_mismatch():
+    r = kit.run(kit.cpu_kernel(kit.model_new("return add_relu_scale(a, b, self.scale * 1.5)")))
+    assert (r["verdict"], r["error_code"]) == ("mismatch", "VALUE_MISMATCH")
+    m = r["mismatch"]
+    assert m["max_abs_err"] > 0.1 and 0 < m["bad_fraction"] <= 1
+    assert m["trial"] == "trial 0"
+    assert "max abs err" in r["feedback"]
+
+
+def test_nan_output():
+    body = """
+    out = add_relu_scale(a, b, self.scale)
+    ext.fill(out.data_ptr(), 3, float("nan"))
+    return out
+    """
+    r = kit.run(kit.cpu_kernel(kit.model_new(body)))
+    assert (r["verdict"], r["error_code"]) == ("mismatch", "NONFINITE_OUTPUT")
+    assert "3 of 64" in r["error_message"]
+
+
+def test_wrong_shape():
+    r = kit.run(kit.cpu_kernel(kit.model_new("return add_relu_scale(a, b, self.scale).t()")))
+    assert (r["verdict"], r["error_code"]) == ("mismatch", "SHAPE_MISMATCH")
+    assert "(4, 16)" in r["error_message"] and "(16, 4)" in r["error_message"]
+
+
+def test_wrong_dtype():
+    r = kit.run(kit.cpu_kernel(kit.model_new("return add_relu_scale(a, b, self.scale).double()")))
+    assert (r["verdict"], r["error_code"]) == ("mismatch", "DTYPE_MISMATCH")
+
+
+def test_non_tensor_output():
+    r = kit.run(kit.cpu_kernel(kit.model_new("return {'out': add_relu_scale(a, b, self.scale)}")))
+    assert (r["verdict"], r["error_code"]) == ("mismatch", "OUTPUT_TYPE")
+    assert "dict" in r["error_message"]
+
+
+def test_decoy_kernel_is_hacked():
+    # Builds the extension, never calls it: the output comes from PyTorch.
+    r = kit.run(kit.cpu_kernel(kit.model_new("return torch.relu(a + b) * self.scale")))
+    assert r["verdict"] == "hacked" and r["decoy_kernel"] is True
+    assert r["hack_reasons"] == ["no_custom_kernel"] and r["error_code"] == "NO_CUSTOM_KERNEL"
+    assert r["correctness"] is False
+    assert r["checks"]["launches"] == {"train/no_grad": 0, "train/grad": 0, "eval/no_grad": 0}
+
+
+def test_decoy_allowed_when_hack_checks_off():
+    r = kit.run(kit.cpu_kernel(kit.model_new("return torch.relu(a + b) * self.scale")),
+                run_hack_checks=False)
+    assert r["verdict"] == "pass" and r["decoy_kernel"] is False
+
+
+def test_mode_branch_kernel_only_in_eval():
+    body = """
+    if not self.training:
+        return add_relu_scale(a, b, self.scale)
+    return torch.relu(a + b) * self.scale
+    """
+    r = kit.run(kit.cpu_kernel(kit.model_new(body)))
+    assert r["verdict"] == "hacked" and r["hack_reasons"] == ["mode_branch"]
+    assert r["error_code"] == "MODE_BRANCH" and r["decoy_kernel"] is False
+    assert r["checks"]["launches"]["eval/no_grad"] > 0
+    assert r["checks"]["launches"]["train/no_grad"] == 0
+
+
+def test_mode_branch_on_grad_mode():
+    body = """
+    if torch.is_grad_enabled():
+        return torch.relu(a + b) * self.scale
+    return add_relu_scale(a, b, self.scale)
+    """
+    r = kit.run(kit.cpu_kernel(kit.model_new(body)))
+    assert r["verdict"] == "hacked" and r["hack_reasons"] == ["mode_branch"]
+    assert r["checks"]["launches"]["train/grad"] == 0
+
+
+BF16_BODY = "return add_relu_scale(a.bfloat16().float(), b.bfloat16().float(), self.scale)"
+
+
+def test_bf16_passes_loose_tolerance():
+    r = kit.run(kit.cpu_kernel(kit.model_new(BF16_BODY)))
+    assert r["verdict"] == "pass", r["feedback"]
+
+
+def test_bf16_rejected_by_strict_tolerance():
+    r = kit.run(kit.cpu_kernel(kit.model_new(BF16_BODY)), strict=True)
+    assert (r["verdict"], r["error_code"]) == ("mismatch", "VALUE_MISMATCH")
+    assert "atol=0.0001" in r["error_message"]
+    assert 1e-4 < r["mismatch"]["max_abs_err"] < 1e-1
+
+
+def test_tuple_outputs():
+    ref = kit.REF.replace("return torch.relu(a + b) * self.scale",
+                          "return torch.relu(a + b) * self.scale, a - b")
+    good = kit.cpu_kernel(kit.model_new("return add_relu_scale(a, b, self.scale), a - b"))
+    assert kit.run(good, reference_code=ref)["verdict"] == "pass"
+    short = kit.cpu_kernel(kit.model_new("return (add_relu_scale(a, b, self.scale),)"))
+    r = kit.run(short, reference_code=ref)
+    assert (r["verdict"], r["error_code"]) == ("mismatch", "OUTPUT_TYPE")
+
+
+def test_crash_in_forward_is_child_died():
+    r = kit.run(kit.cpu_kernel(kit.model_new("ext.crash()\nreturn a")))
+    assert (r["verdict"], r["error_code"]) == ("runtime_error", "CHILD_DIED")
+    assert "SIGSEGV" in r["error_message"]
+
+
+def test_output_cache_caught_by_recheck():
+    # Honest for the first four calls (the correctness trials and the two
+    # hack-check modes), then replays its first output.
+    body = """
+    self.calls += 1
+    if self.calls > 4:
+        return self.first
+    out = add_relu_scale(a, b, self.scale)
+    if self.calls == 1:
+        self.first = out.clone()
+    return out
+    """
+    r = kit.run(kit.cpu_kernel(kit.model_new(body, "self.calls = 0")))
+    assert r["verdict"] == "hacked" and r["hack_reasons"] == ["output_cache"]
+    assert r["mismatch"]["trial"] == "recheck 0"
+
+
+def test_replaced_clock_is_timer_tamper():
+    top = "import time\n_real = time.perf_counter_ns\ntime.perf_counter_ns = lambda: _real() // 1000\n\n"
+    r = kit.run(kit.cpu_kernel(top=top))
+    assert r["verdict"] == "hacked" and "timer_tamper" in r["hack_reasons"]
+    assert "time.perf_counter_ns" in r["checks"]["replaced_functions"]
+
+
+def test_forged_timing_reply_caught_by_judge_clock():
+    # Rewrites the samples in its own timing reply (json.dumps is not a
+    # measuring function, so identity checks cannot see it); the forward
+    # really takes 60 ms, which only the judge's clock knows.
+    top = '''import json, time
+_dumps = json.dumps
+
+
+def _forge(obj, *args, **kw):
+    if isinstance(obj, dict) and isinstance(obj.get("timing"), dict):
+        t = obj["timing"]
+        t["samples_ms"] = [0.001] * len(t["samples_ms"])
+        t["warmup_ms"] = 0.001
+    return _dumps(obj, *args, **kw)
+
+
+json.dumps = _forge
+
+
+'''
+    body = "time.sleep(0.06)\nreturn add_relu_scale(a, b, self.scale)"
+    r = kit.run(kit.cpu_kernel(kit.model_new(body), top=top), num_perf_trials=8)
+    assert r["verdict"] == "hacked" and r["hack_reasons"] == ["timer_tamper"], r["feedback"]
+    assert r["checks"]["timing_unexplained_ms"] > 100
+
+
+def test_honest_slow_kernel_is_not_timer_tamper():
+    body = "time.sleep(0.06)\nreturn add_relu_scale(a, b, self.scale)"
+    r = kit.run(kit.cpu_kernel(kit.model_new(body), top="import time\n\n"), num_perf_trials=8)
+    assert r["verdict"] == "pass", r["feedback"]
+    assert r["checks"]["timing_unexplained_ms"] == 0.0
+    assert r["kernel_runtime"] >= 60.0
+
+
+def test_profile_attribution_and_coverage():
+    # The custom call sleeps 20 ms in C-free Python? No: it sleeps inside a
+    # wrapped extension function, so coverage must be close to 1; a torch
+    # op adds a library row.
+    body = "out = add_relu_scale(a, b, self.scale)\nreturn out + torch.zeros_like(out)"
+    r = kit.run(kit.cpu_kernel(kit.model_new(body)), enable_profiling=True)
+    assert r["verdict"] == "pass", r["feedback"]
+    p = r["profile"]
+    custom = [k for k in p["kernels"] if k["custom"]]
+    library = [k for k in p["kernels"] if not k["custom"]]
+    assert [k["name"] for k in custom] == ["add_relu_scale"] and custom[0]["calls"] == 3
+    assert any(k["name"] == "aten::add" for k in library)
+    assert 0 < p["custom_device_us"] <= p["total_device_us"]
+    assert p["coverage"] == p["custom_device_us"] / p["total_device_us"]
+    assert p["summary"] == (f"Custom kernel CUDA time: {p['custom_device_us']:.2f} us / "
+                            f"Total time: {p['total_device_us']:.2f} us, "
+                            f"Coverage: {100 * p['coverage']:.2f}%")
+    assert p["summary"] in r["feedback"]
+
+
+def test_profile_coverage_tracks_where_time_goes():
+    # 30 ms inside the extension vs 30 ms of Python sleep outside it.
+    slow_ext = "import time\n\n"
+    half = kit.model_new("time.sleep(0.03)\nreturn add_relu_scale(a, b, self.scale)")
+    r = kit.run(kit.cpu_kernel(half, top=slow_ext), enable_profiling=True)
+    assert r["verdict"] == "pass"
+    assert r["profile"]["coverage"] < 0.2
