@@ -177,10 +177,12 @@ typedef struct kg_sandbox_cgroup {
  * Finds writable memory and pids controllers (v2 preferred, else v1) below
  * the caller's own cgroups. 0 when both are usable, KG_EUNAVAIL otherwise
  * with cg->reason (and err) saying why, once, for the log; a partial
- * result (one controller) is still usable. On v2 with a non-root own
- * cgroup, the caller is moved into a leaf "<own>/kgym-worker" so that
- * controllers can be enabled for siblings: probe before starting the
- * zygote.
+ * result (one controller) is still usable. On v2, when the controllers
+ * are not yet enabled below the caller's (non-root) cgroup and the caller
+ * is the only process in it, the caller is moved into a leaf
+ * "<own>/kgym-worker" so that they can be: probe before starting the
+ * zygote. If other processes share the cgroup, nothing is moved and the
+ * reason says so.
  */
 int kg_sandbox_cgroup_probe(kg_sandbox_cgroups *cg, kg_err *err);
 
