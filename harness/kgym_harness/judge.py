@@ -351,8 +351,8 @@ def run_judge(task: dict, chan_fd: int, result_fd: int) -> None:
     """Evaluate task against the candidate on chan_fd; write one frame to result_fd.
 
     Never raises for anything the candidate does; an internal failure
-    becomes verdict infra_error. Does not close result_fd's peer or rely on
-    argv or cwd.
+    becomes verdict infra_error. Closes result_fd after the frame (so the
+    reader sees EOF) and chan_fd at the end; relies on neither argv nor cwd.
     """
     started = _now()
     task_id = task.get("task_id") if isinstance(task, dict) else None
@@ -371,16 +371,22 @@ def run_judge(task: dict, chan_fd: int, result_fd: int) -> None:
                          judge.phase if judge else "setup", type(e).__name__,
                          f"judge failed: {e}", traceback.format_exc())
     finally:
-        if chan is not None:
-            _say_goodbye(chan)
         _finish(result, judge, started)
         write_result(result_fd, result)
+        try:
+            os.close(result_fd)  # the reader sees EOF now, not when we exit
+        except OSError:
+            pass
+        if chan is not None:
+            _say_goodbye(chan, polite=result["verdict"] != "timeout")
 
 
-def _say_goodbye(chan: Channel) -> None:
-    try:
-        chan.deadline = time.monotonic() + 2.0
-        Remote(chan).exit()
-    except Exception:
-        pass
+def _say_goodbye(chan: Channel, polite: bool) -> None:
+    """Tell the candidate to exit (briefly), then drop the channel."""
+    if polite:
+        try:
+            chan.deadline = time.monotonic() + 0.5
+            Remote(chan).exit()
+        except Exception:
+            pass
     chan.close()

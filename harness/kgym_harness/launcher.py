@@ -164,8 +164,9 @@ class SubprocessSpawner:
             argv += ["--result-fd", str(result_fd), "--task-file", task_file or ""]
             fds.append(result_fd)
             if self.judge_argv:
-                fill = {"chan": str(chan_fd), "result": str(result_fd), "task": task_file}
-                argv = [a.format(**fill) for a in self.judge_argv]
+                fill = {"{chan}": str(chan_fd), "{result}": str(result_fd),
+                        "{task}": task_file or ""}
+                argv = [fill.get(a, a) for a in self.judge_argv]
         return PopenProc(subprocess.Popen(
             argv, pass_fds=tuple(fds), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
             stdout=log_fd, stderr=log_fd, start_new_session=True))
@@ -195,7 +196,8 @@ def evaluate(task: dict, *, spawner: Any = None,
     spawner: SubprocessSpawner (default) or warm.WarmSpawner. on_spawn(judge
     pid, candidate pid) is called once both exist (tests use it). judge_argv
     replaces the judge's command line (tests stand in a broken judge with
-    it); "{chan}", "{result}" and "{task}" are filled in.
+    it); arguments that are exactly "{chan}", "{result}" or "{task}" are
+    replaced by the channel fd, the result fd and the task file.
     """
     if judge_argv is not None or spawner is None:
         spawner = SubprocessSpawner(judge_argv=judge_argv)
