@@ -1,0 +1,325 @@
+"""Unit tests of the harness's pieces (no subprocesses)."""
+
+from __future__ import annotations
+
+import math
+import socket
+
+import pytest
+import torch
+
+from kgym_harness import compare, feedback, frame, hooks, loader, profiling, schema, timing
+from kgym_harness.channel import Channel, ProtocolError, pack, unpack
+
+# ---- schema ----------------------------------------------------------------
+
+
+def _req(**kw):
+    d = {"reference_code": "x = 1", "kernel_code": "y = 2"}
+    d.update(kw)
+    return d
+
+
+def test_defaults_follow_design():
+    r = schema.normalize_request(_req())
+    assert (r["backend"], r["entry_point"], r["reference_backend"], r["priority"]) == \
+        ("triton", "Model", "eager", "normal")
+    assert (r["num_correct_trials"], r["num_perf_trials"], r["num_warmup"]) == (5, 100, 3)
+    assert (r["atol"], r["rtol"], r["timeout"]) == (1e-2, 1e-2, 300.0)
+    assert r["enable_profiling"] is True and r["run_hack_checks"] is True
+    assert r["force_refresh"] is False and r["strict"] is False
+    assert isinstance(r["seed"], int) and 0 <= r["seed"] < 2**63
+    assert r["task_id"] and len(r["task_id"]) <= 100
+
+
+def test_strict_tightens_default_tolerance_only():
+    assert schema.normalize_request(_req(strict=True))["atol"] == 1e-4
+    assert schema.normalize_request(_req(strict=True, rtol=1e-3))["rtol"] == 1e-3
+
+
+@pytest.mark.parametrize("field,value", [
+    ("num_correct_trials", 0), ("num_correct_trials", 101), ("num_perf_trials", 10001),
+    ("num_warmup", -1), ("num_warmup", True), ("atol", "1e-2"), ("atol", float("nan")),
+    ("backend", "rocm"), ("reference_backend", "jit"), ("priority", "urgent"),
+    ("enable_profiling", 1), ("timeout", 0), ("seed", -1), ("seed", 2**63),
+    ("entry_point", "Model; import os"), ("task_id", "x" * 101), ("device", "cuda:x"),
+    ("kernel_code", "x" * (256 * 1024 + 1)), ("kernel_code", None), ("reference_code", 3),
+])
+def test_bad_fields_are_named(field, value):
+    with pytest.raises(ValueError) as e:
+        schema.normalize_request(_req(**{field: value}))
+    assert str(e.value).startswith(field)
+
+
+def test_not_an_object():
+    with pytest.raises(ValueError):
+        schema.normalize_request(["reference_code"])
+
+
+def test_check_result_refuses_inconsistent_pass():
+    ok = schema.new_result("t", "cpu")
+    ok.update(verdict="pass", correctness=True)
+    assert schema.check_result(ok) is ok
+    for bad in ({"verdict": "pass", "correctness": False},
+                {"verdict": "mismatch", "correctness": True},
+                {"verdict": "great", "correctness": False},
+                {"verdict": "pass", "correctness": True, "hack_reasons": ["timer_tamper"]}):
+        with pytest.raises(ValueError):
+            schema.check_result(bad)
+
+
+# ---- result frame ------------------------------------------------------------
+
+
+def test_frame_round_trip_and_every_truncation_fails():
+    obj = {"verdict": "pass", "correctness": True, "x": [1, 2, "é"]}
+    data = frame.encode_result(obj)
+    assert data.startswith(b"KGYMRES1") and data.endswith(b"KGYMEND1")
+    assert frame.decode_result(data) == obj
+    for n in range(len(data)):
+        with pytest.raises(frame.FrameError):
+            frame.decode_result(data[:n])
+    with pytest.raises(frame.FrameError):
+        frame.decode_result(data + b"x")
+    with pytest.raises(frame.FrameError):
+        frame.decode_result(data[:-8] + b"KGYMEND2")
+    with pytest.raises(frame.FrameError):
+        frame.decode_result(b"KGYMRESX" + data[8:])
+
+
+# ---- channel -----------------------------------------------------------------
+
+
+def _pair():
+    a, b = socket.socketpair()
+    return Channel(a.detach()), Channel(b.detach())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64,
+                                   torch.bool, torch.uint8, torch.float64])
+def test_tensor_round_trip(dtype):
+    left, right = _pair()
+    t = (torch.randn(3, 5) * 10).to(dtype)
+    nc = t.t()  # non-contiguous
+    empty = torch.empty(0, 4, dtype=dtype)
+    tensors = []
+    desc = pack([nc, (t, 3, 2.5, None, float("inf")), "s", empty], tensors)
+    left.send({"cmd": "x", "args": desc}, tensors)
+    header, got = right.recv()
+    out = unpack(header["args"], got)
+    assert torch.equal(out[0], nc) and out[0].dtype == dtype
+    assert torch.equal(out[1][0], t) and out[1][1:] == (3, 2.5, None, float("inf"))
+    assert out[2] == "s" and out[3].shape == (0, 4)
+
+
+def _raw_send(chan: Channel, header: bytes, payload: bytes = b"") -> None:
+    chan.sock.sendall(len(header).to_bytes(4, "big") + header + payload)
+
+
+@pytest.mark.parametrize("header", [
+    b'{"tensors": [{"dtype": "object", "shape": [1], "nbytes": 8}]}',
+    b'{"tensors": [{"dtype": "float32", "shape": [2], "nbytes": 4}]}',
+    b'{"tensors": [{"dtype": "float32", "shape": [-1], "nbytes": 4}]}',
+    b'{"tensors": [{"dtype": "float32", "shape": [1,1,1,1,1,1,1,1,1], "nbytes": 4}]}',
+    b'{"tensors": [{"dtype": "float32", "shape": [1099511627775, 1099511627775], "nbytes": 0}]}',
+    b'[1, 2]', b'not json', b'{"tensors": 5}',
+])
+def test_malformed_messages_are_rejected(header):
+    left, right = _pair()
+    _raw_send(left, header, b"\0" * 8)
+    with pytest.raises(ProtocolError):
+        right.recv()
+
+
+def test_unpack_rejects_bad_indices():
+    with pytest.raises(ProtocolError):
+        unpack({"__tensor__": 1}, [torch.zeros(1)])
+    with pytest.raises(ProtocolError):
+        unpack({"__code__": "os.system"}, [])
+
+
+def test_recv_deadline():
+    from kgym_harness.channel import ChannelTimeout
+    import time
+    _left, right = _pair()
+    right.deadline = time.monotonic() + 0.2
+    with pytest.raises(ChannelTimeout):
+        right.recv()
+
+
+# ---- compare -------------------------------------------------------------------
+
+
+def test_compare_codes():
+    e = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert compare.compare_outputs(e, e + 0.005, 1e-2, 1e-2) is None
+    f = compare.compare_outputs(e, e + torch.tensor([0, 0, 0.5, 0]), 1e-2, 1e-2)
+    assert f["code"] == "VALUE_MISMATCH" and f["bad_fraction"] == 0.25
+    assert math.isclose(f["max_abs_err"], 0.5) and math.isclose(f["max_rel_err"], 0.5 / 3, rel_tol=1e-5)
+    nan = e.clone()
+    nan[1] = float("nan")
+    assert compare.compare_outputs(e, nan, 1e-2, 1e-2)["code"] == "NONFINITE_OUTPUT"
+    assert compare.compare_outputs(nan, nan.clone(), 1e-2, 1e-2) is None  # NaN where expected
+    assert compare.compare_outputs(e, e.reshape(2, 2), 1e-2, 1e-2)["code"] == "SHAPE_MISMATCH"
+    assert compare.compare_outputs(e, e.double(), 1e-2, 1e-2)["code"] == "DTYPE_MISMATCH"
+    assert compare.compare_outputs(e, [e, e], 1e-2, 1e-2)["code"] == "OUTPUT_TYPE"
+    assert compare.compare_outputs((e, e), (e, e + 1), 1e-2, 1e-2)["output_index"] == 1
+    assert compare.compare_outputs(e, 3, 1e-2, 1e-2)["code"] == "OUTPUT_TYPE"
+
+
+def test_strict_tolerance_rejects_bf16_rounding():
+    torch.manual_seed(0)
+    x = torch.randn(256)
+    y = x.bfloat16().float()
+    assert compare.compare_outputs(x, y, 1e-2, 1e-2) is None
+    assert compare.compare_outputs(x, y, 1e-4, 1e-4)["code"] == "VALUE_MISMATCH"
+
+
+# ---- seeds and inputs -----------------------------------------------------------
+
+
+def test_derived_seeds_differ_and_repeat():
+    a = loader.derive_seed(42, "trial:0")
+    assert a == loader.derive_seed(42, "trial:0")
+    assert len({a, loader.derive_seed(42, "trial:1"), loader.derive_seed(43, "trial:0"),
+                loader.derive_seed(42, "timing")}) == 4
+    assert 0 <= a < 2**63
+
+
+# ---- hooks --------------------------------------------------------------------
+
+
+def test_grid_resolution():
+    def kern(x, n, BLOCK=8):
+        pass
+    assert hooks._resolve_grid(kern, (3, 2), (), {}) == [3, 2]
+    assert hooks._resolve_grid(kern, lambda m: (m["n"] // m["BLOCK"],), (None, 64), {}) == [8]
+    assert hooks._resolve_grid(kern, lambda m: (m["n"] // m["BLOCK"],), (None, 64),
+                               {"BLOCK": 16}) == [4]
+    assert hooks._resolve_grid(kern, lambda m: 1 / 0, (), {}) == "callable"
+    assert hooks._is_empty_grid([0]) and not hooks._is_empty_grid([1, 1])
+
+
+def test_build_key_depends_on_content_not_paths(tmp_path):
+    src = tmp_path / "a.cpp"
+    src.write_text("int f() { return 1; }")
+    k1 = hooks.build_key("load", "m", ([str(src)],), {"build_directory": "/x"})
+    other = tmp_path / "b.cpp"
+    other.write_text("int f() { return 1; }")
+    assert hooks.build_key("load", "m", ([str(other)],), {"build_directory": "/y"}) == k1
+    other.write_text("int f() { return 2; }")
+    assert hooks.build_key("load", "m", ([str(other)],), {}) != k1
+    base = hooks.build_key("load_inline", "m", (["src"],), {})
+    assert hooks.build_key("load_inline", "m", (["src"],), {"extra_cflags": ["-O3"]}) != base
+    assert hooks.build_key("load_inline", "n", (["src"],), {}) != base
+
+
+def test_extension_proxy_records_calls():
+    import types
+    mod = types.ModuleType("fake")
+    mod.add = lambda a, b: a + b
+    mod.CONST = 3
+    proxy = hooks.ExtensionProxy(mod, "fake")
+    hooks.RECORDER.take()
+    assert proxy.add(2, 3) == 5 and proxy.CONST == 3
+    got = hooks.RECORDER.take()
+    assert got["count"] == 1 and got["records"][0]["name"] == "add"
+
+
+# ---- timing ---------------------------------------------------------------------
+
+
+def test_stats():
+    s = timing.stats([3.0, 1.0, 2.0, 10.0])
+    assert s == {"median": 2.5, "mean": 4.0, "std": pytest.approx(4.0825, rel=1e-4),
+                 "min": 1.0, "max": 10.0, "n": 4}
+    assert timing.stats([]) is None
+
+
+def test_time_forward_cpu_uses_fresh_inputs():
+    seen = []
+    res = timing.time_forward(lambda args: seen.append(args), lambda i: i, 2, 5, "cpu")
+    assert seen == list(range(7)) and len(res["samples_ms"]) == 5
+    assert res["wall_ms"] >= sum(res["samples_ms"])
+
+
+def test_tamper_bound():
+    # Honest: 100 iterations of 10 ms in a 1.05 s phase.
+    assert timing.tamper_excess(1000.0, 100, 3, 1050.0, 5.0, 0.0) < 0
+    # Claims 1 us per iteration of a phase that took a second: flagged.
+    assert timing.tamper_excess(0.1, 100, 3, 1050.0, 5.0, 0.0) > 500
+    # Tiny kernels inside a big fixed overhead are never flagged.
+    assert timing.tamper_excess(0.1, 100, 3, 90.0, 5.0, 0.0) < 0
+    # Flush time is allowed for on the GPU.
+    assert timing.tamper_excess(1.0, 100, 3, 300.0, 1.0, 1.0) < 0
+
+
+def test_reftime_cache_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setenv("KGYM_CACHE_DIR", str(tmp_path))
+    key = timing.reftime_key("code", {"n": 1}, "cpu: x")
+    assert timing.reftime_load(key) is None
+    obj = {"samples_ms": [1.0, 2.0], "prep_ms": 0.1, "warmup_ms": 0.2, "wall_ms": 3.0}
+    timing.reftime_store(key, obj)
+    assert timing.reftime_load(key) == obj
+    (tmp_path / "reftime" / f"{key}.json").write_text('{"samples_ms": [-1]}')
+    assert timing.reftime_load(key) is None
+    assert timing.reftime_key("code2", {"n": 1}, "cpu: x") != key
+    assert timing.reftime_key("code", {"n": 2}, "cpu: x") != key
+    assert timing.reftime_key("code", {"n": 1}, "cpu: y") != key
+
+
+# ---- profiling --------------------------------------------------------------------
+
+
+def test_global_names_and_summary():
+    src = ("template <int B> __global__ void __launch_bounds__(128) k1(float* x) {}\n"
+           "__global__ void\nk2(int n) {}\nvoid host(int) {}\n")
+    assert profiling.global_names(src) == {"k1", "k2"}
+    assert profiling._matches("void k1<128>(float*)", {"k1"})
+    assert not profiling._matches("k10_other", {"k1"})
+    assert profiling.summary_string(12.344, 56.78, 0.2173) == \
+        "Custom kernel CUDA time: 12.34 us / Total time: 56.78 us, Coverage: 21.73%"
+
+
+def test_sanitize_profile_drops_garbage():
+    assert profiling.sanitize_profile("x") is None
+    assert profiling.sanitize_profile({"kernels": [{"name": "k"}]}) is None
+    p = profiling.sanitize_profile({"kernels": [{"name": "k", "device_us": 5, "cpu_us": 1,
+                                                 "calls": 2, "custom": True}],
+                                    "custom_device_us": 50, "total_device_us": 10,
+                                    "iterations": 3})
+    assert p["custom_device_us"] == 10 and p["coverage"] == 1.0
+
+
+# ---- feedback ---------------------------------------------------------------------
+
+
+def test_feedback_trims_traceback_to_candidate_frames():
+    code = "import torch\n\nclass ModelNew:\n    def forward(self, x):\n        return x @ x\n"
+    result = schema.new_result("t", "cpu")
+    schema.set_error(result, "runtime_error", "FORWARD_EXCEPTION", "run", "RuntimeError",
+                     "RuntimeError: shapes cannot be multiplied", "Traceback ...",
+                     [{"file": "/site-packages/kgym_harness/candidate.py", "line": 99,
+                       "name": "cmd_run", "source": "out = call(args)", "candidate": False},
+                      {"file": "kernel.py", "line": 5, "name": "forward", "source": "",
+                       "candidate": True},
+                      {"file": "/site-packages/torch/x.py", "line": 7, "name": "f",
+                       "source": "", "candidate": False}])
+    text = feedback.make_feedback(result, code)
+    assert "Verdict: runtime_error (FORWARD_EXCEPTION)" in text
+    assert "line 5, in forward: return x @ x" in text
+    assert "candidate.py" not in text and "torch/x.py" not in text
+    assert len(text.splitlines()) <= 40
+
+
+def test_feedback_is_short_even_for_huge_errors():
+    result = schema.new_result("t", "cpu")
+    frames = [{"file": "kernel.py", "line": i, "name": "f", "source": "", "candidate": True}
+              for i in range(1, 40)]
+    schema.set_error(result, "compile_error", "BUILD_ERROR", "load", "RuntimeError",
+                     "\n".join(f"main.cpp:{i}: error: nope" for i in range(500)), "", frames)
+    result["profile"] = profiling._finish([{"name": f"k{i}", "device_us": float(i), "cpu_us": 0.0,
+                                            "calls": 1, "custom": i % 2 == 0}
+                                           for i in range(30)], 1.0, 2.0, 3, "x")
+    text = feedback.make_feedback(result, "x = 1\n" * 50)
+    assert len(text.splitlines()) <= 40
