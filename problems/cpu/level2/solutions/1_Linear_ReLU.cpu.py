@@ -35,7 +35,7 @@ static void linear_relu(const float* x, const float* w, const float* b, float* y
     for (std::int64_t m = 0; m < M; ++m)
         for (std::int64_t n = 0; n < N; ++n) {
             const float v = dot(x + m * K, w + n * K, K) + b[n];
-            y[m * N + n] = v > 0.0f ? v : 0.0f;
+            y[m * N + n] = v < 0.0f ? 0.0f : v;  // NaN stays NaN, as in torch.relu
         }
 }
 
