@@ -48,8 +48,9 @@ def _failure(exc: BaseException, phase: str, state: CandidateState) -> dict:
 def _setup_backend(backend: str, device: str, kernel_code: str) -> list[str]:
     """Install the launch hooks before any candidate code is imported."""
     if backend == "triton" and torch.device(device).type == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
+        os.environ["TRITON_INTERPRET"] = "1"  # Triton's interpreter on CPU tensors
     if torch.device(device).type == "cuda":
+        os.environ.pop("TRITON_INTERPRET", None)  # real kernels on a real device
         torch.cuda.set_device(torch.device(device))
     installed = hooks.install_extension_hooks()
     if backend == "triton" or "triton" in kernel_code:
@@ -202,7 +203,9 @@ def run_candidate(chan_fd: int) -> None:
                                                     "message": f"unknown command {cmd!r}"}})
                 continue
             reply, out = handler(state, header, tensors)
+            del header, tensors
             reply["tamper"] = state.snapshot.changed() if state.snapshot else []
             chan.send(reply, out)
+            del reply, out  # hold nothing of this call while serving the next
     finally:
         chan.close()

@@ -155,7 +155,7 @@ class Judge:
         got, problem, launches = self.remote.run(inputs, mode, grad)
         self.launches[f"{mode}/{'grad' if grad else 'no_grad'}"] += launches["count"]
         self.kernel_names.update(r["name"] for r in launches["records"])
-        self.records.extend(launches["records"][:4 - len(self.records)] if len(self.records) < 4 else [])
+        self.records.extend(launches["records"][:max(0, 4 - len(self.records))])
         if problem is not None:
             return {"code": "OUTPUT_TYPE", "message": problem, "output_index": 0,
                     "max_abs_err": None, "max_rel_err": None, "bad_fraction": None}
@@ -194,6 +194,10 @@ class Judge:
                       f"custom kernels ran in some modes but not in {', '.join(quiet)}")
 
     def hack(self, reason: str, code: str, message: str, stop: bool = True) -> None:
+        """Record a hacking finding; with run_hack_checks off it is only noted."""
+        if not self.req["run_hack_checks"]:
+            self.result["checks"].setdefault("unenforced", []).append(reason)
+            return
         if reason not in self.result["hack_reasons"]:
             self.result["hack_reasons"].append(reason)
         if stop:
@@ -245,6 +249,8 @@ class Judge:
         for r in range(RECHECK_TRIALS):
             self.phase = "recheck"
             fail = self.trial(f"recheck:{r}")
+            if fail and not self.req["run_hack_checks"]:
+                self.mismatch(fail, f"recheck {r}")
             if fail:
                 self.result["mismatch"] = dict(fail, trial=f"recheck {r}")
                 self.hack("output_cache", "OUTPUT_CACHE",
@@ -264,7 +270,7 @@ class Judge:
                                       req["num_warmup"], wall_ms, ref["prep_ms"], flush_ms)
         self.result["checks"]["timing_wall_ms"] = wall_ms
         self.result["checks"]["timing_unexplained_ms"] = max(excess, 0.0)
-        if cand["launches"]["count"] == 0 and req["run_hack_checks"]:
+        if cand["launches"]["count"] == 0:
             self.hack("mode_branch", "MODE_BRANCH",
                       "no custom kernel ran during the timed iterations", stop=False)
         if excess > 0:
@@ -300,7 +306,7 @@ class Judge:
                 self.profile()
             finally:
                 timings["profiling"] = (_now() - t0) * 1e3
-        if self.remote.tamper and self.req["run_hack_checks"]:
+        if self.remote.tamper:
             self.result["checks"]["replaced_functions"] = sorted(self.remote.tamper)[:20]
             self.hack("timer_tamper", "TIMER_TAMPER", "measuring functions were replaced: "
                       + ", ".join(sorted(self.remote.tamper)[:5]), stop=False)

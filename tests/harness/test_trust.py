@@ -65,7 +65,7 @@ SCANNER = textwrap.dedent('''\
         return out
 
 
-    def scan(pattern, exclude_ids, seed_int=None, seed_str=None):
+    def scan(patterns, exclude_ids, seed_int=None, seed_str=None):
         found = []
         for o in reachable():
             if id(o) in exclude_ids:
@@ -75,7 +75,7 @@ SCANNER = textwrap.dedent('''\
             if seed_str is not None and isinstance(o, str) and seed_str in o:
                 found.append("secret seed in a string")
             for blob in _blobs(o):
-                if pattern in blob:
+                if any(p in blob for p in patterns):
                     found.append(f"pattern in {type(o).__name__}")
         return found
 
@@ -87,10 +87,12 @@ SCANNER = textwrap.dedent('''\
 CANDIDATE_BODY = '''
 key = digest(a) + digest(b)
 if key in TARGETS:
-    pattern = bytes.fromhex(TARGETS[key])
+    # Every expected output of every checked call, not only this one's.
+    patterns = [bytes.fromhex(h) for h in TARGETS.values()]
     seed_str = SEED_REV[::-1]
     seed_int = int(seed_str)
-    found = scan(pattern, {id(pattern), id(seed_str), id(seed_int)}, seed_int, seed_str)
+    found = scan(patterns, {id(p) for p in patterns} | {id(seed_str), id(seed_int)},
+                 seed_int, seed_str)
     REPORT["scans"] += 1
     REPORT["found"] += found
     with open(REPORT_PATH, "w") as f:
@@ -145,8 +147,8 @@ def test_candidate_finds_no_expected_output_or_seed(tmp_path):
 
 
 def test_scanner_control_finds_what_is_there(tmp_path):
-    # Same candidate, but told to look for its own current input: it must
-    # find it, which shows the search reaches what the judge sends.
+    # Same candidate, but told to look for its inputs: it must find them,
+    # which shows the search reaches what the judge sends.
     data = _trial_data(LABELS)
     targets = {_digest(i[0]) + _digest(i[1]): i[0].contiguous().numpy().tobytes().hex()
                for i, _ in data}
@@ -163,7 +165,7 @@ def test_scanner_reaches_frame_locals_and_containers():
     pattern = (torch.arange(7, dtype=torch.float32) * 3.25 + 0.125).numpy().tobytes()
 
     def look() -> list:
-        return ns["scan"](pattern, {id(pattern)})
+        return ns["scan"]([pattern], {id(pattern)})
 
     def only_a_local() -> list:
         hidden = torch.frombuffer(bytearray(pattern), dtype=torch.float32).clone()  # noqa: F841
