@@ -213,18 +213,22 @@ class Judge:
         cached = timing.reftime_load(key) if use_cache else None
         if cached is not None:
             self.result["checks"]["reference_cached"] = True
+            self.result["checks"]["reference_backend"] = str(cached.get("backend", "eager"))
             return cached
         model = self.ref_model
         loader.set_mode(model, "train")
         fn: Any = model
+        used = "eager"
         if req["reference_backend"] == "torch_compile":
             try:
                 fn = torch.compile(model)
-                with torch.no_grad():
+                with torch.no_grad():  # compiles now, outside the timed loop
                     fn(*loader.draw_inputs(self.ref_module, self.timing_seed, self.device))
+                used = "torch_compile"
             except Exception as e:
                 fn = model
                 self.result["warnings"].append(f"torch.compile failed, timed eager: {e}"[:500])
+        self.result["checks"]["reference_backend"] = used
 
         def call(args: Any) -> Any:
             with torch.no_grad():
@@ -235,7 +239,8 @@ class Judge:
                                       loader.derive_seed(self.timing_seed, f"iter:{i}"), self.device)
         res = timing.time_forward(call, make, req["num_warmup"], req["num_perf_trials"],
                                   self.device)
-        if fn is model or req["reference_backend"] == "eager":
+        if used == req["reference_backend"]:  # never cache a fallback
+            res["backend"] = used
             timing.reftime_store(key, res)
         self.result["checks"]["reference_cached"] = False
         return res

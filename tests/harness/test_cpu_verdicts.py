@@ -275,3 +275,36 @@ def test_profile_coverage_tracks_where_time_goes():
     r = kit.run(kit.cpu_kernel(half, top=slow_ext), enable_profiling=True)
     assert r["verdict"] == "pass"
     assert r["profile"]["coverage"] < 0.2
+
+
+def test_output_cache_is_a_mismatch_when_hack_checks_are_off():
+    body = """
+    self.calls += 1
+    if self.calls > 4:
+        return self.first
+    out = add_relu_scale(a, b, self.scale)
+    if self.calls == 1:
+        self.first = out.clone()
+    return out
+    """
+    r = kit.run(kit.cpu_kernel(kit.model_new(body, "self.calls = 0")), run_hack_checks=False)
+    assert (r["verdict"], r["hack_reasons"]) == ("mismatch", [])
+    assert r["mismatch"]["trial"] == "recheck 0"
+
+
+def test_reference_timing_is_cached_per_config():
+    code = kit.cpu_kernel()
+    first = kit.run(code, num_perf_trials=7)
+    again = kit.run(code, num_perf_trials=7, seed=5)
+    other = kit.run(code, num_perf_trials=6)
+    fresh = kit.run(code, num_perf_trials=7, force_refresh=True)
+    assert [r["checks"]["reference_cached"] for r in (first, again, other, fresh)] == \
+        [False, True, False, False]
+    assert again["runtime_stats"]["reference"] == first["runtime_stats"]["reference"]
+
+
+def test_torch_compile_reference_backend():
+    r = kit.run(kit.cpu_kernel(), reference_backend="torch_compile", timeout=300)
+    assert r["verdict"] == "pass", r["feedback"]
+    assert r["checks"]["reference_backend"] == "torch_compile"
+    assert r["runtime_stats"]["reference"]["n"] == 3
