@@ -12,7 +12,12 @@ PKGS    := jansson libmicrohttpd libcurl sqlite3 hiredis libseccomp
 WARN    := -std=c11 -Wall -Wextra -Wpedantic -Werror
 CFLAGS  ?= -O2 -g
 override CFLAGS += $(WARN) -D_GNU_SOURCE -fPIC -Iinclude -Isrc $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+ifeq ($(PKG_LIBS),)
+# no pkg-config data (e.g. a GPU machine with carried headers): what kgym needs today
+PKG_LIBS := -ljansson -lseccomp
+endif
+LDLIBS  := -Wl,--as-needed $(PKG_LIBS) -lm -lpthread
 
 LIB_SRCS := $(wildcard lib/*.c)
 APP_SRCS := $(filter-out src/cli/main.c,$(wildcard src/common/*.c src/server/*.c src/worker/*.c src/agent/*.c src/cli/*.c))
@@ -38,7 +43,7 @@ $(BUILD)/libkgym.so: $(LIB_OBJS)
 # the sandbox as a shared object, for the Python zygote's children (ctypes)
 SANDBOX_OBJS := $(BUILD)/src/worker/sandbox.o $(BUILD)/src/worker/sandbox_json.o
 $(BUILD)/libkgym_sandbox.so: $(SANDBOX_OBJS) $(LIB_OBJS)
-	$(CC) $(CFLAGS) -shared -o $@ $^ $(shell pkg-config --libs libseccomp jansson)
+	$(CC) $(CFLAGS) -shared -o $@ $^ -lseccomp -ljansson
 
 $(BUILD)/libkgym-app.a: $(APP_OBJS)
 	@rm -f $@

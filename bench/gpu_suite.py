@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""GPU suite (make test-gpu): checks and measurements that need a CUDA GPU.
+
+Runs `build/kgym eval` (the real worker path: zygote, sandbox, judge and
+candidate children) on the GPU example problems and prints PASS/FAIL lines
+and the figures the issues ask for:
+
+  honest      every GPU problem's honest triton/cuda solutions pass
+  decoy       a Triton kernel defined but never launched -> hacked
+  illegal     an illegal memory access -> runtime_error, next task passes
+  side_stream work left on a side stream is timed at its true cost
+  self        reference-vs-itself speedup in [0.98, 1.02] (timing_repeat)
+  repeat      10 evaluations of one candidate: speedup std/mean <= 2%
+  overhead    fixed cost per evaluation, zygote vs fresh interpreter
+  e2e         Linear+ReLU 4096^3 fp32, 5 trials, 100 timed, profiling and
+              hack checks on, several candidates in one run: wall per eval
+  concurrency 16 triton tasks with --concurrency 4 vs 1
+
+Writes every result object to OUTDIR/gpu_results.jsonl and the summary to
+OUTDIR/gpu_summary.txt. Exit status 1 if any check failed.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KGYM = os.path.join(ROOT, "build", "kgym")
+GPU = os.path.join(ROOT, "problems", "gpu")
+CANDS = os.path.join(ROOT, "tests", "gpu", "candidates")
+
+lines: list[str] = []
+failures: list[str] = []
+all_results: list[dict] = []
+
+
+def say(s: str = "") -> None:
+    print(s, flush=True)
+    lines.append(s)
+
+
+def check(name: str, ok: bool, detail: str) -> None:
+    say(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
+    if not ok:
+        failures.append(name)
+
+
+def kgym_eval(ref: str, cands: list[str], backend: str, *extra: str, fresh: bool = False,
+              concurrency: int = 1, timeout: int = 900) -> tuple[list[dict], float]:
+    cmd = [KGYM, "eval", "--ref", ref, "--backend", backend, "--json", "--device", "cuda:0",
+           "--concurrency", str(concurrency)]
+    if fresh:
+        cmd.append("--fresh")
+    for c in cands:
+        cmd += ["--cand", c]
+    cmd += list(extra)
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    out = []
+    for ln in p.stdout.splitlines():
+        if ln.startswith("{"):
+            r = json.loads(ln)
+            r["_cand"] = os.path.relpath(cands[len(out)] if len(out) < len(cands) else "?", ROOT)
+            out.append(r)
+            all_results.append(r)
+    if p.returncode != 0 or len(out) != len(cands):
+        say(f"  kgym eval rc={p.returncode}, {len(out)}/{len(cands)} results; stderr tail:")
+        say("  " + p.stderr[-2000:].replace("\n", "\n  "))
+    return out, wall
+
+
+def brief(r: dict) -> str:
+    sp = r.get("speedup")
+    cov = (r.get("profile") or {}).get("coverage")
+    return (f"{r.get('verdict')} speedup={sp if sp is None else round(sp, 3)} "
+            f"kernel_ms={r.get('kernel_runtime')} ref_ms={r.get('reference_runtime')} "
+            f"coverage={cov if cov is None else round(cov, 3)} hacks={r.get('hack_reasons')} "
+            f"err={(r.get('error_message') or '')[:160]!r}")
+
+
+def problems() -> list[str]:
+    return sorted(glob.glob(os.path.join(GPU, "level*", "*.py")))
+
+
+def solutions(prob: str, backend: str) -> list[str]:
+    d = os.path.join(os.path.dirname(prob), "solutions")
+    stem = os.path.splitext(os.path.basename(prob))[0]
+    return sorted(glob.glob(os.path.join(d, f"{stem}.{backend}.py")))
+
+
+def run_honest() -> None:
+    say("== honest solutions")
+    for prob in problems():
+        for backend in ("triton", "cuda"):
+            sols = solutions(prob, backend)
+            if not sols:
+                continue
+            res, _ = kgym_eval(prob, sols, backend)
+            for s, r in zip(sols, res):
+                check(f"honest {os.path.relpath(s, GPU)}", r.get("verdict") == "pass", brief(r))
+                prof = r.get("profile") or {}
+                if prof.get("summary"):
+                    say(f"  {prof['summary']}")
+
+
+def run_cheats() -> None:
+    say("== cheats and faults")
+    gelu = os.path.join(GPU, "level1", "1_GELU.py")
+    honest = solutions(gelu, "triton")[0]
+    res, _ = kgym_eval(gelu, [os.path.join(CANDS, "decoy_triton.py"), honest], "triton")
+    if len(res) == 2:
+        check("decoy triton kernel", res[0].get("verdict") == "hacked"
+              and res[0].get("decoy_kernel") is True, brief(res[0]))
+    res, _ = kgym_eval(gelu, [os.path.join(CANDS, "illegal_address.py"), honest], "triton",
+                       "--enable-profiling", "false")
+    if len(res) == 2:
+        msg = (res[0].get("error_message") or "") + json.dumps(res[0].get("error"))
+        check("illegal address -> runtime_error", res[0].get("verdict") == "runtime_error"
+              and ("illegal" in msg.lower() or "cuda" in msg.lower()), brief(res[0]))
+        check("task after the illegal address passes", res[1].get("verdict") == "pass", brief(res[1]))
+    # side stream: the same GELU plus ~20 matmuls on an unjoined side stream
+    res, _ = kgym_eval(gelu, [honest, os.path.join(CANDS, "side_stream_junk.py")], "triton",
+                       "--run-hack-checks", "false", "--enable-profiling", "false")
+    if len(res) == 2:
+        junk_ms = measure_junk()
+        extra = (res[1].get("kernel_runtime") or 0) - (res[0].get("kernel_runtime") or 0)
+        check("side-stream work is timed", extra >= 0.8 * junk_ms,
+              f"honest {res[0].get('kernel_runtime')} ms, side-stream {res[1].get('kernel_runtime')} ms, "
+              f"difference {extra:.3f} ms vs side work alone {junk_ms:.3f} ms")
+
+
+def measure_junk() -> float:
+    code = (
+        "import torch,sys;sys.path.insert(0,%r);import side_stream_junk as s\n"
+        "s.junk_work();torch.cuda.synchronize()\n"
+        "ts=[]\n"
+        "for _ in range(10):\n"
+        "  a=torch.cuda.Event(enable_timing=True);b=torch.cuda.Event(enable_timing=True)\n"
+        "  a.record(s._side);s.junk_work();b.record(s._side);torch.cuda.synchronize();ts.append(a.elapsed_time(b))\n"
+        "ts.sort();print(ts[len(ts)//2])\n" % CANDS)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    try:
+        return float(p.stdout.strip().splitlines()[-1])
+    except Exception:  # noqa: BLE001
+        say("  junk measure failed: " + p.stderr[-500:])
+        return float("inf")
+
+
+def self_candidate(prob: str, tmp: str) -> str:
+    src = open(prob).read().replace("class Model(", "class ModelNew(")
+    path = os.path.join(tmp, "self_" + os.path.basename(prob))
+    with open(path, "w") as f:
+        f.write(src)
+    return path
+
+
+def run_self_and_repeat() -> None:
+    say("== timing_repeat")
+    with tempfile.TemporaryDirectory() as tmp:
+        for prob in problems():
+            res, _ = kgym_eval(prob, [self_candidate(prob, tmp)], "triton",
+                               "--run-hack-checks", "false", "--enable-profiling", "false")
+            if res:
+                sp = res[0].get("speedup") or 0
+                check(f"self speedup {os.path.relpath(prob, GPU)}", 0.98 <= sp <= 1.02, brief(res[0]))
+    gelu = os.path.join(GPU, "level1", "1_GELU.py")
+    sol = solutions(gelu, "triton")[0]
+    res, _ = kgym_eval(gelu, [sol] * 10, "triton", "--enable-profiling", "false")
+    sps = [r.get("speedup") or 0 for r in res]
+    if len(sps) >= 2:
+        spread = statistics.pstdev(sps) / statistics.mean(sps)
+        check("repeat spread (10 evaluations)", spread <= 0.02,
+              f"speedups {[round(s, 4) for s in sps]} std/mean {100 * spread:.2f}%")
+
+
+def run_overhead() -> None:
+    say("== overhead (trivial problem, 1 trial, 1 timed iteration, no profiling)")
+    prob = os.path.join(ROOT, "problems", "cpu", "level1", "1_GELU.py")
+    sol = os.path.join(ROOT, "problems", "cpu", "level1", "solutions", "1_GELU.triton.py")
+    args = ("--num-correct-trials", "1", "--num-perf-trials", "1", "--num-warmup", "0",
+            "--enable-profiling", "false", "--run-hack-checks", "false")
+    for fresh in (False, True):
+        res, wall = kgym_eval(prob, [sol] * 6, "triton", *args, fresh=fresh)
+        fixed = []
+        for r in res[1:]:  # the first pays the Triton compile
+            t = r.get("timings") or {}
+            fixed.append(t.get("total", 0) - t.get("compile", 0) - t.get("timing", 0)
+                         - t.get("reference_timing", 0))
+        if fixed:
+            med = statistics.median(fixed) / 1e3
+            say(f"  {'fresh' if fresh else 'zygote'}: fixed cost median {med:.3f} s "
+                f"(per-eval {[round(f / 1e3, 3) for f in fixed]}), {len(res)} evals in {wall:.1f} s")
+            if not fresh:
+                check("overhead zygote <= 0.5 s", med <= 0.5, f"{med:.3f} s")
+
+
+def run_e2e() -> None:
+    say("== end to end: Linear+ReLU 4096^3 fp32, 5 correctness trials, 100 timed, profiling+hacks")
+    prob = os.path.join(GPU, "level2", "1_Linear_ReLU.py")
+    sol = solutions(prob, "triton")[0]
+    res, wall = kgym_eval(prob, [sol] * 4, "triton", "--num-correct-trials", "5",
+                          "--num-perf-trials", "100")
+    for r in res:
+        say(f"  {brief(r)}")
+        say(f"  timings {json.dumps(r.get('timings'))}")
+    if len(res) >= 2:
+        walls = [(r.get("timings") or {}).get("total", 0) / 1e3 for r in res[1:]]
+        check("e2e wall per warm evaluation <= 2 s", max(walls) <= 2.0,
+              f"{[round(w, 3) for w in walls]} s (first, with Triton compile: "
+              f"{(res[0].get('timings') or {}).get('total', 0) / 1e3:.3f} s; whole run {wall:.1f} s)")
+
+
+def run_concurrency() -> None:
+    say("== concurrency: 16 triton tasks, --concurrency 4 vs 1")
+    tasks = []
+    for prob in problems()[:4]:
+        s = solutions(prob, "triton")
+        if s:
+            tasks.append((prob, s[0]))
+    walls = {}
+    med = {}
+    for conc in (1, 4):
+        total = 0.0
+        meds = []
+        for prob, sol in tasks:
+            res, wall = kgym_eval(prob, [sol] * 4, "triton", "--enable-profiling", "false",
+                                  concurrency=conc)
+            total += wall
+            meds += [r.get("kernel_runtime") or 0 for r in res]
+        walls[conc] = total
+        med[conc] = meds
+    ratio = walls[1] / walls[4] if walls[4] else 0
+    diffs = [abs(a - b) / a for a, b in zip(med[1], med[4]) if a]
+    say(f"  serial {walls[1]:.1f} s, concurrency 4 {walls[4]:.1f} s, throughput x{ratio:.2f}; "
+        f"max kernel-median difference {100 * max(diffs or [0]):.2f}%")
+    check("concurrency throughput >= 2x", ratio >= 2.0, f"x{ratio:.2f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    steps = {"honest": run_honest, "cheats": run_cheats, "repeat": run_self_and_repeat,
+             "overhead": run_overhead, "e2e": run_e2e, "concurrency": run_concurrency}
+    chosen = [s for s in args.only.split(",") if s] or list(steps)
+    say(f"# gpu suite {time.strftime('%Y-%m-%d %H:%M:%S')} host={os.uname().nodename}")
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                              "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        smi = "nvidia-smi not found"
+    say(f"# gpu: {smi}")
+    for name in chosen:
+        t0 = time.perf_counter()
+        try:
+            steps[name]()
+        except Exception as e:  # noqa: BLE001 - report and go on
+            check(name, False, f"crashed: {type(e).__name__}: {e}")
+        say(f"   ({name}: {time.perf_counter() - t0:.1f} s)")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "gpu_results.jsonl"), "w") as f:
+        for r in all_results:
+            f.write(json.dumps(r) + "\n")
+    say(f"# {len(failures)} failed: {failures}")
+    with open(os.path.join(args.out, "gpu_summary.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
