@@ -97,10 +97,12 @@ def cmd_load(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
 
 
 def _forward(state: CandidateState, mode: str, grad: bool) -> Callable[[Any], Any]:
+    """The forward call of one command; the mode is set once, not per call
+    (the judge times the reference the same way)."""
     model = state.model
+    loader.set_mode(model, mode)
 
     def call(args: Any) -> Any:
-        loader.set_mode(model, mode)
         with torch.set_grad_enabled(grad):
             return model(*args)
     return call
@@ -155,11 +157,14 @@ def cmd_time(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     n_warmup, n_iter = int(h.get("n_warmup", 0)), int(h.get("n_iter", 1))
     call = _forward(state, "train", False)
     hooks.RECORDER.take()
+    hooks.RECORDER.light = True
     try:
         res = timing.time_forward(call, _make_args(state, int(h.get("seed", 0))),
                                   n_warmup, n_iter, state.device)
     except BaseException as e:
         return _failure(e, "time", state), []
+    finally:
+        hooks.RECORDER.light = False
     return {"ok": True, "timing": res, "launches": hooks.RECORDER.take()}, []
 
 
