@@ -138,13 +138,22 @@ def _is(exc: BaseException, clsname: str, modprefix: str) -> bool:
                for c in type(exc).__mro__)
 
 
+def safe_str(e: BaseException) -> str:
+    """str(e), even for exceptions whose __str__ raises (candidate code may define them)."""
+    try:
+        return str(e)
+    except Exception:
+        return f"<{type(e).__name__} with an unprintable message>"
+
+
 def _cuda_error(chain: list[BaseException]) -> str | None:
     for e in chain:
-        m = re.search(r"CUDA error: ([^\n]+)", str(e))
+        text = safe_str(e)
+        m = re.search(r"CUDA error: ([^\n]+)", text)
         if m:
             return m.group(1).strip()
         if type(e).__name__ == "AcceleratorError":
-            return str(e).splitlines()[0] if str(e) else "accelerator error"
+            return text.splitlines()[0] if text else "accelerator error"
     return None
 
 
@@ -165,14 +174,17 @@ def frames_of(exc: BaseException, kernel_path: str | None) -> list[dict]:
 
 
 def _format_tb(exc: BaseException, kernel_path: str | None) -> str:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:
+        text = "".join(traceback.format_tb(exc.__traceback__)) + safe_str(exc)
     if kernel_path:
         text = text.replace(kernel_path, KERNEL_FILE)
     return text[-MAX_TRACEBACK:]
 
 
 def _message(exc: BaseException, kernel_path: str | None) -> str:
-    text = f"{type(exc).__name__}: {exc}"
+    text = f"{type(exc).__name__}: {safe_str(exc)}"
     if kernel_path:
         text = text.replace(kernel_path, KERNEL_FILE)
     return text[:MAX_MESSAGE]

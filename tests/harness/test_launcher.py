@@ -115,3 +115,15 @@ def test_cli_prints_the_result(tmp_path):
     printed = json.loads(proc.stdout)
     assert printed == json.loads(out.read_text())
     assert printed["verdict"] in ("hacked", "mismatch")  # returns an input: decoy first
+
+
+def test_bad_request_is_reported_not_run():
+    r = evaluate({"kernel_code": "x = 1", "backend": "cpu", "timeout": 60}, spawner=kit.SPAWNER)
+    assert (r["verdict"], r["error_code"]) == ("infra_error", "BAD_REQUEST")
+    assert r["status"] == "failed" and r["error_message"].startswith("reference_code")
+
+
+def test_reference_that_fails_is_infra_error():
+    r = kit.run(kit.cpu_kernel(), reference_code="import torch\nraise RuntimeError('ref broke')\n")
+    assert (r["verdict"], r["error_code"]) == ("infra_error", "REFERENCE_ERROR")
+    assert r["correctness"] is False

@@ -323,3 +323,68 @@ def test_feedback_is_short_even_for_huge_errors():
                                            for i in range(30)], 1.0, 2.0, 3, "x")
     text = feedback.make_feedback(result, "x = 1\n" * 50)
     assert len(text.splitlines()) <= 40
+
+
+# ---- failure classification ----------------------------------------------------
+
+
+def _raise(exc: BaseException, cause: BaseException | None = None) -> BaseException:
+    try:
+        raise exc from cause
+    except BaseException as e:  # noqa: BLE001
+        return e
+
+
+def test_classify_codes(monkeypatch):
+    c = loader.classify
+    assert c(_raise(SyntaxError("bad")), "load", None)["code"] == "SYNTAX_ERROR"
+    assert c(_raise(ModuleNotFoundError("x")), "load", None)["code"] == "IMPORT_ERROR"
+    assert c(_raise(ValueError("x")), "load", None)["verdict"] == "compile_error"
+    assert c(_raise(ValueError("x")), "init", None)["code"] == "INIT_EXCEPTION"
+    assert c(_raise(ValueError("x")), "run", None)["code"] == "FORWARD_EXCEPTION"
+    cuda = c(_raise(RuntimeError("CUDA error: an illegal memory access was encountered\n"
+                                 "CUDA kernel errors might be asynchronously reported")),
+             "run", None)
+    assert (cuda["verdict"], cuda["code"]) == ("runtime_error", "CUDA_ERROR")
+    assert cuda["type"] == "CUDA error: an illegal memory access was encountered"
+    oom = c(_raise(torch.OutOfMemoryError("CUDA out of memory")), "run", None)
+    assert oom["code"] == "OUT_OF_MEMORY"
+
+
+def test_classify_triton_errors():
+    from triton.runtime.errors import InterpreterError
+    semantic = _raise(InterpreterError("ValueError(...)"), ValueError("arange's range"))
+    assert loader.classify(semantic, "run", None)["code"] == "TRITON_COMPILE_ERROR"
+    crash = _raise(InterpreterError("RuntimeError(...)"), RuntimeError("numpy said no"))
+    assert loader.classify(crash, "run", None)["code"] == "FORWARD_EXCEPTION"
+    from triton.compiler.errors import CompilationError
+    comp = CompilationError.__new__(CompilationError)  # no message attribute: str() raises
+    info = loader.classify(_raise(RuntimeError("wrap"), comp), "run", None)
+    assert info["code"] == "TRITON_COMPILE_ERROR"
+
+
+def test_classify_survives_unprintable_exceptions():
+    class Nasty(Exception):
+        def __str__(self):
+            raise ValueError("no")
+    info = loader.classify(_raise(Nasty()), "run", None)
+    assert info["code"] == "FORWARD_EXCEPTION" and "unprintable" in info["message"]
+
+
+def test_classify_build_error_wins(monkeypatch):
+    monkeypatch.setattr(hooks.RECORDER, "build_error", "building extension 'x' failed: oops")
+    info = loader.classify(_raise(AttributeError("ext has no attr")), "run", None)
+    assert (info["verdict"], info["code"]) == ("compile_error", "BUILD_ERROR")
+    assert "oops" in info["message"]
+
+
+def test_remote_sanitizes_candidate_failures():
+    from kgym_harness.remote import sanitize_failure
+    claimed = sanitize_failure({"verdict": "infra_error", "code": "REFERENCE_ERROR",
+                                "message": "x" * 10_000, "frames": [{"line": "7"}, 3]})
+    assert claimed["verdict"] == "runtime_error" and claimed["code"] == "FORWARD_EXCEPTION"
+    assert len(claimed["message"]) == 4000 and claimed["frames"][0]["line"] == 0
+    assert sanitize_failure({"verdict": "pass"})["verdict"] == "runtime_error"
+    assert sanitize_failure("junk")["verdict"] == "runtime_error"
+    ok = sanitize_failure({"verdict": "compile_error", "code": "SYNTAX_ERROR"})
+    assert (ok["verdict"], ok["code"]) == ("compile_error", "SYNTAX_ERROR")
