@@ -2,6 +2,7 @@
 
   candidate --chan-fd N
   judge --chan-fd M --result-fd R [--task-file F]   (task JSON on stdin if no file)
+  probe --device D                                   (exit 0 when the device is healthy)
 
 The task file is read and then deleted. Both roles end with os._exit so that
 nothing registered by candidate code (atexit, threads) runs after the role.
@@ -40,7 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     judge.add_argument("--chan-fd", type=int, required=True)
     judge.add_argument("--result-fd", type=int, required=True)
     judge.add_argument("--task-file")
+    probe = sub.add_parser("probe")  # the worker's device health check (probe.py)
+    probe.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
+    if args.role == "probe":
+        from .probe import run_probe
+        return run_probe(args.device)
     if args.role == "candidate":
         from .candidate import run_candidate
         run_candidate(args.chan_fd)
