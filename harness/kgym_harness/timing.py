@@ -74,28 +74,30 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
     """Warm up, then time n_iter calls, each on fresh arguments.
 
     make_args(i) draws the inputs of iteration i (untimed). Returns
-    {"samples_ms", "prep_ms" (drawing + flushing, host time),
+    {"samples_ms", "prep_ms" (drawing inputs, until the device is done),
     "warmup_ms", "wall_ms"}: everything the trusted side needs to check
     the claimed samples against its own clock.
     """
     t_start = _perf_ns()
     prep_ns = 0
+    cuda = is_cuda(device)
     flusher = L2Flusher(device)
     for i in range(n_warmup):
         t0 = _perf_ns()
         args = make_args(i)
+        sync(device)
         prep_ns += _perf_ns() - t0
         call(args)
         del args
     sync(device)
     warmup_ns = _perf_ns() - t_start - prep_ns
     samples = []
-    cuda = is_cuda(device)
     for i in range(n_iter):
         t0 = _perf_ns()
         args = make_args(n_warmup + i)
-        flusher.flush()
+        sync(device)  # drawing counts as prep, until the device is done with it
         prep_ns += _perf_ns() - t0
+        flusher.flush()
         if cuda:
             start, end = _Event(enable_timing=True), _Event(enable_timing=True)
             _record(start)
