@@ -9,8 +9,10 @@
   and forward arity, holds a kernel and launches it;
 - solutions, run: cpu-set `cpu` and `triton` solutions and gpu-set `triton`
   solutions (small shapes) against the reference on two seeds, in fresh
-  processes (check_solution.py), Triton through its interpreter. CUDA
-  solutions need a GPU and are only checked statically here.
+  processes (check_solution.py), Triton through its interpreter;
+- on a machine with a CUDA GPU only: every gpu-set solution (triton and
+  cuda) at full shape on the GPU. Without one (CI), CUDA solutions are
+  only checked statically.
 
 The solution runs are spread over the machine's cores by one session
 fixture, since each builds a C++ extension or interprets Triton kernels.
@@ -199,34 +201,37 @@ def _has_cxx() -> bool:
     return shutil.which(os.environ.get("CXX", "c++")) is not None
 
 
-@pytest.fixture(scope="session")
-def solution_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """Run every RUN_JOBS entry through check_solution.py, spread over the cores."""
-    jobs = []
-    for set_name, backend, problem in RUN_JOBS:
-        if backend == "cpu" and not _has_cxx():
-            continue
-        jobs.append({"problem": str(problem), "solution": str(_solution(problem, backend)), "backend": backend,
-                     "small": set_name == "gpu", "seeds": [0, 1], "atol": TOL, "rtol": TOL, "device": "cpu"})
+def _run_jobs(jobs: list[dict[str, Any]], env: dict[str, str], tmp: Path) -> dict[str, dict[str, Any]]:
+    """Run jobs through check_solution.py in up to 4 processes; results keyed by solution path."""
+    if not jobs:
+        return {}
     workers = max(1, min(len(jobs), os.cpu_count() or 1, 4))
     chunks = [jobs[i::workers] for i in range(workers)]
-    tmp = tmp_path_factory.mktemp("problems")
-    env = dict(os.environ, TRITON_INTERPRET="1", TORCH_EXTENSIONS_DIR=str(tmp / "torch_extensions"),
-               MAX_JOBS="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
     def run(i: int) -> list[dict[str, Any]]:
         job_file = tmp / f"jobs{i}.json"
         job_file.write_text(json.dumps(chunks[i]))
         proc = subprocess.run([sys.executable, str(CHECKER), str(job_file)], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=900)
         lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         if len(lines) != len(chunks[i]):
             raise RuntimeError(f"checker exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr[-4000:]}")
         return lines
 
     with ThreadPoolExecutor(workers) as pool:
-        results = [r for rs in pool.map(run, range(workers)) for r in rs]
-    return {r["solution"]: r for r in results}
+        return {r["solution"]: r for rs in pool.map(run, range(workers)) for r in rs}
+
+
+@pytest.fixture(scope="session")
+def solution_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """RUN_JOBS on the CPU: cpu-set solutions, gpu-set Triton ones at small shapes (interpreter)."""
+    jobs = [{"problem": str(problem), "solution": str(_solution(problem, backend)), "backend": backend,
+             "small": set_name == "gpu", "seeds": [0, 1], "atol": TOL, "rtol": TOL, "device": "cpu"}
+            for set_name, backend, problem in RUN_JOBS if backend != "cpu" or _has_cxx()]
+    tmp = tmp_path_factory.mktemp("problems")
+    env = dict(os.environ, TRITON_INTERPRET="1", TORCH_EXTENSIONS_DIR=str(tmp / "torch_extensions"),
+               MAX_JOBS="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return _run_jobs(jobs, env, tmp)
 
 
 @pytest.mark.parametrize("set_name,backend,problem", RUN_JOBS, ids=[_rel(_solution(p, b)) for _, b, p in RUN_JOBS])
@@ -238,3 +243,25 @@ def test_solution_matches_reference(set_name: str, backend: str, problem: Path,
     assert result["ok"], f"{result.get('error')}\n{result.get('traceback', '')}"
     assert result["launches"]["eval"] > 0 and result["launches"]["train"] > 0
     assert result["max_abs_err"] <= TOL * 10
+
+
+GPU_JOBS = [(b, p) for s, b, p in ALL_SOLUTIONS if s == "gpu"]
+
+
+@pytest.fixture(scope="session")
+def gpu_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """gpu-set solutions at full shapes on the GPU (compiled Triton, CUDA extensions)."""
+    jobs = [{"problem": str(problem), "solution": str(_solution(problem, backend)), "backend": backend,
+             "small": False, "seeds": [0], "atol": TOL, "rtol": TOL, "device": "cuda"}
+            for backend, problem in GPU_JOBS]
+    tmp = tmp_path_factory.mktemp("problems_gpu")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TORCH_EXTENSIONS_DIR=str(tmp / "torch_extensions"), PYTHONUNBUFFERED="1")
+    return _run_jobs(jobs, env, tmp)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("backend,problem", GPU_JOBS, ids=[_rel(_solution(p, b)) for b, p in GPU_JOBS])
+def test_gpu_solution_full_shape(backend: str, problem: Path, gpu_results: dict[str, dict[str, Any]]) -> None:
+    result = gpu_results[str(_solution(problem, backend))]
+    assert result["ok"], f"{result.get('error')}\n{result.get('traceback', '')}"
