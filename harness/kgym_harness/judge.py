@@ -293,6 +293,17 @@ class Judge:
         prof = profiling.sanitize_profile(raw)
         if prof is None:
             self.result["warnings"].append("the candidate sent a malformed profile")
+        elif prof["method"] == "cuda_profiler":
+            names = profiling.source_kernel_names(self.req["kernel_code"])
+            prof = profiling.attribute_device_rows(prof, names)
+            if prof["total_device_us"] > 0 and prof["custom_device_us"] == 0:
+                self.result["decoy_kernel"] = self.req["run_hack_checks"]
+                self.hack("no_custom_kernel", "NO_CUSTOM_KERNEL",
+                          "the profiler saw device kernels, none of them yours (no @triton.jit "
+                          "or __global__ kernel of kernel_code ran)", stop=False)
+        else:
+            prof = profiling.assemble(prof["kernels"], prof["custom_device_us"],
+                                     prof["total_device_us"], prof["iterations"], prof["method"])
         self.result["profile"] = prof
 
     def run(self) -> None:

@@ -17,6 +17,7 @@ many).
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from typing import Any, Callable
@@ -26,7 +27,8 @@ import torch
 from .hooks import RECORDER
 from .timing import _perf_ns, is_cuda, sync
 
-MAX_ROWS = 20
+MAX_ROWS = 20       # rows in the result
+MAX_SENT_ROWS = 500  # rows the candidate sends (the judge re-attributes them)
 _GLOBAL = re.compile(r"__global__\s+(?:[\w:<>,\s\*]*?\s)?(\w+)\s*\(", re.S)
 
 
@@ -50,12 +52,12 @@ def _matches(kernel: str, names: set[str]) -> bool:
     return any(re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", kernel) for n in names if n)
 
 
-def _finish(rows: list[dict], custom_us: float, total_us: float, iters: int,
-            method: str) -> dict:
+def assemble(rows: list[dict], custom_us: float, total_us: float, iters: int,
+            method: str, keep: int = MAX_ROWS) -> dict:
     rows.sort(key=lambda r: -r["device_us"])
     coverage = custom_us / total_us if total_us > 0 else 0.0
     coverage = min(max(coverage, 0.0), 1.0)
-    return {"kernels": rows[:MAX_ROWS], "custom_device_us": custom_us,
+    return {"kernels": rows[:keep], "custom_device_us": custom_us,
             "total_device_us": total_us, "coverage": coverage,
             "summary": summary_string(custom_us, total_us, coverage),
             "iterations": iters, "method": method}
@@ -98,7 +100,7 @@ def profile_cpu(call: Callable, make_args: Callable, iters: int) -> dict:
         for args in arg_sets:
             call(args)
     rows += _library_rows(prof, set(ns))
-    return _finish(rows, custom_us, total_us, iters, "cpu_wall")
+    return assemble(rows, custom_us, total_us, iters, "cpu_wall")
 
 
 def _device_events(prof: Any) -> list[Any]:
@@ -152,7 +154,7 @@ def profile_cuda(call: Callable, make_args: Callable, iters: int, device: str,
     rows = list(agg.values())
     total = sum(r["device_us"] for r in rows)
     custom = sum(r["device_us"] for r in rows if r["custom"])
-    return _finish(rows, custom, total, iters, "cuda_profiler")
+    return assemble(rows, custom, total, iters, "cuda_profiler", keep=MAX_SENT_ROWS)
 
 
 def profile_forward(call: Callable, make_args: Callable, iters: int, device: str,
@@ -160,6 +162,52 @@ def profile_forward(call: Callable, make_args: Callable, iters: int, device: str
     if is_cuda(device):
         return profile_cuda(call, make_args, iters, device, kernel_source)
     return profile_cpu(call, make_args, iters)
+
+
+def _decorated_with(fn: ast.FunctionDef, words: tuple[str, ...]) -> bool:
+    for dec in fn.decorator_list:
+        text = ast.unparse(dec)
+        if any(w in text for w in words):
+            return True
+    return False
+
+
+def source_kernel_names(kernel_code: str) -> set[str]:
+    """Kernel names the judge reads from the candidate's source, without running it.
+
+    @jit (and autotune/heuristics) decorated functions, __global__ functions
+    anywhere in the text (CUDA sources are usually string literals), and the
+    functions= lists given to load_inline.
+    """
+    names = global_names(kernel_code)
+    try:
+        tree = ast.parse(kernel_code)
+    except (SyntaxError, ValueError, RecursionError):
+        return names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and _decorated_with(
+                node, ("jit", "autotune", "heuristics")):
+            names.add(node.name)
+        if isinstance(node, ast.Call) and "load_inline" in ast.unparse(node.func):
+            for kw in node.keywords:
+                if kw.arg == "functions" and isinstance(kw.value, (ast.List, ast.Tuple)):
+                    names.update(e.value for e in kw.value.elts
+                                 if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    return names
+
+
+def attribute_device_rows(prof: dict, names: set[str]) -> dict:
+    """Judge side: recompute custom flags and totals of a cuda_profiler profile.
+
+    The candidate measured the rows, but which kernel is "custom" is decided
+    here from names read out of its source, never from its own claim.
+    """
+    rows = prof["kernels"]
+    for r in rows:
+        r["custom"] = _matches(r["name"], names)
+    total = sum(r["device_us"] for r in rows)
+    custom = sum(r["device_us"] for r in rows if r["custom"])
+    return assemble(rows, custom, total, prof["iterations"], prof["method"])
 
 
 def sanitize_profile(obj: Any) -> dict | None:
@@ -173,7 +221,7 @@ def sanitize_profile(obj: Any) -> dict | None:
         return max(float(v), 0.0)
     try:
         rows = []
-        for r in (obj.get("kernels") or [])[:MAX_ROWS]:
+        for r in (obj.get("kernels") or [])[:MAX_SENT_ROWS]:
             rows.append({"name": str(r["name"])[:300], "device_us": num(r["device_us"]),
                          "cpu_us": num(r["cpu_us"]), "calls": int(num(r["calls"])),
                          "custom": bool(r["custom"])})
@@ -183,5 +231,5 @@ def sanitize_profile(obj: Any) -> dict | None:
     except (KeyError, TypeError, ValueError):
         return None
     custom = min(custom, total)
-    out = _finish(rows, custom, total, iters, str(obj.get("method", ""))[:40])
-    return out
+    return assemble(rows, custom, total, iters, str(obj.get("method", ""))[:40],
+                   keep=MAX_SENT_ROWS)

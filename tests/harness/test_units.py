@@ -318,7 +318,7 @@ def test_feedback_is_short_even_for_huge_errors():
               for i in range(1, 40)]
     schema.set_error(result, "compile_error", "BUILD_ERROR", "load", "RuntimeError",
                      "\n".join(f"main.cpp:{i}: error: nope" for i in range(500)), "", frames)
-    result["profile"] = profiling._finish([{"name": f"k{i}", "device_us": float(i), "cpu_us": 0.0,
+    result["profile"] = profiling.assemble([{"name": f"k{i}", "device_us": float(i), "cpu_us": 0.0,
                                             "calls": 1, "custom": i % 2 == 0}
                                            for i in range(30)], 1.0, 2.0, 3, "x")
     text = feedback.make_feedback(result, "x = 1\n" * 50)
@@ -388,3 +388,28 @@ def test_remote_sanitizes_candidate_failures():
     assert sanitize_failure("junk")["verdict"] == "runtime_error"
     ok = sanitize_failure({"verdict": "compile_error", "code": "SYNTAX_ERROR"})
     assert (ok["verdict"], ok["code"]) == ("compile_error", "SYNTAX_ERROR")
+
+
+def test_source_kernel_names_and_judge_side_attribution():
+    code = ('import triton\nimport triton.language as tl\n'
+            'from torch.utils.cpp_extension import load_inline\n'
+            '@triton.autotune(configs=[], key=[])\n@triton.jit\ndef tk(x):\n    pass\n'
+            '@triton.jit\ndef tk2(x):\n    pass\n'
+            'def helper():\n    pass\n'
+            'CUDA = "__global__ void my_cuda_kernel(float* x) {}"\n'
+            'ext = load_inline("e", cpp_sources=[""], cuda_sources=[CUDA], functions=["fwd"])\n')
+    names = profiling.source_kernel_names(code)
+    assert names == {"tk", "tk2", "my_cuda_kernel", "fwd"}
+    assert profiling.source_kernel_names("def (:") == set()
+    sent = profiling.sanitize_profile({
+        "kernels": [{"name": "tk", "device_us": 30.0, "cpu_us": 0, "calls": 3, "custom": True},
+                    {"name": "void my_cuda_kernel(float*)", "device_us": 10.0, "cpu_us": 0,
+                     "calls": 3, "custom": False},
+                    {"name": "ampere_sgemm_128x64_nn", "device_us": 60.0, "cpu_us": 0,
+                     "calls": 3, "custom": True}],  # a forged claim
+        "custom_device_us": 100.0, "total_device_us": 100.0, "iterations": 3,
+        "method": "cuda_profiler"})
+    p = profiling.attribute_device_rows(sent, names)
+    assert [r["custom"] for r in p["kernels"]] == [False, True, True]  # sorted by time
+    assert (p["custom_device_us"], p["total_device_us"]) == (40.0, 100.0)
+    assert p["summary"].endswith("Coverage: 40.00%")
