@@ -97,12 +97,21 @@ class Channel:
         body = json.dumps(header, allow_nan=False).encode()
         if len(body) > MAX_HEADER:
             raise ProtocolError(f"header of {len(body)} bytes is too large")
-        self.sock.settimeout(None)
-        self.sock.sendall(len(body).to_bytes(4, "big") + body)
+        self._send_all(len(body).to_bytes(4, "big") + body)
         for t in tensors:
             data = _tensor_bytes(t)
             if len(data):
-                self.sock.sendall(data)
+                self._send_all(data)
+
+    def _send_all(self, data: bytes | memoryview) -> None:
+        """sendall under the deadline (a peer that stops reading cannot hang us)."""
+        self.sock.settimeout(self._remaining())
+        try:
+            self.sock.sendall(data)
+        except socket.timeout:
+            raise ChannelTimeout("deadline passed") from None
+        except (BrokenPipeError, ConnectionResetError) as e:
+            raise PeerClosed(str(e)) from None
 
     def _recv_exact(self, n: int) -> bytearray:
         buf = bytearray(n)

@@ -413,3 +413,21 @@ def test_source_kernel_names_and_judge_side_attribution():
     assert [r["custom"] for r in p["kernels"]] == [False, True, True]  # sorted by time
     assert (p["custom_device_us"], p["total_device_us"]) == (40.0, 100.0)
     assert p["summary"].endswith("Coverage: 40.00%")
+
+
+def test_send_deadline_when_the_peer_stops_reading():
+    import time
+    from kgym_harness.channel import ChannelTimeout
+    left, _right = _pair()
+    left.deadline = time.monotonic() + 0.3
+    with pytest.raises(ChannelTimeout):
+        left.send({"cmd": "run"}, [torch.zeros(16 << 20, dtype=torch.uint8)])
+
+
+def test_send_to_a_dead_peer():
+    from kgym_harness.channel import PeerClosed
+    left, right = _pair()
+    right.close()
+    with pytest.raises(PeerClosed):
+        for _ in range(4):
+            left.send({"cmd": "run"}, [torch.zeros(1 << 20, dtype=torch.uint8)])
