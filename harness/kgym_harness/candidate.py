@@ -9,7 +9,7 @@ judge.
 Commands (JSON header + tensors, see channel.py):
   load    {reference_code, kernel_code, backend, entry_point, init_seed, device}
   run     {mode: train|eval, grad: bool, args}        -> {output, launches}
-  time    {n_warmup, n_iter, seed}                      -> {timing, launches}
+  time    {n_warmup, n_iter, seed}    -> {timing (+ inputs: fingerprint), launches}
   profile {n_iter, seed}                                -> {profile}
   exit
 Every reply has ok (bool), failure (when not ok) and tamper (names of
@@ -62,7 +62,6 @@ def cmd_load(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     state.device = str(h.get("device") or "cpu")
     state.kernel_code = str(h.get("kernel_code") or "")
     installed = _setup_backend(str(h.get("backend")), state.device, state.kernel_code)
-    state.snapshot = integrity.Snapshot()
     state.workdir = tempfile.mkdtemp(prefix="kgym-cand-")
     ref_path = loader.write_source(state.workdir, loader.REFERENCE_FILE,
                                    str(h.get("reference_code") or ""))
@@ -74,6 +73,9 @@ def cmd_load(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
         info = loader.classify(e, "load", None)
         info.update(verdict="infra_error", code="REFERENCE_ERROR")
         return {"ok": False, "failure": info}, []
+    # Everything measured with, and the reference's input functions, as they
+    # are before the candidate's code runs.
+    state.snapshot = integrity.Snapshot()
     try:
         module = loader.import_file(state.kernel_path, "kgym_kernel")
     except BaseException as e:
@@ -156,11 +158,12 @@ def _make_args(state: CandidateState, seed: int) -> Callable[[int], Any]:
 def cmd_time(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     n_warmup, n_iter = int(h.get("n_warmup", 0)), int(h.get("n_iter", 1))
     call = _forward(state, "train", False)
+    make_args = _make_args(state, int(h.get("seed", 0)))
     hooks.RECORDER.take()
     hooks.RECORDER.light = True
     try:
-        res = timing.time_forward(call, _make_args(state, int(h.get("seed", 0))),
-                                  n_warmup, n_iter, state.device)
+        res = timing.time_forward(call, make_args, n_warmup, n_iter, state.device)
+        res["inputs"] = loader.fingerprint(make_args(n_warmup))
     except BaseException as e:
         return _failure(e, "time", state), []
     finally:

@@ -45,6 +45,15 @@ def _targets() -> list[tuple[str, Any, str]]:
             if attr in event_cls.__dict__:
                 out.append((f"torch.cuda.Event.{attr}", event_cls, attr))
     out.append(("torch.profiler.profile", torch.profiler, "profile"))
+    for attr in ("randn", "rand", "randint", "randn_like", "rand_like", "randint_like",
+                 "normal", "randperm", "zeros", "ones", "empty", "full", "arange",
+                 "linspace", "tensor", "as_tensor", "from_numpy"):
+        out.append((f"torch.{attr}", torch, attr))
+    ref = sys.modules.get("kgym_reference")
+    if ref is not None:
+        for attr, value in list(vars(ref).items()):
+            if callable(value) and not isinstance(value, types.ModuleType):
+                out.append((f"reference.{attr}", ref, attr))
     for modname in _HARNESS_MODULES:
         mod = sys.modules.get(modname)
         if mod is None:

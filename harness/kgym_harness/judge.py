@@ -278,6 +278,12 @@ class Judge:
         if cand["launches"]["count"] == 0:
             self.hack("mode_branch", "MODE_BRANCH",
                       "no custom kernel ran during the timed iterations", stop=False)
+        mine = loader.fingerprint(loader.draw_inputs(
+            self.ref_module, loader.derive_seed(self.timing_seed, f"iter:{req['num_warmup']}"),
+            self.device))
+        if not loader.fingerprints_match(mine, cand["inputs"]):
+            self.hack("timer_tamper", "TIMER_TAMPER",
+                      "the candidate timed itself on inputs other than the problem's", stop=False)
         if excess > 0:
             self.hack("timer_tamper", "TIMER_TAMPER",
                       f"the timed phase took {wall_ms:.1f} ms by the judge's clock; the claimed "

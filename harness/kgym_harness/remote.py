@@ -139,6 +139,7 @@ class Remote:
         if not isinstance(t, dict):
             raise ProtocolError("time reply without timing")
         return {"samples_ms": _samples(t.get("samples_ms"), n_iter),
+                "inputs": t.get("inputs") if isinstance(t.get("inputs"), list) else None,
                 "prep_ms": _ms(t.get("prep_ms")), "warmup_ms": _ms(t.get("warmup_ms")),
                 "wall_ms": _ms(t.get("wall_ms")),
                 "launches": _launches(reply.get("launches"))}

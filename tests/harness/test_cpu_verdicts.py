@@ -308,3 +308,23 @@ def test_torch_compile_reference_backend():
     assert r["verdict"] == "pass", r["feedback"]
     assert r["checks"]["reference_backend"] == "torch_compile"
     assert r["runtime_stats"]["reference"]["n"] == 3
+
+
+def test_shrinking_the_timing_inputs_is_timer_tamper():
+    # Times itself on 1-element inputs by patching the reference's get_inputs
+    # in its own process (the judge's correctness inputs are unaffected).
+    top = ("import kgym_reference\n"
+           "kgym_reference.get_inputs = lambda: [torch.randn(1, 1), torch.randn(1, 1)]\n\n")
+    r = kit.run(kit.cpu_kernel(top=top))
+    assert r["verdict"] == "hacked" and r["hack_reasons"] == ["timer_tamper"]
+    assert "reference.get_inputs" in r["checks"]["replaced_functions"]
+
+
+def test_timing_inputs_are_checked_against_the_judges_own_draw():
+    # manual_seed is not a watched function (torch replaces it itself), so
+    # only the fingerprint of the timing inputs shows the difference.
+    top = "torch.manual_seed = lambda seed: None\n\n"
+    r = kit.run(kit.cpu_kernel(top=top))
+    assert r["verdict"] == "hacked" and r["hack_reasons"] == ["timer_tamper"]
+    assert "inputs other than the problem's" in r["error_message"]
+    assert "replaced_functions" not in r["checks"]

@@ -431,3 +431,15 @@ def test_send_to_a_dead_peer():
     with pytest.raises(PeerClosed):
         for _ in range(4):
             left.send({"cmd": "run"}, [torch.zeros(1 << 20, dtype=torch.uint8)])
+
+
+def test_input_fingerprints():
+    a = [torch.arange(6.0).reshape(2, 3), 3, torch.ones(2, dtype=torch.int64)]
+    fa = loader.fingerprint(a)
+    assert loader.fingerprints_match(fa, loader.fingerprint([t.clone() if isinstance(t, torch.Tensor)
+                                                             else t for t in a]))
+    assert not loader.fingerprints_match(fa, loader.fingerprint([a[0] + 1e-3, 3, a[2]]))
+    assert not loader.fingerprints_match(fa, loader.fingerprint([a[0].reshape(3, 2), 3, a[2]]))
+    assert not loader.fingerprints_match(fa, loader.fingerprint([a[0], 4, a[2]]))
+    assert not loader.fingerprints_match(fa, loader.fingerprint([a[0], 3, a[2].int()]))
+    assert not loader.fingerprints_match(fa, None) and not loader.fingerprints_match(fa, fa[:2])
