@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,6 +40,7 @@ struct child {
     int exited;
     int status;
     int log_fd;
+    int killed; /* the worker sent it SIGKILL (it may have died already) */
     struct buf log;
     char wd[PATH_MAX];
     kg_sandbox_cgroup cg;
@@ -79,7 +81,8 @@ struct kg_engine {
     int device_bad;
     kg_sandbox_filter filter; /* fresh mode: built once, before any fork */
     kg_sandbox_cgroups cgroups;
-    int drop_uid; /* running as root: the candidate runs as nobody */
+    int drop_uid;     /* running as root: the candidate runs as nobody */
+    uint64_t mem_cap; /* per-task memory limit: at most half the RAM */
 };
 
 #define NOBODY 65534
@@ -204,6 +207,14 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
     return env;
 }
 
+/* A memory limit larger than the machine is no limit: the kernel's OOM
+ * killer would act first, on whatever it picks. Limits are capped at half
+ * the physical memory. */
+static uint64_t mem_limit(const kg_engine *e, uint64_t want)
+{
+    return e->mem_cap && e->mem_cap < want ? e->mem_cap : want;
+}
+
 /* Sandbox settings per role: the candidate gets everything; the judge
  * (trusted, runs the reference) is isolated from the network and from the
  * worker's fds but keeps a looser limit set. */
@@ -219,8 +230,9 @@ static json_t *sandbox_cfg(kg_engine *e, const char *role,
     json_object_set_new(s, "new_netns", json_boolean(1));
     json_object_set_new(s, "seccomp", json_boolean(cand));
     /* CUDA maps a huge virtual range: no RLIMIT_AS on a GPU worker. */
-    json_object_set_new(s, "as_bytes",
-                        json_integer(gpu ? 0 : (json_int_t)16 << 30));
+    json_object_set_new(
+        s, "as_bytes",
+        json_integer(gpu ? 0 : (json_int_t)mem_limit(e, (uint64_t)16 << 30)));
     json_object_set_new(s, "cpu_seconds", json_integer(cand ? 600 : 1200));
     json_object_set_new(s, "fsize_bytes", json_integer((json_int_t)2 << 30));
     json_object_set_new(s, "nofile", json_integer(1024));
@@ -260,8 +272,9 @@ static int spawn(kg_engine *e, struct slot *sl, const char *role,
         char name[64];
         snprintf(name, sizeof name, "kgym-%d-%ld", (int)getpid(),
                  e->next_id + 1);
-        uint64_t mem = strncmp(e->cfg.device, "cuda", 4) ? (uint64_t)16 << 30
-                                                         : (uint64_t)64 << 30;
+        uint64_t mem = mem_limit(e, strncmp(e->cfg.device, "cuda", 4)
+                                        ? (uint64_t)16 << 30
+                                        : (uint64_t)64 << 30);
         kg_err cgerr;
         if (kg_sandbox_cgroup_open(&e->cgroups, name, mem, 1024, &c->cg,
                                    &cgerr) == 0)
@@ -288,6 +301,15 @@ static int spawn(kg_engine *e, struct slot *sl, const char *role,
         json_t *t = json_deep_copy(sl->task);
         json_object_set_new(t, "device_lock", json_string(e->lock_path));
         json_object_set_new(t, "device", json_string(e->cfg.device));
+        /* the judge's own clock must aim at the worker's deadline (absolute
+         * Unix seconds), not at its start: a fresh interpreter's start-up
+         * would otherwise eat the margin, and the worker's kill would come
+         * before the judge's own timeout verdict (which names the phase) */
+        struct timespec rt;
+        clock_gettime(CLOCK_REALTIME, &rt);
+        json_object_set_new(t, "deadline",
+                            json_real((double)rt.tv_sec + rt.tv_nsec / 1e9 +
+                                      (sl->deadline - now_ms()) / 1e3));
         json_object_set_new(req, "task", t);
     }
     pid_t pid = -1;
@@ -310,8 +332,18 @@ static int spawn(kg_engine *e, struct slot *sl, const char *role,
 
 static void kill_child(struct child *c)
 {
-    if (c->pid > 0 && !c->exited)
-        kg_sandbox_kill_group(c->pid, 2000, NULL, NULL);
+    if (c->pid > 0 && !c->exited) {
+        c->killed = 1;
+        /* In fresh mode the child is ours and kill_group reaps it: keep its
+         * status, or its exit would never be seen (the slot would wait for
+         * it forever). Zygote children are reported by the zygote. */
+        int st = -1;
+        kg_sandbox_kill_group(c->pid, 2000, &st, NULL);
+        if (st != -1) {
+            c->exited = 1;
+            c->status = st;
+        }
+    }
     if (c->has_cg)
         kg_sandbox_cgroup_close(&c->cg, 2000,
                                 NULL); /* what left the group too */
@@ -411,6 +443,36 @@ static json_t *build_result(kg_engine *e, struct slot *sl)
     if (WIFSIGNALED(sl->cand.status) && sl->cand.exited &&
         sl->cand.status != SIGKILL) {
         json_object_set_new(r, "candidate_exit", json_string(cs));
+    }
+    /* The judge only saw the channel close; the worker knows how the
+     * candidate ended (signal or exit status): say it in the message. */
+    const char *code = json_string_value(json_object_get(r, "error_code"));
+    const char *em0 = json_string_value(json_object_get(r, "error_message"));
+    char em[512]; /* a copy: the string is replaced below */
+    snprintf(em, sizeof em, "%s", em0 ? em0 : "");
+    int by_us = sl->cand.killed && WIFSIGNALED(sl->cand.status) &&
+                WTERMSIG(sl->cand.status) == SIGKILL;
+    if (code && !strcmp(code, "CHILD_DIED") && *em && sl->cand.exited &&
+        !by_us) {
+        snprintf(msg, sizeof msg, "%s (%s)", em, cs);
+        json_object_set_new(r, "error_message", json_string(msg));
+        json_t *er = json_object_get(r, "error");
+        if (json_is_object(er))
+            json_object_set_new(er, "message", json_string(msg));
+        /* and in the feedback the policy reads */
+        const char *fb = json_string_value(json_object_get(r, "feedback"));
+        const char *at = fb ? strstr(fb, em) : NULL;
+        if (at) {
+            size_t pre = (size_t)(at - fb), elen = strlen(em);
+            size_t n = strlen(fb) + strlen(cs) + 4;
+            char *nf = malloc(n);
+            if (nf) {
+                snprintf(nf, n, "%.*s%s (%s)%s", (int)pre, fb, em, cs,
+                         at + elen);
+                json_object_set_new(r, "feedback", json_string(nf));
+                free(nf);
+            }
+        }
     }
     return r;
 }
@@ -754,8 +816,10 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
         for (int k = 0; k < 3; k++)
             if (fds[k] >= 0)
                 pf[np++] = (struct pollfd){.fd = fds[k], .events = POLLIN};
-        if (sl->deadline < wake)
-            wake = sl->deadline;
+        /* past the deadline (killed, exits awaited): the last resort's */
+        double dl = sl->timed_out ? sl->deadline + KILL_GRACE_MS : sl->deadline;
+        if (dl < wake)
+            wake = dl;
     }
     int wait = (int)(wake - now_ms());
     if (!e->zy && wait > 50)
@@ -783,6 +847,17 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
         if (sl->state != S_RUNNING)
             continue;
         int judge_done = sl->judge.exited && sl->res_fd < 0;
+        if (t >= sl->deadline + KILL_GRACE_MS) {
+            /* the clock of last resort: killed children whose exits never
+             * arrive (stuck in the kernel, reaped elsewhere) do not hold the
+             * slot, or the worker, forever */
+            sl->timed_out |= sl->res_fd >= 0; /* no finished frame */
+            kill_child(&sl->judge);
+            kill_child(&sl->cand);
+            drain_log(e, &sl->cand, "candidate");
+            finish(e, sl, done, ctx);
+            continue;
+        }
         if (!judge_done && sl->res_fd < 0 &&
             t - sl->t_judge_done > KILL_GRACE_MS)
             kill_child(&sl->judge); /* frame delivered but the judge lingers */
@@ -840,6 +915,25 @@ static int restart_zygote(kg_engine *e, kg_err *err)
                         .log_fd = e->cfg.verbose ? 2 : -1,
                         .ready_timeout_ms = 180000};
     return kg_zygote_start(&e->zy, &zc, err);
+}
+
+/* 1 if uid/gid nobody can search path (every directory on the way), as
+ * the candidate's sandbox needs: checked in a child that switches uid. */
+static int reachable_by_nobody(const char *path)
+{
+    pid_t p = fork();
+    if (p < 0)
+        return 1; /* cannot tell: let the candidate's error say it */
+    if (p == 0) {
+        if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY))
+            _exit(2);
+        _exit(access(path, X_OK) == 0 ? 0 : 1);
+    }
+    int st;
+    while (waitpid(p, &st, 0) < 0)
+        if (errno != EINTR)
+            return 1;
+    return !(WIFEXITED(st) && WEXITSTATUS(st) == 1);
 }
 
 static int find_python(kg_engine *e, kg_err *err)
@@ -920,6 +1014,9 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
     if (!rc)
         rc = kg_sandbox_become_subreaper(err);
     e->drop_uid = geteuid() == 0 && !cfg->no_sandbox;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && psz > 0)
+        e->mem_cap = (uint64_t)pages * (uint64_t)psz / 2;
     if (!rc && !cfg->no_sandbox) {
         kg_err cgerr;
         if (kg_sandbox_cgroup_probe(&e->cgroups, &cgerr) && cfg->verbose)
@@ -940,6 +1037,23 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
         mkdir(d, 0700);
         if (e->drop_uid && chown(d, NOBODY, NOBODY) < 0)
             rc = kg_errf(err, KG_EIO, "chown %s: %s", d, strerror(errno));
+        /* the candidate (nobody) must reach its work dir and its cache:
+         * a private TMPDIR (mode 0700, or a 0700 directory above it) would
+         * fail every candidate with an error blamed on the candidate */
+        if (!cfg->cache_dir)
+            chmod(e->cache_dir, 0755); /* ours, made under the umask */
+        if (!rc && e->drop_uid && !reachable_by_nobody(e->tmp_base))
+            rc = kg_errf(err, KG_EINVAL,
+                         "%s is not reachable by uid %d, which candidates "
+                         "run as: make every directory on its path "
+                         "searchable by others (chmod o+x) or set TMPDIR to "
+                         "one that is",
+                         e->tmp_base, NOBODY);
+        if (!rc && e->drop_uid && !reachable_by_nobody(d))
+            rc = kg_errf(err, KG_EINVAL,
+                         "cache dir %s is not reachable by uid %d, which "
+                         "candidates run as (chmod o+x on its parents)",
+                         d, NOBODY);
     }
     if (!rc && cfg->fresh && !cfg->no_sandbox) {
         kg_sandbox_profile prof = {.allow_wx = 1, .allow_perf = 1};
