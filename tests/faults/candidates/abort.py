@@ -1,0 +1,9 @@
+"""Fault: abort() inside forward (SIGABRT)."""
+import os
+
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        os.abort()

@@ -1,0 +1,471 @@
+"""Fault injection: hostile candidates through the real worker path (`kgym eval`).
+
+Each fault in candidates/ runs as a KernelBench ModelNew for ref.py. The
+candidates of a batch go through ONE `kgym eval --json` invocation, so they
+share one warm zygote, and the honest candidate runs after the faults: its
+pass proves that the worker survived and the next task succeeds. For every
+fault we check a clear non-pass verdict and a message that says what
+happened; after every invocation (the kgym process has exited by then) we
+check that no process of any task is left, and that nothing but the shared
+cache remains in the run's TMPDIR (no private kgym-XXXXXX work dir, no file)
+and no task cgroup (kgym-<worker pid>-<n>).
+
+Known gaps of the sandbox are xfail(strict) tests at the end: when one is
+closed the test XPASSes and fails, and its mark should go.
+
+Run: PYTHONPATH=harness:python .venv/bin/python -m pytest -q tests/faults
+Environment: KGYM_BIN (default build/kgym); KGYM_FAULTS_REPORT=path writes
+a JSON table (fault, verdict, message, seconds); CI=true (or
+KGYM_FAULTS_STRICT=1) also fails on any process of uid nobody left on the
+machine, attributed to this run or not (on a shared machine other runs'
+candidates may be alive, so by default only this run's are counted).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+KGYM = os.environ.get("KGYM_BIN") or os.path.join(ROOT, "build", "kgym")
+REF = os.path.join(HERE, "ref.py")
+CANDS = os.path.join(HERE, "candidates")
+HONEST = "honest"
+NOBODY = 65534
+GiB = 1 << 30
+
+COMMON = ["--backend", "cpu", "--device", "cpu", "--json", "--num-correct-trials", "2",
+          "--num-perf-trials", "5", "--num-warmup", "1", "--enable-profiling", "false"]
+
+pytestmark = pytest.mark.skipif(not os.access(KGYM, os.X_OK), reason=f"{KGYM} not built (make)")
+
+REPORT: list[dict] = []
+
+
+# ---- helpers -----------------------------------------------------------------
+
+def _mem_total() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _read(path: str, mode: str = "rb") -> bytes | str | None:
+    try:
+        with open(path, mode) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _uid(pid: int) -> int | None:
+    status = _read(f"/proc/{pid}/status", "r")
+    if not status:
+        return None
+    m = re.search(r"^Uid:\s+(\d+)", status, re.M)
+    return int(m.group(1)) if m else None
+
+
+def _state(pid: int) -> str | None:
+    stat = _read(f"/proc/{pid}/stat", "r")
+    return stat.rsplit(")", 1)[1].split()[0] if stat else None
+
+
+def _cmd(pid: int) -> str:
+    raw = _read(f"/proc/{pid}/cmdline") or b""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+
+
+def processes_of_run(base: str, marker: str) -> list[str]:
+    """Live (non-zombie) processes that belong to this run: their initial
+    environment names the run's TMPDIR or marker (zygote children inherit
+    kgym's; fresh children get TMPDIR=<base>/kgym-XXXXXX), or their cwd is
+    below the run's TMPDIR."""
+    found = []
+    me = os.getpid()
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        pid = int(d)
+        if _state(pid) in (None, "Z", "X"):
+            continue
+        env = _read(f"/proc/{pid}/environ") or b""
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            cwd = ""
+        if marker.encode() in env or base.encode() in env or cwd.startswith(base):
+            found.append(f"pid {pid} uid {_uid(pid)} state {_state(pid)}: {_cmd(pid)}")
+    return found
+
+
+def nobody_processes() -> list[str]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and _uid(int(d)) == NOBODY and _state(int(d)) not in (None, "Z", "X"):
+            out.append(f"pid {d}: {_cmd(int(d))}")
+    return out
+
+
+def cgroup_leftovers(kgym_pid: int) -> list[str]:
+    """Task cgroups (kgym-<worker pid>-<n>) the engine made and did not remove."""
+    roots = []
+    for line in (_read("/proc/self/cgroup", "r") or "").splitlines():
+        _, ctrls, path = line.split(":", 2)
+        path = path.lstrip("/")
+        if ctrls == "":
+            for top in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+                if os.path.exists(os.path.join(top, "cgroup.controllers")):
+                    roots.append(os.path.join(top, path))
+                    break
+        else:
+            for c in ctrls.split(","):
+                if c in ("memory", "pids"):
+                    roots.append(os.path.join("/sys/fs/cgroup", c, path))
+    left = []
+    for r in roots:
+        for pat in (f"kgym-{kgym_pid}-*", f"*/kgym-{kgym_pid}-*"):
+            left += glob.glob(os.path.join(r, pat))
+    return sorted(set(left))
+
+
+class Run:
+    """One `kgym eval` invocation: its results in completion order."""
+
+    def __init__(self, name: str, results: list[dict], wall: float, stderr: str, rc: int):
+        self.name, self.results, self.wall, self.stderr, self.rc = name, results, wall, stderr, rc
+        self.escaped: list[str] = []
+
+
+def run_kgym(name: str, cands: list[str], timeout: float, *, fresh: bool = False,
+             concurrency: int = 1, overrides: dict[str, str] | None = None,
+             wall_limit: float = 300) -> Run:
+    """Runs the candidates (names in candidates/, or paths) in one invocation
+    with a private TMPDIR, then checks that nothing of the run is left."""
+    base = tempfile.mkdtemp(prefix="kgymfaults-", dir="/tmp")
+    os.chmod(base, 0o755)  # the candidate (nobody) must reach its work dir below
+    marker = f"kgymfaults-{uuid.uuid4().hex}"
+    paths = []
+    for c in cands:
+        if overrides and c in overrides:
+            p = os.path.join(base, f"{c}.py")
+            with open(p, "w") as f:
+                f.write(overrides[c])
+            paths.append(p)
+        else:
+            paths.append(c if os.path.isabs(c) else os.path.join(CANDS, f"{c}.py"))
+    argv = [KGYM, "eval", "--ref", REF, *COMMON, "--timeout", str(timeout),
+            "--concurrency", str(concurrency)]
+    if fresh:
+        argv.append("--fresh")
+    for p in paths:
+        argv += ["--cand", p]
+    env = dict(os.environ, TMPDIR=base, KGYM_FAULTS_RUN=marker)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        try:
+            out, err = proc.communicate(timeout=wall_limit)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # the kgym process only: what it leaves is checked below
+            out, err = proc.communicate()
+            left = processes_of_run(base, marker)
+            pytest.fail(f"{name}: kgym eval did not finish in {wall_limit} s (hung); "
+                        f"left: {left}\n{err[-3000:]}")
+        wall = time.monotonic() - t0
+        results = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        assert proc.returncode == 0, f"{name}: kgym eval exited {proc.returncode}\n{err[-3000:]}"
+        assert len(results) == len(cands), (
+            f"{name}: {len(results)} results for {len(cands)} candidates\n{err[-3000:]}")
+        # nothing of the run may be left: the kgym process has exited by now
+        deadline = time.monotonic() + 5
+        while True:
+            left = processes_of_run(base, marker)
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert not left, f"{name}: processes of the run still alive:\n" + "\n".join(left)
+        if os.environ.get("CI") or os.environ.get("KGYM_FAULTS_STRICT"):
+            nb = nobody_processes()
+            assert not nb, f"{name}: processes of uid nobody left:\n" + "\n".join(nb)
+        work = [e for e in os.listdir(base) if e not in ("kgym-cache", "kgym-device-cpu.lock")
+                and not e.endswith(".py")]
+        assert not work, f"{name}: left under {base} (TMPDIR): {work}"
+        cg = cgroup_leftovers(proc.pid)
+        assert not cg, f"{name}: task cgroups left: {cg}"
+    finally:
+        # after a failure: end what this run left (only processes that carry
+        # its marker or TMPDIR), then remove its TMPDIR
+        for line in processes_of_run(base, marker):
+            try:
+                os.kill(int(line.split()[1]), signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(base, ignore_errors=True)
+    return Run(name, results, wall, err, proc.returncode)
+
+
+def seconds(r: dict) -> float:
+    t = r.get("timings") or {}
+    return round((t.get("total") or 0) / 1e3, 2)
+
+
+def check(fault: str, r: dict, verdicts: set[str], patterns: list[str],
+          absent: list[str] = ()) -> str:
+    """Asserts the verdict and the message; records the row for the report."""
+    msg = r.get("error_message") or ""
+    REPORT.append({"fault": fault, "verdict": r.get("verdict"), "code": r.get("error_code"),
+                   "message": msg[:300], "seconds": seconds(r),
+                   "mode": (r.get("device") or {}).get("mode")})
+    assert r.get("verdict") != "pass" and r.get("correctness") is not True, (fault, r)
+    assert r.get("verdict") in verdicts, f"{fault}: verdict {r.get('verdict')}: {msg}"
+    for p in patterns:
+        assert re.search(p, msg), f"{fault}: message lacks /{p}/: {msg}"
+    for p in absent:
+        assert not re.search(p, msg), f"{fault}: message has /{p}/: {msg}"
+    return msg
+
+
+def interleave(faults: list[str]) -> list[str]:
+    """f1, honest, f2, honest, ...: every fault is followed by a task that must pass."""
+    out = []
+    for f in faults:
+        out += [f, HONEST]
+    return out
+
+
+def assert_honest_pass(run: Run, positions: list[int]) -> None:
+    for i in positions:
+        r = run.results[i]
+        assert r.get("verdict") == "pass", (
+            f"{run.name}: the honest candidate at position {i} (after "
+            f"{'a fault' if i else 'nothing'}) did not pass: {r.get('verdict')}: "
+            f"{r.get('error_message')}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def report():
+    yield REPORT
+    path = os.environ.get("KGYM_FAULTS_REPORT")
+    if path:
+        with open(path, "w") as f:
+            json.dump(REPORT, f, indent=1)
+
+
+# ---- expectations ----------------------------------------------------------
+
+def _died(signal_or_status: str) -> list[str]:
+    return [r"died", signal_or_status]
+
+
+# fault -> (verdicts allowed, message patterns, patterns that must not appear)
+EXPECT: dict[str, tuple[set[str], list[str], list[str]]] = {
+    "segfault": ({"runtime_error"}, _died(r"signal 11"), []),
+    "segfault_import": ({"runtime_error", "compile_error"}, _died(r"signal 11"), []),
+    "abort": ({"runtime_error"}, _died(r"signal 6"), []),
+    "exit_early": ({"runtime_error"}, _died(r"exited with status 0"), []),
+    "close_fds": ({"runtime_error"}, [r"died|closed|protocol"], []),
+    "forge_result": ({"runtime_error", "mismatch"}, [r"protocol|mismatch|outside"], []),
+    "fake_stdout": ({"mismatch"}, [r"outside atol"], []),
+    "kill_parent": ({"runtime_error"}, [r"KILL_PARENT", r"parent \d+ PermissionError\(1\)",
+                                        r"sibling \d+ PermissionError\(1\)"], [r"KILLED"]),
+    "network": ({"runtime_error"}, [r"NETWORK", r"127\.0\.0\.1:\d+ blocked"], [r"CONNECTED"]),
+    # leaks: anything of root's (the judge, the worker) that could be read;
+    # same_uid (other candidates' dirs, on a shared machine) is not counted
+    "read_judge": ({"runtime_error"}, [r"READ_JUDGE leaks=0 \[\]", r"/environ: PermissionError",
+                                       r"/mem: PermissionError"], []),
+    "daemon": ({"runtime_error"}, [r"DAEMON pid=\d+"], []),
+    "fork_bomb": ({"runtime_error"}, [r"FORKBOMB forks=\d+ stopped by: \[Errno 11\]"], []),
+    "fill_disk": ({"runtime_error"},
+                  [r"FILL_DISK written=\d+ stopped by: \[Errno 27\] File too large"], []),
+    "fill_disk_files": ({"runtime_error"}, [r"FILL_DISK_FILES written=\d+"], []),
+    "escape_files": ({"runtime_error"}, [r"ESCAPE_FILES"], []),
+    "alloc_unbounded": ({"runtime_error"},
+                        [r"ALLOC_UNBOUNDED total=\d+ stopped by MemoryError|signal 9"],
+                        [r"no limit stopped it", r"own cap"]),
+    "infinite_loop": ({"timeout"}, [r"timeout|time limit"], []),
+    "sleep_forever": ({"timeout"}, [r"timeout|time limit"], []),
+}
+
+CRASH = ["segfault", "segfault_import", "abort", "exit_early", "close_fds", "forge_result",
+         "fake_stdout", "kill_parent", "network", "read_judge", "daemon", "fork_bomb",
+         "fill_disk", "fill_disk_files", "escape_files", "alloc_unbounded"]
+HANG = ["infinite_loop", "sleep_forever"]
+# fresh mode: the candidate's parent is kgym itself, and kgym is the subreaper
+FRESH = ["segfault", "kill_parent", "daemon", "sleep_forever"]
+
+
+def extra_checks(fault: str, msg: str, listener: socket.socket | None) -> None:
+    if fault == "fork_bomb":
+        forks = int(re.search(r"forks=(\d+)", msg).group(1))
+        assert forks < 2000, f"the process limits did not stop the fork bomb: {msg}"
+    elif fault == "fill_disk":
+        written = int(re.search(r"written=(\d+)", msg).group(1))
+        assert written <= 2 * GiB, f"more than RLIMIT_FSIZE written: {msg}"
+    elif fault == "alloc_unbounded":
+        m = re.search(r"total=(\d+)", msg)
+        if m:  # a limit larger than the machine is no limit
+            assert int(m.group(1)) <= _mem_total() // 2, (
+                f"the memory limit let the task take more than half of the machine's "
+                f"{_mem_total() >> 20} MiB: {msg}")
+    elif fault == "daemon":
+        pid = int(re.search(r"DAEMON pid=(\d+)", msg).group(1))
+        st = _state(pid)
+        assert st in (None, "Z", "X") or _uid(pid) != NOBODY, (
+            f"the daemon {pid} is still alive: {_cmd(pid)}")
+    elif fault == "network" and listener is not None:
+        listener.settimeout(0.2)
+        try:
+            conn, addr = listener.accept()
+        except (socket.timeout, BlockingIOError):
+            return
+        conn.close()
+        pytest.fail(f"the candidate reached the test's listener from {addr}")
+
+
+# ---- the batches -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def listener():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    yield s
+    s.close()
+
+
+def _network_source(port: int) -> str:
+    with open(os.path.join(CANDS, "network.py")) as f:
+        src = f.read()
+    return src.replace("PORT = 0  # set by the test", f"PORT = {port}")
+
+
+@pytest.fixture(scope="module")
+def crash_run(listener) -> Run:
+    """Crashing/escaping faults, each followed by the honest candidate, in one
+    warm-zygote invocation."""
+    port = listener.getsockname()[1]
+    run = run_kgym("crash", interleave(CRASH), timeout=120,
+                   overrides={"network": _network_source(port)})
+    run.escaped = remove_escaped_files()
+    return run
+
+
+def remove_escaped_files() -> list[str]:
+    """Files escape_files.py left outside its work dir (removed here)."""
+    left = []
+    for d in ("/tmp", "/var/tmp", "/dev/shm"):
+        for p in glob.glob(os.path.join(d, "kgymfaults-escape-*")):
+            left.append(p)
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+    return left
+
+
+@pytest.fixture(scope="module")
+def hang_run() -> Run:
+    """The hanging faults side by side (two slots), then two honest tasks,
+    which start only when a hung task has been killed."""
+    return run_kgym("hang", HANG + [HONEST, HONEST], timeout=15, concurrency=2)
+
+
+@pytest.fixture(scope="module")
+def fresh_run() -> Run:
+    """A subset with a fresh interpreter per child (no zygote): there the
+    candidate's parent is kgym itself."""
+    return run_kgym("fresh", interleave(FRESH), timeout=20, fresh=True, wall_limit=240)
+
+
+@pytest.mark.parametrize("fault", CRASH)
+def test_crash_fault(crash_run: Run, listener, fault: str) -> None:
+    i = 2 * CRASH.index(fault)
+    verdicts, pats, absent = EXPECT[fault]
+    msg = check(fault, crash_run.results[i], verdicts, pats, absent)
+    extra_checks(fault, msg, listener)
+    assert_honest_pass(crash_run, [i + 1])
+
+
+def test_hang_faults(hang_run: Run) -> None:
+    """Both hung tasks time out; both honest tasks, which waited for the
+    slots the hung tasks held, pass."""
+    res = hang_run.results
+    hung = [r for r in res if r.get("verdict") != "pass"]
+    honest = [r for r in res if r.get("verdict") == "pass"]
+    assert len(hung) == 2 and len(honest) == 2, [
+        (r.get("verdict"), r.get("error_message")) for r in res]
+    for fault, r in zip(HANG, hung):  # both expect the same: which is which does not matter
+        verdicts, pats, absent = EXPECT[fault]
+        check(f"{fault} / {HANG[1 - HANG.index(fault)]} (pair)", r, verdicts, pats, absent)
+        assert seconds(r) < 15 + 10, f"a hung task held its slot {seconds(r)} s"
+    for r in honest:  # they ran after a hung task was killed
+        assert r["timings"]["queued"] >= 10e3, r["timings"]
+
+
+@pytest.mark.parametrize("fault", FRESH)
+def test_fresh_fault(fresh_run: Run, fault: str) -> None:
+    i = 2 * FRESH.index(fault)
+    r = fresh_run.results[i]
+    assert (r.get("device") or {}).get("mode") == "fresh", r.get("device")
+    verdicts, pats, absent = EXPECT[fault]
+    msg = check(f"{fault} (fresh)", r, verdicts, pats, absent)
+    extra_checks(fault, msg, None)
+    if fault == "sleep_forever":  # the judge's own verdict, naming the phase, came in time
+        assert "during correctness" in msg, msg
+    assert_honest_pass(fresh_run, [i + 1])
+
+
+def test_private_tmpdir_is_refused_not_blamed_on_the_candidate() -> None:
+    """A TMPDIR the candidate's uid cannot reach (mode 0700, pytest's and
+    mktemp's default) must not turn an honest candidate into a compile_error:
+    kgym refuses to start and says why, or the candidate passes."""
+    if os.geteuid() != 0:
+        pytest.skip("the candidate runs as another uid only when kgym runs as root")
+    base = tempfile.mkdtemp(prefix="kgymfaults-private-")  # 0700
+    try:
+        proc = subprocess.run([KGYM, "eval", "--ref", REF, *COMMON, "--timeout", "60",
+                               "--cand", os.path.join(CANDS, f"{HONEST}.py")],
+                              cwd=ROOT, env=dict(os.environ, TMPDIR=base),
+                              capture_output=True, text=True, timeout=300)
+        results = [json.loads(line) for line in proc.stdout.splitlines()
+                   if line.startswith("{")]
+        if results:
+            assert results[0].get("verdict") == "pass", results[0].get("error_message")
+        else:
+            assert proc.returncode != 0
+            assert "not reachable" in proc.stderr, proc.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# ---- known gaps (sandbox.c has no mount namespace or disk quota) -------------
+
+@pytest.mark.xfail(strict=True, reason="no private /tmp, /var/tmp, /dev/shm: files a candidate "
+                   "writes there outlive the task (sandbox.c: no mount namespace)")
+def test_escape_files_do_not_outlive_the_task(crash_run: Run) -> None:
+    msg = crash_run.results[2 * CRASH.index("escape_files")].get("error_message") or ""
+    assert not crash_run.escaped, f"left behind by the candidate: {crash_run.escaped} ({msg})"
+
+
+@pytest.mark.xfail(strict=True, reason="RLIMIT_FSIZE bounds one file, not the task's total: "
+                   "no per-task disk quota (sandbox.c)")
+def test_disk_total_is_bounded(crash_run: Run) -> None:
+    msg = crash_run.results[2 * CRASH.index("fill_disk_files")].get("error_message") or ""
+    written = int(re.search(r"written=(\d+)", msg).group(1))
+    assert written <= 2 * GiB, f"the task wrote {written >> 20} MiB in all: {msg}"
