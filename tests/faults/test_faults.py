@@ -207,7 +207,11 @@ def run_kgym(name: str, cands: list[str], timeout: float, *, fresh: bool = False
             time.sleep(0.2)
         assert not left, f"{name}: processes of the run still alive:\n" + "\n".join(left)
         if os.environ.get("CI") or os.environ.get("KGYM_FAULTS_STRICT"):
-            nb = nobody_processes()
+            while True:
+                nb = nobody_processes()
+                if not nb or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
             assert not nb, f"{name}: processes of uid nobody left:\n" + "\n".join(nb)
         work = [e for e in os.listdir(base) if e not in ("kgym-cache", "kgym-device-cpu.lock")
                 and not e.endswith(".py")]
@@ -366,9 +370,12 @@ def crash_run(listener) -> Run:
     """Crashing/escaping faults, each followed by the honest candidate, in one
     warm-zygote invocation."""
     port = listener.getsockname()[1]
-    run = run_kgym("crash", interleave(CRASH), timeout=120,
-                   overrides={"network": _network_source(port)})
-    run.escaped = remove_escaped_files()
+    try:
+        run = run_kgym("crash", interleave(CRASH), timeout=120,
+                       overrides={"network": _network_source(port)})
+    finally:
+        escaped = remove_escaped_files()
+    run.escaped = escaped
     return run
 
 
