@@ -64,7 +64,7 @@ unit: $(TESTS) all
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
 
 pytest: all
-	PYTHONPATH=$(CURDIR)/harness:$(CURDIR)/python KGYM_LIB=$(CURDIR)/$(BUILD)/libkgym.so KGYM_BIN=$(CURDIR)/$(BUILD)/kgym $(PYTHON) -m pytest -q tests/python tests/harness tests/problems tests/faults
+	PYTHONPATH=$(CURDIR)/harness:$(CURDIR)/python KGYM_LIB=$(CURDIR)/$(BUILD)/libkgym.so KGYM_BIN=$(CURDIR)/$(BUILD)/kgym $(PYTHON) -m pytest -q tests/python tests/harness tests/problems tests/faults tests/integration
 
 test: unit pytest
 

@@ -936,31 +936,56 @@ static int reachable_by_nobody(const char *path)
     return !(WIFEXITED(st) && WEXITSTATUS(st) == 1);
 }
 
+/* A bare interpreter name ("python3") becomes the absolute path PATH gives:
+ * the fresh-interpreter mode execs it with execve, which does not search. */
+static int resolve_in_path(char *path, size_t n)
+{
+    if (strchr(path, '/'))
+        return access(path, X_OK) == 0 ? 0 : -1;
+    const char *p = getenv("PATH");
+    char dir[PATH_MAX];
+    while (p && *p) {
+        size_t len = strcspn(p, ":");
+        if (len > 0 && len < sizeof dir) {
+            memcpy(dir, p, len);
+            dir[len] = 0;
+            char full[PATH_MAX];
+            if (!pathf(full, sizeof full, "%s/%s", dir, path) &&
+                access(full, X_OK) == 0)
+                return pathf(path, n, "%s", full);
+        }
+        p += len + (p[len] == ':');
+    }
+    return -1;
+}
+
 static int find_python(kg_engine *e, kg_err *err)
 {
-    if (e->cfg.python) {
-        snprintf(e->python, sizeof e->python, "%s", e->cfg.python);
-        return 0;
-    }
     const char *env = getenv("KGYM_PYTHON");
-    if (env && *env) {
-        snprintf(e->python, sizeof e->python, "%s", env);
-        return 0;
-    }
-    pathf(e->python, sizeof e->python, "%s/.venv/bin/python", e->root);
-    if (access(e->python, X_OK) == 0)
-        return 0;
-    char cmd[PATH_MAX + 32];
-    snprintf(cmd, sizeof cmd, "%s/scripts/find-python", e->root);
-    FILE *f = popen(cmd, "r");
-    if (!f || !fgets(e->python, sizeof e->python, f)) {
-        if (f)
+    if (e->cfg.python) {
+        pathf(e->python, sizeof e->python, "%s", e->cfg.python);
+    } else if (env && *env) {
+        pathf(e->python, sizeof e->python, "%s", env);
+    } else {
+        pathf(e->python, sizeof e->python, "%s/.venv/bin/python", e->root);
+        if (access(e->python, X_OK) != 0) {
+            char cmd[PATH_MAX + 32];
+            pathf(cmd, sizeof cmd, "%s/scripts/find-python", e->root);
+            FILE *f = popen(cmd, "r");
+            if (!f || !fgets(e->python, sizeof e->python, f)) {
+                if (f)
+                    pclose(f);
+                return kg_errf(err, KG_ENOTFOUND,
+                               "no Python with torch found (set KGYM_PYTHON)");
+            }
             pclose(f);
-        return kg_errf(err, KG_ENOTFOUND,
-                       "no Python with torch found (set KGYM_PYTHON)");
+            e->python[strcspn(e->python, "\n")] = 0;
+        }
     }
-    pclose(f);
-    e->python[strcspn(e->python, "\n")] = 0;
+    if (resolve_in_path(e->python, sizeof e->python))
+        return kg_errf(err, KG_ENOTFOUND,
+                       "Python interpreter '%s' not found or not executable",
+                       e->python);
     return 0;
 }
 

@@ -1,0 +1,86 @@
+"""kgym eval, driven as a user would: real worker engine, zygote or fresh
+interpreter, sandboxed children (root only for the uid switch)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KGYM = os.environ.get("KGYM_BIN", os.path.join(ROOT, "build", "kgym"))
+REF = os.path.join(ROOT, "problems", "cpu", "level1", "1_GELU.py")
+SOL = os.path.join(ROOT, "problems", "cpu", "level1", "solutions", "1_GELU.triton.py")
+FAST = ["--num-perf-trials", "3", "--num-correct-trials", "2", "--enable-profiling", "false"]
+
+# DESIGN.md's result object
+RESULT_FIELDS = {"task_id", "status", "verdict", "compiled", "correctness", "decoy_kernel",
+                 "hack_reasons", "speedup", "kernel_runtime", "reference_runtime",
+                 "runtime_stats", "profile", "error_message", "error_code", "error", "feedback",
+                 "device", "timings", "kgym_version"}
+
+
+def run(args: list[str], env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    e = dict(os.environ)
+    e.setdefault("TMPDIR", "/tmp")  # must be enterable by the candidate's uid
+    e.update(env or {})
+    return subprocess.run([KGYM, "eval", *args], capture_output=True, text=True, env=e,
+                          timeout=timeout)
+
+
+def test_usage_errors_exit_2():
+    p = run([])
+    assert p.returncode == 2 and "usage" in p.stderr
+    p = run(["--ref", REF])
+    assert p.returncode == 2
+    p = run(["--ref", REF, "--cand", "/nonexistent.py"])
+    assert p.returncode == 2 and "/nonexistent.py" in p.stderr
+
+
+def test_bad_request_field_is_named():
+    p = run(["--ref", REF, "--cand", SOL, "--backend", "triton", "--num-perf-trials", "0"])
+    assert p.returncode == 2
+    assert "num_perf_trials" in p.stderr
+
+
+def test_json_result_has_the_design_fields():
+    p = run(["--ref", REF, "--cand", SOL, "--backend", "triton", "--json", *FAST])
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert RESULT_FIELDS <= set(r), RESULT_FIELDS - set(r)
+    assert r["verdict"] == "pass" and r["correctness"] is True
+    assert r["device"]["mode"] == "zygote"
+    assert r["timings"]["total"] > 0
+
+
+def test_fresh_mode_with_a_bare_interpreter_name():
+    """Regression: fresh mode exec'd KGYM_PYTHON with execve, which does not
+    search PATH, so KGYM_PYTHON=python3 failed every task at once."""
+    venv_bin = os.path.join(ROOT, ".venv", "bin")
+    if not os.path.exists(os.path.join(venv_bin, "python3")):
+        pytest.skip("no .venv")
+    env = {"KGYM_PYTHON": "python3", "PATH": venv_bin + ":" + os.environ.get("PATH", "")}
+    p = run(["--fresh", "--ref", REF, "--cand", SOL, "--backend", "triton", "--json", *FAST], env)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["verdict"] == "pass", r.get("error_message")
+    assert r["device"]["mode"] == "fresh"
+
+
+def test_missing_interpreter_is_a_clear_error():
+    p = run(["--fresh", "--ref", REF, "--cand", SOL, "--backend", "triton"],
+            {"KGYM_PYTHON": "no-such-python-kgym"})
+    assert p.returncode == 1
+    assert "no-such-python-kgym" in p.stderr
+
+
+def test_table_for_several_candidates(tmp_path):
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(open(SOL).read().replace("0.7071067811865476", "0.5"))
+    p = run(["--ref", REF, "--cand", SOL, "--cand", str(wrong), "--backend", "triton", *FAST])
+    assert p.returncode == 0, p.stderr
+    rows = [ln for ln in p.stdout.splitlines() if ln.strip()]
+    assert rows[0].split()[:2] == ["candidate", "verdict"]
+    assert "pass" in rows[1] and "mismatch" in rows[2]
