@@ -1074,6 +1074,24 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
                          "searchable by others (chmod o+x) or set TMPDIR to "
                          "one that is",
                          e->tmp_base, NOBODY);
+        /* and the code it imports: the harness and the interpreter's tree */
+        char pydir[PATH_MAX];
+        pathf(pydir, sizeof pydir, "%s", e->python);
+        char *slash = strrchr(pydir, '/');
+        if (slash)
+            *slash = 0;
+        if (!rc && e->drop_uid && !reachable_by_nobody(e->pythonpath))
+            rc = kg_errf(err, KG_EINVAL,
+                         "the harness %s is not reachable by uid %d, which "
+                         "candidates run as: make the directories above it "
+                         "searchable by others (chmod o+x)",
+                         e->pythonpath, NOBODY);
+        if (!rc && e->drop_uid && !reachable_by_nobody(pydir))
+            rc = kg_errf(err, KG_EINVAL,
+                         "the interpreter's directory %s is not reachable by "
+                         "uid %d, which candidates run as (chmod o+x on its "
+                         "parents, or a Python installed outside /root)",
+                         pydir, NOBODY);
         if (!rc && e->drop_uid && !reachable_by_nobody(d))
             rc = kg_errf(err, KG_EINVAL,
                          "cache dir %s is not reachable by uid %d, which "

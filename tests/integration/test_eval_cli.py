@@ -84,3 +84,22 @@ def test_table_for_several_candidates(tmp_path):
     rows = [ln for ln in p.stdout.splitlines() if ln.strip()]
     assert rows[0].split()[:2] == ["candidate", "verdict"]
     assert "pass" in rows[1] and "mismatch" in rows[2]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the uid switch happens only as root")
+def test_harness_out_of_the_candidates_reach_is_refused(tmp_path):
+    """The candidate runs as nobody and imports the harness: a tree it cannot
+    enter would fail every candidate with an error blamed on the candidate.
+    kgym refuses to start and says why instead."""
+    import shutil
+    private = tmp_path / "private"
+    root = private / "kgym"
+    (root / "build").mkdir(parents=True)
+    shutil.copytree(os.path.join(ROOT, "harness"), root / "harness")
+    shutil.copy(os.path.join(ROOT, "build", "libkgym_sandbox.so"), root / "build")
+    os.chmod(private, 0o700)
+    os.chmod(tmp_path, 0o755)
+    p = run(["--ref", REF, "--cand", SOL, "--backend", "triton", *FAST],
+            {"KGYM_ROOT": str(root), "KGYM_PYTHON": os.path.join(ROOT, ".venv", "bin", "python")})
+    assert p.returncode == 1, p.stdout
+    assert "not reachable by uid 65534" in p.stderr and "harness" in p.stderr
