@@ -182,24 +182,18 @@ def run_self_and_repeat() -> None:
 
 
 def run_overhead() -> None:
-    say("== overhead (trivial problem, 1 trial, 1 timed iteration, no profiling)")
-    prob = os.path.join(ROOT, "problems", "cpu", "level1", "1_GELU.py")
-    sol = os.path.join(ROOT, "problems", "cpu", "level1", "solutions", "1_GELU.triton.py")
-    args = ("--num-correct-trials", "1", "--num-perf-trials", "1", "--num-warmup", "0",
-            "--enable-profiling", "false", "--run-hack-checks", "false")
+    say("== overhead (bench/overhead: trivial problem, 1 trial, 1 timed iteration, no profiling)")
+    sys.path.insert(0, os.path.join(ROOT, "bench", "overhead"))
+    import run as overhead  # bench/overhead/run.py
+    meds = {}
     for fresh in (False, True):
-        res, wall = kgym_eval(prob, [sol] * 6, "triton", *args, fresh=fresh)
-        fixed = []
-        for r in res[1:]:  # the first pays the Triton compile
-            t = r.get("timings") or {}
-            fixed.append(t.get("total", 0) - t.get("compile", 0) - t.get("timing", 0)
-                         - t.get("reference_timing", 0))
-        if fixed:
-            med = statistics.median(fixed) / 1e3
-            say(f"  {'fresh' if fresh else 'zygote'}: fixed cost median {med:.3f} s "
-                f"(per-eval {[round(f / 1e3, 3) for f in fixed]}), {len(res)} evals in {wall:.1f} s")
-            if not fresh:
-                check("overhead zygote <= 0.5 s", med <= 0.5, f"{med:.3f} s")
+        fixed, wall = overhead.measure("cuda:0", 6, fresh)
+        mode = "fresh" if fresh else "zygote"
+        meds[mode] = statistics.median(fixed)
+        say(f"  {mode}: fixed cost median {meds[mode]:.3f} s (per-eval "
+            f"{[round(f, 3) for f in fixed]}), whole run {wall:.1f} s")
+    check("overhead zygote <= 0.5 s", meds["zygote"] <= 0.5, f"{meds['zygote']:.3f} s "
+          f"(fresh {meds['fresh']:.3f} s)")
 
 
 def run_e2e() -> None:
