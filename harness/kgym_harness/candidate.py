@@ -9,7 +9,8 @@ judge.
 Commands (JSON header + tensors, see channel.py):
   load    {reference_code, kernel_code, backend, entry_point, init_seed, device}
   run     {mode: train|eval, grad: bool, args}        -> {output, launches}
-  time    {n_warmup, n_iter, seed}    -> {timing (+ inputs: fingerprint), launches}
+  time    {n_warmup, n_iter, seed, start, warmup_ms}
+                                -> {timing (+ inputs: fingerprint), launches}
   profile {n_iter, seed}                                -> {profile}
   exit
 Every reply has ok (bool), failure (when not ok) and tamper (names of
@@ -157,13 +158,16 @@ def _make_args(state: CandidateState, seed: int) -> Callable[[int], Any]:
 
 def cmd_time(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     n_warmup, n_iter = int(h.get("n_warmup", 0)), int(h.get("n_iter", 1))
+    start = max(0, int(h.get("start", 0)))
+    warmup_ms = min(max(float(h.get("warmup_ms", 0.0)), 0.0), 1000.0)
     call = _forward(state, "train", False)
     make_args = _make_args(state, int(h.get("seed", 0)))
     hooks.RECORDER.take()
     hooks.RECORDER.light = True
     try:
-        res = timing.time_forward(call, make_args, n_warmup, n_iter, state.device)
-        res["inputs"] = loader.fingerprint(make_args(n_warmup))
+        res = timing.time_forward(call, make_args, n_warmup, n_iter, state.device,
+                                  start=start, warmup_ms=warmup_ms)
+        res["inputs"] = loader.fingerprint(make_args(start + n_warmup))
     except BaseException as e:
         return _failure(e, "time", state), []
     finally:
@@ -183,6 +187,21 @@ def cmd_profile(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     return {"ok": True, "profile": prof}, []
 
 
+def _early_cuda_init() -> None:
+    """Initialise CUDA before the first command arrives, so it overlaps the
+    judge's own start-up. The worker names the device in KGYM_DEVICE; any
+    failure here is left for load to report."""
+    want = os.environ.get("KGYM_DEVICE", "")
+    if not want.startswith("cuda"):
+        return
+    try:
+        if torch.cuda.is_available():
+            torch.cuda.init()
+            torch.cuda.set_device(torch.device(want if ":" in want else "cuda:0"))
+    except Exception:
+        pass
+
+
 HANDLERS = {"load": cmd_load, "run": cmd_run, "time": cmd_time, "profile": cmd_profile}
 
 
@@ -194,6 +213,7 @@ def run_candidate(chan_fd: int) -> None:
     """
     chan = Channel(chan_fd)
     state = CandidateState()
+    _early_cuda_init()
     try:
         while True:
             try:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from . import compare, loader, profiling, schema, timing
+from .devlock import DeviceLock, LockTimeout
 from .channel import Channel, ChannelTimeout, PeerClosed, ProtocolError
 from .frame import write_result
 from .feedback import make_feedback
@@ -82,6 +83,8 @@ class Judge:
         self.launches = {f"{m}/{'grad' if g else 'no_grad'}": 0 for m, g in MODES}
         self.kernel_names: set[str] = set()
         self.records: list[dict] = []
+        self.lock = DeviceLock(None)
+        self.load_sent = False
 
     # -- failures ---------------------------------------------------------
     def fail(self, verdict: str, code: str, etype: str, message: str,
@@ -96,6 +99,8 @@ class Judge:
 
     # -- phases -------------------------------------------------------------
     def setup(self) -> None:
+        """Validate, pick the device, send the candidate its load command,
+        then import and build the reference while the candidate loads."""
         try:
             self.req = schema.normalize_request(self.task)
         except ValueError as e:
@@ -113,14 +118,21 @@ class Judge:
             self.device = select_device(req)
         except ValueError as e:
             self.fail("infra_error", "INFRA_ERROR", "ValueError", str(e))
+        self.lock = DeviceLock(req["device_lock"])
+        secret = req["seed"]
+        self.init_seed = loader.derive_seed(secret, "init")
+        self.timing_seed = loader.derive_seed(secret, "timing")
+        # The candidate imports and builds while we do the same below.
+        self.remote.send_load(reference_code=req["reference_code"],
+                              kernel_code=req["kernel_code"], backend=req["backend"],
+                              entry_point=req["entry_point"], init_seed=self.init_seed,
+                              device=self.device)
+        self.load_sent = True
         dev = torch.device(self.device)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
         self.result["device"].update(name=name, device=self.device)
-        secret = req["seed"]
-        self.init_seed = loader.derive_seed(secret, "init")
-        self.timing_seed = loader.derive_seed(secret, "timing")
         workdir = tempfile.mkdtemp(prefix="kgym-judge-")
         try:
             path = loader.write_source(workdir, loader.REFERENCE_FILE, req["reference_code"])
@@ -128,17 +140,33 @@ class Judge:
             cls = getattr(self.ref_module, req["entry_point"])
             init = loader.init_inputs(self.ref_module, self.init_seed)
             self.ref_model = loader.build_model(cls, init, self.init_seed, self.device)
+            timing.sync(self.device)
         except Exception as e:
             self.fail("infra_error", "REFERENCE_ERROR", type(e).__name__,
                       f"the reference program failed to load: {e}", traceback.format_exc())
 
     def compile(self) -> None:
+        """Collect the reply to the load command sent in setup."""
         self.phase = "compile"
-        req = self.req
-        self.remote.load(reference_code=req["reference_code"], kernel_code=req["kernel_code"],
-                         backend=req["backend"], entry_point=req["entry_point"],
-                         init_seed=self.init_seed, device=self.device)
+        self.remote.finish_load()
         self.result["compiled"] = True
+
+    def lock_device(self, exclusive: bool) -> None:
+        """Exclusive: timing/profiling (any device). Shared: GPU correctness
+        work (on the CPU, correctness takes no lock)."""
+        if not exclusive and not timing.is_cuda(self.device):
+            self.lock.release()
+            return
+        try:
+            if exclusive:
+                self.lock.exclusive(self.chan.deadline)
+            else:
+                self.lock.shared(self.chan.deadline)
+        except LockTimeout as e:
+            self.fail("infra_error", "INFRA_ERROR", "LockTimeout", str(e))
+        if self.lock.error:
+            self.result["warnings"].append(self.lock.error[:500])
+            self.lock.error = ""  # said once; stays unlocked
 
     def reference_forward(self, inputs: list, mode: str = "train", grad: bool = False) -> Any:
         loader.set_mode(self.ref_model, mode)
@@ -170,6 +198,7 @@ class Judge:
 
     def correctness(self) -> None:
         self.phase = "correctness"
+        self.lock_device(exclusive=False)
         for t in range(self.req["num_correct_trials"]):
             fail = self.trial(f"trial:{t}")
             if fail:
@@ -204,17 +233,25 @@ class Judge:
             self.fail("hacked", code, "HackDetected", message)
         schema.set_error(self.result, "hacked", code, self.phase, "HackDetected", message)
 
-    def time_reference(self) -> dict:
+    def reference_timer(self, plan: list[dict]) -> tuple[Any, dict | None, str | None]:
+        """(forward of the reference as timed, cached pooled timing or None,
+        cache key when the cache is on). The cache is opt-in
+        (KGYM_REFTIME_CACHE=1): a cached time was taken at another moment,
+        so GPU clock drift would enter the speedup."""
         req = self.req
         config = {"n_warmup": req["num_warmup"], "n_iter": req["num_perf_trials"],
-                  "backend": req["reference_backend"], "entry": req["entry_point"]}
-        key = timing.reftime_key(req["reference_code"], config, self.result["device"]["name"])
-        use_cache = not req["force_refresh"] and os.environ.get("KGYM_REFTIME_CACHE", "1") != "0"
-        cached = timing.reftime_load(key) if use_cache else None
-        if cached is not None:
-            self.result["checks"]["reference_cached"] = True
-            self.result["checks"]["reference_backend"] = str(cached.get("backend", "eager"))
-            return cached
+                  "backend": req["reference_backend"], "entry": req["entry_point"],
+                  "blocks": len(plan), "warmup_ms": timing.WARMUP_MIN_MS}
+        key = None
+        if not req["force_refresh"] and os.environ.get("KGYM_REFTIME_CACHE", "0") == "1":
+            key = timing.reftime_key(req["reference_code"], config,
+                                     self.result["device"]["name"])
+            cached = timing.reftime_load(key)
+            if cached is not None:
+                self.result["checks"]["reference_cached"] = True
+                self.result["checks"]["reference_backend"] = str(cached.get("backend", "eager"))
+                return None, cached, key
+        self.result["checks"]["reference_cached"] = False
         model = self.ref_model
         loader.set_mode(model, "train")
         fn: Any = model
@@ -229,30 +266,99 @@ class Judge:
                 fn = model
                 self.result["warnings"].append(f"torch.compile failed, timed eager: {e}"[:500])
         self.result["checks"]["reference_backend"] = used
+        if used != req["reference_backend"]:
+            key = None  # never cache a fallback
 
         def call(args: Any) -> Any:
             with torch.no_grad():
                 return fn(*args)
+        return call, None, key
 
-        def make(i: int) -> Any:
-            return loader.draw_inputs(self.ref_module,
-                                      loader.derive_seed(self.timing_seed, f"iter:{i}"), self.device)
-        res = timing.time_forward(call, make, req["num_warmup"], req["num_perf_trials"],
-                                  self.device)
-        if used == req["reference_backend"]:  # never cache a fallback
-            res["backend"] = used
-            timing.reftime_store(key, res)
-        self.result["checks"]["reference_cached"] = False
-        return res
+    def timing_inputs(self, i: int) -> list:
+        return loader.draw_inputs(self.ref_module,
+                                  loader.derive_seed(self.timing_seed, f"iter:{i}"), self.device)
 
     def timing(self) -> None:
+        """Interleaved blocks: reference block (here), candidate block (its
+        process), alternating ABBA so linear clock drift cancels; samples
+        pooled per side. Holds the device exclusively (until profiling ends)."""
         self.phase = "timing"
         req = self.req
-        t0 = _now()
-        cand = self.remote.time(req["num_warmup"], req["num_perf_trials"], self.timing_seed)
-        wall_ms = (_now() - t0) * 1e3
+        self.lock_device(exclusive=True)
+        plan = timing.block_plan(req["num_perf_trials"], req["num_warmup"])
+        ref_call, cached, key = self.reference_timer(plan)
+        ref = {"samples_ms": [], "prep_ms": 0.0, "warmup_ms": 0.0, "wall_ms": 0.0}
+        cand: list[float] = []
+        side: list[int] = []
+        wall_ms = 0.0
+        launches = 0
+        inputs_ok = True
+        for b, blk in enumerate(plan):
+            for who in (("ref", "cand") if b % 2 == 0 else ("cand", "ref")):
+                if who == "ref":
+                    if cached is not None:
+                        continue
+                    r = timing.time_forward(ref_call, self.timing_inputs, blk["n_warmup"],
+                                            blk["n_iter"], self.device, start=blk["start"],
+                                            warmup_ms=blk["warmup_ms"])
+                    ref["samples_ms"] += r["samples_ms"]
+                    for k in ("prep_ms", "warmup_ms", "wall_ms"):
+                        ref[k] += r[k]
+                    continue
+                t1 = _now()
+                c = self.remote.time(blk["n_warmup"], blk["n_iter"], self.timing_seed,
+                                     blk["start"], blk["warmup_ms"])
+                wall_ms += (_now() - t1) * 1e3
+                side += [len(cand) + i for i in c["side_stream"]]
+                cand += c["samples_ms"]
+                launches += c["launches"]["count"]
+                if inputs_ok:
+                    mine = loader.fingerprint(self.timing_inputs(blk["start"] + blk["n_warmup"]))
+                    inputs_ok = loader.fingerprints_match(mine, c["inputs"])
+        if cached is not None:
+            ref = cached
+        elif key is not None:
+            timing.reftime_store(key, dict(ref, backend=req["reference_backend"]))
+        flush_ms = timing.flush_cost_ms(self.device)
+        kstats = timing.stats(cand)
+        rstats = timing.stats(ref["samples_ms"])
+        self.result["runtime_stats"] = {"kernel": kstats, "reference": rstats}
+        self.result["kernel_runtime"] = kstats["median"]
+        self.result["reference_runtime"] = rstats["median"]
+        if kstats["median"] > 0:
+            self.result["speedup"] = rstats["median"] / kstats["median"]
+        n = req["num_perf_trials"]
+        warmups = sum(blk["n_warmup"] for blk in plan)
+        excess = timing.tamper_excess(sum(cand), n, warmups, wall_ms, ref["prep_ms"], flush_ms,
+                                      blocks=len(plan), warmup_ms=plan[0]["warmup_ms"])
+        checks = self.result["checks"]
+        checks["timing_blocks"] = len(plan)
+        checks["timing_wall_ms"] = wall_ms
+        checks["timing_unexplained_ms"] = max(excess, 0.0)
+        checks["side_stream_samples"] = len(side)
+        if side:
+            checks["side_stream_indices"] = side[:20]
+        if launches == 0:
+            self.hack("mode_branch", "MODE_BRANCH",
+                      "no custom kernel ran during the timed iterations", stop=False)
+        if not inputs_ok:
+            self.hack("timer_tamper", "TIMER_TAMPER",
+                      "the candidate timed itself on inputs other than the problem's", stop=False)
+        if excess > 0:
+            self.hack("timer_tamper", "TIMER_TAMPER",
+                      f"the timed phase took {wall_ms:.1f} ms by the judge's clock; the claimed "
+                      f"kernel times leave {excess:.1f} ms unexplained", stop=False)
+        if len(side) * 2 > n:
+            self.hack("side_stream", "SIDE_STREAM",
+                      f"{len(side)} of {n} timed calls left work running on another stream "
+                      "after returning (timed until the whole device was idle)", stop=False)
+
+    def recheck(self) -> None:
+        """Two more trials with new secret inputs, after timing and profiling
+        (caught: output caches, call-count switches)."""
+        self.phase = "recheck"
+        self.lock_device(exclusive=False)
         for r in range(RECHECK_TRIALS):
-            self.phase = "recheck"
             fail = self.trial(f"recheck:{r}")
             if fail and not self.req["run_hack_checks"]:
                 self.mismatch(fail, f"recheck {r}")
@@ -261,33 +367,6 @@ class Judge:
                 self.hack("output_cache", "OUTPUT_CACHE",
                           "correct before timing but wrong after it (output cache, call-count "
                           f"switch or a nondeterministic kernel): {fail['message']}")
-        self.phase = "timing"
-        ref = self.time_reference()
-        flush_ms = timing.flush_cost_ms(self.device)
-        kstats = timing.stats(cand["samples_ms"])
-        rstats = timing.stats(ref["samples_ms"])
-        self.result["runtime_stats"] = {"kernel": kstats, "reference": rstats}
-        self.result["kernel_runtime"] = kstats["median"]
-        self.result["reference_runtime"] = rstats["median"]
-        if kstats["median"] > 0:
-            self.result["speedup"] = rstats["median"] / kstats["median"]
-        excess = timing.tamper_excess(sum(cand["samples_ms"]), req["num_perf_trials"],
-                                      req["num_warmup"], wall_ms, ref["prep_ms"], flush_ms)
-        self.result["checks"]["timing_wall_ms"] = wall_ms
-        self.result["checks"]["timing_unexplained_ms"] = max(excess, 0.0)
-        if cand["launches"]["count"] == 0:
-            self.hack("mode_branch", "MODE_BRANCH",
-                      "no custom kernel ran during the timed iterations", stop=False)
-        mine = loader.fingerprint(loader.draw_inputs(
-            self.ref_module, loader.derive_seed(self.timing_seed, f"iter:{req['num_warmup']}"),
-            self.device))
-        if not loader.fingerprints_match(mine, cand["inputs"]):
-            self.hack("timer_tamper", "TIMER_TAMPER",
-                      "the candidate timed itself on inputs other than the problem's", stop=False)
-        if excess > 0:
-            self.hack("timer_tamper", "TIMER_TAMPER",
-                      f"the timed phase took {wall_ms:.1f} ms by the judge's clock; the claimed "
-                      f"kernel times leave {excess:.1f} ms unexplained", stop=False)
 
     def profile(self) -> None:
         self.phase = "profiling"
@@ -315,19 +394,17 @@ class Judge:
     def run(self) -> None:
         timings = self.result["timings"]
         stages = [("setup", self.setup), ("compile", self.compile),
-                  ("correctness", self.correctness), ("timing", self.timing)]
+                  ("correctness", self.correctness), ("timing", self.timing),
+                  ("profiling", self.profile), ("recheck", self.recheck)]
         for name, fn in stages:
+            if name == "profiling" and not self.req["enable_profiling"]:
+                continue
             t0 = _now()
             try:
                 fn()
             finally:
                 timings[name] = (_now() - t0) * 1e3
-        if self.req["enable_profiling"]:
-            t0 = _now()
-            try:
-                self.profile()
-            finally:
-                timings["profiling"] = (_now() - t0) * 1e3
+        self.lock.release()
         if self.remote.tamper:
             self.result["checks"]["replaced_functions"] = sorted(self.remote.tamper)[:20]
             self.hack("timer_tamper", "TIMER_TAMPER", "measuring functions were replaced: "
@@ -340,6 +417,14 @@ class Judge:
 
     def guarded_run(self) -> None:
         """run() with every way the candidate can end the evaluation mapped to a verdict."""
+        try:
+            self._guarded_run()
+        finally:
+            self.lock.close()
+            if self.lock.waited_ms:
+                self.result["timings"]["lock_wait"] = self.lock.waited_ms
+
+    def _guarded_run(self) -> None:
         try:
             self.run()
         except Stop:

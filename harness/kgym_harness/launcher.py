@@ -44,9 +44,13 @@ def _pythonpath(extra: str | None) -> str:
     return HARNESS_DIR + (os.pathsep + extra if extra else "")
 
 
-def candidate_env(tmpdir: str) -> dict[str, str]:
-    """An allow-listed environment: nothing from the caller's secrets."""
+def candidate_env(tmpdir: str, device: object = None) -> dict[str, str]:
+    """An allow-listed environment: nothing from the caller's secrets.
+    KGYM_DEVICE (as the worker sets it) lets the candidate initialise CUDA
+    before its first command."""
     env = {k: os.environ[k] for k in CANDIDATE_ENV_KEEP if k in os.environ}
+    if isinstance(device, str) and device.startswith("cuda"):
+        env["KGYM_DEVICE"] = device
     env.update(TMPDIR=tmpdir, PYTHONPATH=_pythonpath(os.environ.get("PYTHONPATH")),
                KGYM_EXT_CACHE_DIR=paths.ext_cache_root(), PYTHONDONTWRITEBYTECODE="1")
     return env
@@ -215,8 +219,9 @@ def evaluate(task: dict, *, spawner: Any = None,
             for n in ("judge", "candidate")}
     procs: list[Any] = []
     try:
+        device = task.get("device") if isinstance(task, dict) else None
         cand = spawner.spawn("candidate", c_sock.fileno(), logs["candidate"], cdir,
-                             candidate_env(cdir))
+                             candidate_env(cdir, device))
         procs.append(cand)
         judge = spawner.spawn("judge", j_sock.fileno(), logs["judge"], jdir, judge_env(jdir),
                               result_fd=r_write, task_file=task_file)

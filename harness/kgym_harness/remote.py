@@ -110,6 +110,9 @@ class Remote:
 
     def _call(self, header: dict, tensors: list[torch.Tensor] = ()) -> tuple[dict, list]:
         self.chan.send(header, list(tensors))
+        return self._reply()
+
+    def _reply(self) -> tuple[dict, list]:
         reply, out = self.chan.recv()
         tamper = reply.get("tamper")
         if isinstance(tamper, list):
@@ -120,6 +123,13 @@ class Remote:
 
     def load(self, **fields: Any) -> None:
         self._call({"cmd": "load", **fields})
+
+    def send_load(self, **fields: Any) -> None:
+        """The first half of load(): the candidate works while we do."""
+        self.chan.send({"cmd": "load", **fields})
+
+    def finish_load(self) -> None:
+        self._reply()
 
     def run(self, inputs: list, mode: str, grad: bool) -> tuple[Any, str | None, dict]:
         """(output, output_problem, launches) for one forward call."""
@@ -132,16 +142,23 @@ class Remote:
             return None, _text(problem, MAX_TEXT) or "bad output", launches
         return unpack(reply.get("output"), out), None, launches
 
-    def time(self, n_warmup: int, n_iter: int, seed: int) -> dict:
+    def time(self, n_warmup: int, n_iter: int, seed: int, start: int = 0,
+             warmup_ms: float = 0.0) -> dict:
         reply, _ = self._call({"cmd": "time", "n_warmup": n_warmup, "n_iter": n_iter,
-                               "seed": seed})
+                               "seed": seed, "start": start, "warmup_ms": warmup_ms})
         t = reply.get("timing")
         if not isinstance(t, dict):
             raise ProtocolError("time reply without timing")
+        side = t.get("side_stream", [])
+        if (not isinstance(side, list) or len(side) > n_iter
+                or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n_iter
+                           for i in side)):
+            raise ProtocolError("bad side_stream sample list")
         return {"samples_ms": _samples(t.get("samples_ms"), n_iter),
                 "inputs": t.get("inputs") if isinstance(t.get("inputs"), list) else None,
                 "prep_ms": _ms(t.get("prep_ms")), "warmup_ms": _ms(t.get("warmup_ms")),
-                "wall_ms": _ms(t.get("wall_ms")),
+                "wall_ms": _ms(t.get("wall_ms")), "side_stream": sorted(set(side)),
+                "sync_latency_ms": _ms(t.get("sync_latency_ms", 0.0)),
                 "launches": _launches(reply.get("launches"))}
 
     def profile(self, n_iter: int, seed: int) -> Any:

@@ -34,7 +34,7 @@ RUNTIME_CODES = ("FORWARD_EXCEPTION", "INIT_EXCEPTION", "CUDA_ERROR",
 MISMATCH_CODES = ("SHAPE_MISMATCH", "DTYPE_MISMATCH", "NONFINITE_OUTPUT",
                   "VALUE_MISMATCH", "OUTPUT_TYPE")
 HACK_CODES = ("NO_CUSTOM_KERNEL", "MODE_BRANCH", "OUTPUT_CACHE",
-              "TIMER_TAMPER")
+              "TIMER_TAMPER", "SIDE_STREAM")
 OTHER_CODES = ("TIMEOUT", "BAD_REQUEST", "REFERENCE_ERROR", "INFRA_ERROR")
 
 MAX_KERNEL_CODE = 256 * 1024
@@ -147,6 +147,8 @@ def normalize_request(d: Any) -> dict:
     # Absolute wall-clock deadline (Unix seconds) set by whoever enforces the
     # timeout, so the judge can report before it is killed.
     out["deadline"] = _num(d, "deadline", 0.0, 0.0, 1e11) if d.get("deadline") is not None else None
+    # The worker's per-device lock file (devlock.py); absent: no locking.
+    out["device_lock"] = _str(d, "device_lock", 4096, False) or None
     return out
 
 

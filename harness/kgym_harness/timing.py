@@ -5,8 +5,15 @@ reference the same way. The clock functions are captured when this module is
 imported, before any candidate code runs (integrity.py checks they stay).
 
 CUDA: fresh inputs, L2 flush (a write to a buffer of at least twice the L2),
-start event, forward, torch.cuda.synchronize() (device-wide, so work on other
-streams is counted), end event. CPU: time.perf_counter_ns around the call.
+start event, forward, end event on the same stream (t_stream),
+torch.cuda.synchronize() (device-wide), a second end event (t_dev). The
+sample is t_stream unless t_dev minus the calibrated sync latency L exceeds
+it (work left on another stream): then t_dev - L, and the sample is marked.
+CPU: time.perf_counter_ns around the call.
+
+Warm-up runs until both n_warmup calls and WARMUP_MIN_MS of (synchronised)
+time have passed, at most WARMUP_EXTRA_CAP calls beyond n_warmup, so clocks
+ramp before the first sample.
 """
 
 from __future__ import annotations
@@ -30,8 +37,14 @@ _Event = torch.cuda.Event
 _elapsed = torch.cuda.Event.elapsed_time
 _record = torch.cuda.Event.record
 _event_sync = torch.cuda.Event.synchronize
+_current_stream = torch.cuda.current_stream
 
 DEFAULT_FLUSH_BYTES = 256 << 20
+WARMUP_MIN_MS = 20.0      # warm-up time target of a timing command (first block)
+WARMUP_EXTRA_CAP = 200    # calls beyond n_warmup the time target may add
+SYNC_CAL_ITERS = 20       # empty-body samples for the sync latency
+SIDE_SLACK_MS = 0.02      # t_dev - L may exceed t_stream by this before it counts
+PERF_BLOCKS = 5           # interleaved reference/candidate blocks
 
 
 def is_cuda(device: str) -> bool:
@@ -60,6 +73,75 @@ class L2Flusher:
             self.buf.zero_()
 
 
+_FLUSHERS: dict[str, L2Flusher] = {}
+
+
+def flusher_for(device: str) -> L2Flusher:
+    """One flush buffer per device and process (allocating it is not free)."""
+    key = str(torch.device(device))
+    f = _FLUSHERS.get(key)
+    if f is None:
+        f = _FLUSHERS[key] = L2Flusher(device)
+    return f
+
+
+def calibrate_sync(device: str, k: int = SYNC_CAL_ITERS) -> tuple[float, float]:
+    """(L, slack) in ms: the median cost that a device-wide synchronize and
+    an event record add to an end event (empty body, same pattern as a
+    sample), and how far a sample's t_dev - L may exceed t_stream before it
+    counts as work left on another stream (SIDE_SLACK_MS or 4 x the median
+    absolute deviation, whichever is larger)."""
+    if not is_cuda(device):
+        return 0.0, 0.0
+    dev = torch.device(device)
+    vals = []
+    for _ in range(max(1, k)):
+        stream = _current_stream(dev)
+        start, end_s, end_d = (_Event(enable_timing=True), _Event(enable_timing=True),
+                               _Event(enable_timing=True))
+        _record(start, stream)
+        _record(end_s, stream)
+        _cuda_sync(dev)
+        _record(end_d, stream)
+        _event_sync(end_d)
+        vals.append(float(_elapsed(start, end_d)) - float(_elapsed(start, end_s)))
+    lat = statistics.median(vals)
+    mad = statistics.median(abs(v - lat) for v in vals)
+    return lat, max(SIDE_SLACK_MS, 4.0 * mad)
+
+
+def pick_sample(t_stream: float, t_dev: float, lat: float, slack: float) -> tuple[float, bool]:
+    """The sample of one iteration and whether it needed the device-wide figure.
+
+    An honest call (one stream, or side streams joined back) is finished
+    when its stream's end event is: t_dev - L is then within the slack of
+    t_stream. Work left running elsewhere shows as a larger t_dev - L, which
+    is then the sample (it is never smaller than t_stream)."""
+    dev = t_dev - lat
+    if dev <= t_stream + slack:
+        return t_stream, False
+    return dev, True
+
+
+def block_plan(n_iter: int, n_warmup: int, blocks: int = PERF_BLOCKS) -> list[dict]:
+    """Split n_iter timed iterations into interleaved blocks.
+
+    Each block: start (index of its first input draw), n_warmup, n_iter,
+    warmup_ms. The first block warms up fully (n_warmup calls and
+    WARMUP_MIN_MS); later ones with one call (if any warm-up was asked
+    for). Input indices never overlap between blocks.
+    """
+    b = max(1, min(blocks, n_iter))
+    sizes = [n_iter // b + (1 if i < n_iter % b else 0) for i in range(b)]
+    plan, start = [], 0
+    for i, size in enumerate(sizes):
+        w = n_warmup if i == 0 else min(n_warmup, 1)
+        plan.append({"start": start, "n_warmup": w, "n_iter": size,
+                     "warmup_ms": WARMUP_MIN_MS if i == 0 and n_warmup > 0 else 0.0})
+        start += w + size
+    return plan
+
+
 def stats(samples: list[float]) -> dict | None:
     """median, mean, std (sample), min, max, n of samples in ms."""
     if not samples:
@@ -70,56 +152,81 @@ def stats(samples: list[float]) -> dict | None:
 
 
 def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
-                 n_warmup: int, n_iter: int, device: str) -> dict:
+                 n_warmup: int, n_iter: int, device: str, start: int = 0,
+                 warmup_ms: float = 0.0) -> dict:
     """Warm up, then time n_iter calls, each on fresh arguments.
 
-    make_args(i) draws the inputs of iteration i (untimed). Returns
+    make_args(i) draws the inputs of iteration i (untimed): warm-up call j
+    uses index start + j (j < n_warmup; extra time-based warm-up calls reuse
+    the last inputs), timed call i uses start + n_warmup + i. Returns
     {"samples_ms", "prep_ms" (drawing inputs, until the device is done),
-    "warmup_ms", "wall_ms"}: everything the trusted side needs to check
-    the claimed samples against its own clock.
+    "warmup_ms", "warmup_iters", "wall_ms", "side_stream" (indices of
+    samples that needed the device-wide figure), "sync_latency_ms"}:
+    everything the trusted side needs to check the claims against its clock.
     """
     t_start = _perf_ns()
     prep_ns = 0
     cuda = is_cuda(device)
-    flusher = L2Flusher(device)
-    for i in range(n_warmup):
+    dev = torch.device(device)
+    flusher = flusher_for(device)
+    lat, slack = calibrate_sync(device)
+    args = None
+    done = 0
+    busy_ns = 0
+    target_ns = warmup_ms * 1e6 if n_warmup > 0 else 0.0
+    while done < n_warmup or (busy_ns < target_ns and done < n_warmup + WARMUP_EXTRA_CAP):
+        if done < n_warmup or args is None:
+            args = None
+            t0 = _perf_ns()
+            args = make_args(start + done)
+            sync(device)
+            prep_ns += _perf_ns() - t0
         t0 = _perf_ns()
-        args = make_args(i)
-        sync(device)
-        prep_ns += _perf_ns() - t0
         call(args)
-        del args
-    sync(device)
+        sync(device)
+        busy_ns += _perf_ns() - t0
+        done += 1
+    del args
     warmup_ns = _perf_ns() - t_start - prep_ns
-    samples = []
+    samples: list[float] = []
+    side: list[int] = []
     for i in range(n_iter):
         t0 = _perf_ns()
-        args = make_args(n_warmup + i)
+        args = make_args(start + n_warmup + i)
         sync(device)  # drawing counts as prep, until the device is done with it
         prep_ns += _perf_ns() - t0
         flusher.flush()
         if cuda:
-            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-            _record(start)
+            stream = _current_stream(dev)
+            begin, end_s, end_d = (_Event(enable_timing=True), _Event(enable_timing=True),
+                                   _Event(enable_timing=True))
+            _record(begin, stream)
             call(args)
-            _cuda_sync(torch.device(device))
-            _record(end)
-            _event_sync(end)
-            samples.append(float(_elapsed(start, end)))
+            _record(end_s, stream)
+            _cuda_sync(dev)
+            _record(end_d, stream)
+            _event_sync(end_d)
+            ms, wide = pick_sample(float(_elapsed(begin, end_s)), float(_elapsed(begin, end_d)),
+                                   lat, slack)
+            samples.append(ms)
+            if wide:
+                side.append(i)
         else:
             t1 = _perf_ns()
             call(args)
             samples.append((_perf_ns() - t1) / 1e6)
         del args
     return {"samples_ms": samples, "prep_ms": prep_ns / 1e6,
-            "warmup_ms": warmup_ns / 1e6, "wall_ms": (_perf_ns() - t_start) / 1e6}
+            "warmup_ms": warmup_ns / 1e6, "warmup_iters": done,
+            "wall_ms": (_perf_ns() - t_start) / 1e6, "side_stream": side,
+            "sync_latency_ms": lat}
 
 
 def flush_cost_ms(device: str, k: int = 5) -> float:
     """Host-observed time of one synchronised L2 flush (0 on the CPU)."""
     if not is_cuda(device):
         return 0.0
-    flusher = L2Flusher(device)
+    flusher = flusher_for(device)
     flusher.flush()
     sync(device)
     t0 = _perf_ns()
@@ -132,27 +239,34 @@ def flush_cost_ms(device: str, k: int = 5) -> float:
 # Trusted-side plausibility bound for a candidate's claimed timings.
 TAMPER_FACTOR = 4.0
 TAMPER_FIXED_MS = 100.0
+TAMPER_PER_BLOCK_MS = 10.0
 TAMPER_PER_ITER_MS = 0.2
 
 
 def tamper_excess(claim_ms: float, n_iter: int, n_warmup: int, wall_ms: float,
-                  prep_ms: float, flush_ms: float) -> float:
+                  prep_ms: float, flush_ms: float, blocks: int = 1,
+                  warmup_ms: float = 0.0) -> float:
     """How far (ms) the trusted wall time exceeds what the claim can explain.
 
-    wall_ms is the judge's own measurement of the candidate's whole timing
-    command. Subtract generous allowances for what is not forward time:
+    wall_ms is the judge's own measurement of the candidate's timing
+    commands (all blocks together); n_warmup the warm-up calls they were
+    asked for. Subtract generous allowances for what is not forward time:
     twice the judge's own cost of the same input draws (prep_ms), twice a
     synchronised L2 flush per iteration, 0.2 ms of loop/sync overhead per
-    iteration and 100 ms for messaging. What remains was spent in forward
-    calls; an honest claim, scaled to the warmup iterations as well, is at
-    least a quarter of it (event timing can hide launch overhead behind the
-    flush, never 4x). A positive return value means the claim is too small.
+    iteration, 100 ms for messaging plus 10 ms per further block, and the
+    time-based warm-up (warmup_ms plus 0.2 ms for each of the at most
+    WARMUP_EXTRA_CAP extra calls). What remains was spent in forward calls;
+    an honest claim, scaled to the warm-up calls as well, is at least a
+    quarter of it (event timing can hide launch overhead behind the flush,
+    never 4x). A positive return value means the claim is too small.
     """
     if n_iter <= 0:
         return 0.0
     iters = n_iter + n_warmup
+    extra = (warmup_ms + TAMPER_PER_ITER_MS * WARMUP_EXTRA_CAP) if warmup_ms > 0 else 0.0
     budget = wall_ms - (2.0 * prep_ms + 2.0 * flush_ms * n_iter
-                        + TAMPER_PER_ITER_MS * iters + TAMPER_FIXED_MS)
+                        + TAMPER_PER_ITER_MS * iters + TAMPER_FIXED_MS
+                        + TAMPER_PER_BLOCK_MS * max(0, blocks - 1) + extra)
     explained = TAMPER_FACTOR * claim_ms * iters / n_iter
     return budget - explained
 

@@ -1,0 +1,108 @@
+"""The per-device lock: shared for correctness work, exclusive for measuring.
+
+The worker names one lock file per device (task["device_lock"]). Every judge
+opens it itself and takes flock(LOCK_SH) around GPU correctness work (several
+evaluations may share the device then) and flock(LOCK_EX) around timing and
+profiling, so measurements see an otherwise idle device.
+
+flock alone lets a stream of shared holders starve an exclusive waiter. A
+second file, path + ".turnstile", orders them: a shared taker passes through
+the turnstile (takes it exclusively, takes LOCK_SH, releases it at once); an
+exclusive taker holds the turnstile while it waits for LOCK_EX. Once an
+exclusive taker is waiting, later shared takers queue behind it.
+
+Waits poll with LOCK_NB (short back-off) so that a deadline can end them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+
+POLL_MIN_S = 0.0005
+POLL_MAX_S = 0.005
+
+
+class LockTimeout(Exception):
+    """The device lock could not be had before the deadline."""
+
+
+class DeviceLock:
+    """Reader/writer lock on one lock file; a no-op when path is None."""
+
+    def __init__(self, path: str | None):
+        self.path = path or None
+        self.fd = -1
+        self.turnstile = -1
+        self.mode: str | None = None  # None, "shared" or "exclusive"
+        self.waited_ms = 0.0
+        self.error: str | None = None
+
+    def _open(self) -> bool:
+        if self.path is None or self.error is not None:
+            return False
+        if self.fd >= 0:
+            return True
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            self.turnstile = os.open(self.path + ".turnstile",
+                                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as e:
+            self.error = f"device lock {self.path}: {e}"
+            self.close()
+            return False
+        return True
+
+    @staticmethod
+    def _take(fd: int, op: int, deadline: float | None) -> None:
+        delay = POLL_MIN_S
+        while True:
+            try:
+                fcntl.flock(fd, op | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            if deadline is not None and time.monotonic() >= deadline:
+                raise LockTimeout("the device stayed busy (lock held by other evaluations)")
+            time.sleep(delay)
+            delay = min(delay * 2, POLL_MAX_S)
+
+    def shared(self, deadline: float | None = None) -> None:
+        self._acquire("shared", deadline)
+
+    def exclusive(self, deadline: float | None = None) -> None:
+        self._acquire("exclusive", deadline)
+
+    def _acquire(self, mode: str, deadline: float | None) -> None:
+        if self.mode == mode or not self._open():
+            return
+        self.release()
+        t0 = time.perf_counter()
+        try:
+            self._take(self.turnstile, fcntl.LOCK_EX, deadline)
+            try:
+                self._take(self.fd, fcntl.LOCK_SH if mode == "shared" else fcntl.LOCK_EX,
+                           deadline)
+            finally:
+                fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        finally:
+            self.waited_ms += (time.perf_counter() - t0) * 1e3
+        self.mode = mode
+
+    def release(self) -> None:
+        if self.mode is not None and self.fd >= 0:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        self.mode = None
+
+    def close(self) -> None:
+        """Release and close both files (closing alone would release too)."""
+        self.release()
+        for attr in ("fd", "turnstile"):
+            fd = getattr(self, attr)
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            setattr(self, attr, -1)

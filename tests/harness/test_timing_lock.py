@@ -1,0 +1,161 @@
+"""Timing helpers (sample choice, interleaving plan, warm-up, tamper bound
+with blocks) and the per-device lock (shared/exclusive, writer priority)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+
+import pytest
+
+from kgym_harness import timing
+from kgym_harness.devlock import DeviceLock, LockTimeout
+
+
+def test_pick_sample_honest_and_side_stream():
+    # honest: t_dev - L is about t_stream
+    assert timing.pick_sample(0.150, 0.150 + 0.030, 0.030, 0.02) == (0.150, False)
+    assert timing.pick_sample(0.150, 0.150 + 0.045, 0.030, 0.02) == (0.150, False)
+    # jitter above the slack: the (larger) device-wide figure, marked
+    ms, wide = timing.pick_sample(0.150, 0.150 + 0.080, 0.030, 0.02)
+    assert wide and ms == pytest.approx(0.200)
+    # 54 ms left on a side stream is counted
+    ms, wide = timing.pick_sample(0.150, 54.7, 0.030, 0.02)
+    assert wide and ms == pytest.approx(54.67)
+
+
+def test_block_plan_covers_every_iteration_once():
+    plan = timing.block_plan(100, 3)
+    assert len(plan) == 5 and sum(b["n_iter"] for b in plan) == 100
+    assert [b["n_warmup"] for b in plan] == [3, 1, 1, 1, 1]
+    assert plan[0]["warmup_ms"] == timing.WARMUP_MIN_MS and plan[1]["warmup_ms"] == 0
+    used = []
+    for b in plan:
+        used += range(b["start"], b["start"] + b["n_warmup"] + b["n_iter"])
+    assert used == list(range(len(used)))  # disjoint, consecutive input indices
+    assert [b["n_iter"] for b in timing.block_plan(2, 0)] == [1, 1]
+    assert timing.block_plan(2, 0)[0]["warmup_ms"] == 0.0
+    assert [b["n_iter"] for b in timing.block_plan(7, 1)] == [2, 2, 1, 1, 1]
+
+
+def test_time_forward_warms_up_by_time_and_count():
+    calls = []
+
+    def call(args):
+        calls.append(args)
+        time.sleep(0.002)
+
+    res = timing.time_forward(call, lambda i: i, 2, 3, "cpu", start=10, warmup_ms=20.0)
+    assert res["warmup_iters"] >= 9  # 2 by count, then until ~20 ms had passed
+    assert res["warmup_iters"] <= 2 + timing.WARMUP_EXTRA_CAP
+    assert calls[:2] == [10, 11] and set(calls[2:res["warmup_iters"]]) == {11}
+    assert calls[res["warmup_iters"]:] == [12, 13, 14]
+    assert res["side_stream"] == [] and len(res["samples_ms"]) == 3
+    # no warm-up asked for: none by time either
+    calls.clear()
+    res = timing.time_forward(call, lambda i: i, 0, 1, "cpu", warmup_ms=20.0)
+    assert res["warmup_iters"] == 0 and calls == [0]
+
+
+def test_tamper_bound_with_blocks_and_timed_warmup():
+    # honest: 100 samples of 0.01 ms, 60 ms of time-based warm-up and 5 blocks
+    assert timing.tamper_excess(1.0, 100, 7, 150.0, 5.0, 0.0, blocks=5, warmup_ms=20.0) < 0
+    # a claim of nothing over a 2 s phase
+    assert timing.tamper_excess(0.001, 8, 7, 2000.0, 1.0, 0.0, blocks=5, warmup_ms=20.0) > 1000
+
+
+# ---- the device lock ---------------------------------------------------------
+
+def _holder(path, mode, got, release, t_got):
+    lock = DeviceLock(path)
+    getattr(lock, mode)()
+    t_got.value = time.monotonic()
+    got.set()
+    release.wait(10)
+    lock.close()
+
+
+def _start(ctx, path, mode):
+    got, release, t_got = ctx.Event(), ctx.Event(), ctx.Value("d", 0.0)
+    p = ctx.Process(target=_holder, args=(path, mode, got, release, t_got))
+    p.start()
+    return p, got, release, t_got
+
+
+def test_lock_shared_blocks_exclusive_and_writer_goes_before_later_reader(tmp_path):
+    ctx = mp.get_context("fork")
+    path = str(tmp_path / "dev.lock")
+    a = _start(ctx, path, "shared")
+    assert a[1].wait(5)
+    b = _start(ctx, path, "shared")  # shared holders share
+    assert b[1].wait(5)
+    b[2].set()
+    b[0].join(5)
+    w = _start(ctx, path, "exclusive")
+    time.sleep(0.3)
+    assert not w[1].is_set()  # the shared holder keeps the writer out
+    r = _start(ctx, path, "shared")  # a later reader queues behind the writer
+    time.sleep(0.3)
+    assert not r[1].is_set()
+    a[2].set()
+    assert w[1].wait(5)
+    time.sleep(0.2)
+    assert not r[1].is_set()  # the writer holds the device alone
+    w[2].set()
+    assert r[1].wait(5)
+    assert w[3].value < r[3].value
+    r[2].set()
+    for p in (a, w, r):
+        p[0].join(5)
+        assert p[0].exitcode == 0
+
+
+def test_lock_deadline_and_missing_path(tmp_path):
+    ctx = mp.get_context("fork")
+    path = str(tmp_path / "dev.lock")
+    holder = _start(ctx, path, "exclusive")
+    assert holder[1].wait(5)
+    lock = DeviceLock(path)
+    t0 = time.monotonic()
+    with pytest.raises(LockTimeout):
+        lock.shared(time.monotonic() + 0.2)
+    assert 0.15 < time.monotonic() - t0 < 2.0
+    holder[2].set()
+    holder[0].join(5)
+    lock.shared(time.monotonic() + 5)  # the turnstile was released on timeout
+    lock.exclusive(time.monotonic() + 5)
+    assert lock.mode == "exclusive"
+    lock.close()
+    none = DeviceLock(None)
+    none.exclusive()
+    assert none.mode is None and none.error is None
+    bad = DeviceLock(os.path.join(str(tmp_path), "no", "such", "dir", "x.lock"))
+    bad.exclusive()
+    assert bad.mode is None and "x.lock" in bad.error
+
+
+def test_judge_waits_for_the_device_lock_before_timing(tmp_path):
+    # Another evaluation holds the device (shared) for 1.5 s: the judge's
+    # correctness work on the cpu takes no lock, its timing waits.
+    import kit
+    assert kit.run(kit.cpu_kernel())["verdict"] == "pass"  # the extension is built
+    ctx = mp.get_context("fork")
+    path = str(tmp_path / "kgym-device-cpu.lock")
+    holder = _start(ctx, path, "shared")
+    assert holder[1].wait(5)
+    ctx.Process(target=_release_later, args=(holder[2], 1.5)).start()
+    r = kit.run(kit.cpu_kernel(), device_lock=path, num_perf_trials=5)
+    holder[0].join(5)
+    assert r["verdict"] == "pass", r["feedback"]
+    assert r["timings"]["lock_wait"] > 300
+    assert r["checks"]["timing_blocks"] == 5 and r["runtime_stats"]["kernel"]["n"] == 5
+    assert r["checks"]["side_stream_samples"] == 0
+    lock = DeviceLock(path)  # released at the end
+    lock.exclusive(time.monotonic() + 1)
+    lock.close()
+
+
+def _release_later(ev, delay):
+    time.sleep(delay)
+    ev.set()
