@@ -9,7 +9,7 @@ judge.
 Commands (JSON header + tensors, see channel.py):
   load    {reference_code, kernel_code, backend, entry_point, init_seed, device}
   run     {mode: train|eval, grad: bool, args}        -> {output, launches}
-  time    {n_warmup, n_iter, seed, start, warmup_ms}
+  time    {n_warmup, n_iter, seed, start, timed_start, warmup_ms}
                                 -> {timing (+ inputs: fingerprint), launches}
   profile {n_iter, seed}                                -> {profile}
   exit
@@ -159,6 +159,7 @@ def _make_args(state: CandidateState, seed: int) -> Callable[[int], Any]:
 def cmd_time(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     n_warmup, n_iter = int(h.get("n_warmup", 0)), int(h.get("n_iter", 1))
     start = max(0, int(h.get("start", 0)))
+    timed_start = max(0, int(h.get("timed_start", start + n_warmup)))
     warmup_ms = min(max(float(h.get("warmup_ms", 0.0)), 0.0), 1000.0)
     call = _forward(state, "train", False)
     make_args = _make_args(state, int(h.get("seed", 0)))
@@ -166,8 +167,8 @@ def cmd_time(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     hooks.RECORDER.light = True
     try:
         res = timing.time_forward(call, make_args, n_warmup, n_iter, state.device,
-                                  start=start, warmup_ms=warmup_ms)
-        res["inputs"] = loader.fingerprint(make_args(start + n_warmup))
+                                  start=start, warmup_ms=warmup_ms, timed_start=timed_start)
+        res["inputs"] = loader.fingerprint(make_args(timed_start))
     except BaseException as e:
         return _failure(e, "time", state), []
     finally:

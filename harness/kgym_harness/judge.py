@@ -293,27 +293,32 @@ class Judge:
         wall_ms = 0.0
         launches = 0
         inputs_ok = True
+        warmups = 0
         for b, blk in enumerate(plan):
             for who in (("ref", "cand") if b % 2 == 0 else ("cand", "ref")):
                 if who == "ref":
                     if cached is not None:
                         continue
-                    r = timing.time_forward(ref_call, self.timing_inputs, blk["n_warmup"],
-                                            blk["n_iter"], self.device, start=blk["start"],
-                                            warmup_ms=blk["warmup_ms"])
+                    r = timing.time_forward(ref_call, self.timing_inputs,
+                                            timing.rewarm(blk, ref["samples_ms"]), blk["n_iter"],
+                                            self.device, start=blk["start"],
+                                            warmup_ms=blk["warmup_ms"],
+                                            timed_start=blk["timed_start"])
                     ref["samples_ms"] += r["samples_ms"]
                     for k in ("prep_ms", "warmup_ms", "wall_ms"):
                         ref[k] += r[k]
                     continue
+                w = timing.rewarm(blk, cand)
+                warmups += w
                 t1 = _now()
-                c = self.remote.time(blk["n_warmup"], blk["n_iter"], self.timing_seed,
-                                     blk["start"], blk["warmup_ms"])
+                c = self.remote.time(w, blk["n_iter"], self.timing_seed, blk["start"],
+                                     blk["warmup_ms"], blk["timed_start"])
                 wall_ms += (_now() - t1) * 1e3
                 side += [len(cand) + i for i in c["side_stream"]]
                 cand += c["samples_ms"]
                 launches += c["launches"]["count"]
                 if inputs_ok:
-                    mine = loader.fingerprint(self.timing_inputs(blk["start"] + blk["n_warmup"]))
+                    mine = loader.fingerprint(self.timing_inputs(blk["timed_start"]))
                     inputs_ok = loader.fingerprints_match(mine, c["inputs"])
         if cached is not None:
             ref = cached
@@ -328,7 +333,6 @@ class Judge:
         if kstats["median"] > 0:
             self.result["speedup"] = rstats["median"] / kstats["median"]
         n = req["num_perf_trials"]
-        warmups = sum(blk["n_warmup"] for blk in plan)
         excess = timing.tamper_excess(sum(cand), n, warmups, wall_ms, ref["prep_ms"], flush_ms,
                                       blocks=len(plan), warmup_ms=plan[0]["warmup_ms"])
         checks = self.result["checks"]
@@ -370,12 +374,17 @@ class Judge:
 
     def profile(self) -> None:
         self.phase = "profiling"
+        t0 = _now()
         try:
             raw = self.remote.profile(PROFILE_ITERS, self.timing_seed)
         except CandidateFailed as e:
             self.result["warnings"].append(f"profiling failed: {e.info['message']}"[:500])
             return
         prof = profiling.sanitize_profile(raw)
+        if prof is not None:
+            detail = prof.pop("detail_ms", {})
+            detail["command"] = (_now() - t0) * 1e3  # the judge's clock, all of it
+            self.result["timings"]["profiling_detail"] = detail
         if prof is None:
             self.result["warnings"].append("the candidate sent a malformed profile")
         elif prof["method"] == "cuda_profiler":

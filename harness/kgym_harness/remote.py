@@ -143,9 +143,11 @@ class Remote:
         return unpack(reply.get("output"), out), None, launches
 
     def time(self, n_warmup: int, n_iter: int, seed: int, start: int = 0,
-             warmup_ms: float = 0.0) -> dict:
+             warmup_ms: float = 0.0, timed_start: int | None = None) -> dict:
         reply, _ = self._call({"cmd": "time", "n_warmup": n_warmup, "n_iter": n_iter,
-                               "seed": seed, "start": start, "warmup_ms": warmup_ms})
+                               "seed": seed, "start": start, "warmup_ms": warmup_ms,
+                               "timed_start": start + n_warmup if timed_start is None
+                               else timed_start})
         t = reply.get("timing")
         if not isinstance(t, dict):
             raise ProtocolError("time reply without timing")

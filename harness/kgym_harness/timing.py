@@ -45,6 +45,7 @@ WARMUP_EXTRA_CAP = 200    # calls beyond n_warmup the time target may add
 SYNC_CAL_ITERS = 20       # empty-body samples for the sync latency
 SIDE_SLACK_MS = 0.02      # t_dev - L may exceed t_stream by this before it counts
 PERF_BLOCKS = 5           # interleaved reference/candidate blocks
+REWARM_MAX_MS = 10.0      # later blocks re-warm with one call if calls are this fast
 
 
 def is_cuda(device: str) -> bool:
@@ -126,20 +127,31 @@ def pick_sample(t_stream: float, t_dev: float, lat: float, slack: float) -> tupl
 def block_plan(n_iter: int, n_warmup: int, blocks: int = PERF_BLOCKS) -> list[dict]:
     """Split n_iter timed iterations into interleaved blocks.
 
-    Each block: start (index of its first input draw), n_warmup, n_iter,
-    warmup_ms. The first block warms up fully (n_warmup calls and
-    WARMUP_MIN_MS); later ones with one call (if any warm-up was asked
-    for). Input indices never overlap between blocks.
+    Each block: start (index of its first warm-up draw), n_warmup (at
+    most), timed_start (index of its first timed draw), n_iter, warmup_ms.
+    The first block warms up fully (n_warmup calls and WARMUP_MIN_MS);
+    later ones with at most one call (rewarm() decides). Input indices
+    never overlap between blocks and do not depend on the warm-up done.
     """
     b = max(1, min(blocks, n_iter))
     sizes = [n_iter // b + (1 if i < n_iter % b else 0) for i in range(b)]
     plan, start = [], 0
     for i, size in enumerate(sizes):
         w = n_warmup if i == 0 else min(n_warmup, 1)
-        plan.append({"start": start, "n_warmup": w, "n_iter": size,
+        plan.append({"start": start, "n_warmup": w, "timed_start": start + w, "n_iter": size,
                      "warmup_ms": WARMUP_MIN_MS if i == 0 and n_warmup > 0 else 0.0})
         start += w + size
     return plan
+
+
+def rewarm(block: dict, samples_so_far: list[float]) -> int:
+    """Warm-up calls of a block for one side: the first block's as planned;
+    a later block's one call only while that side's calls are fast (a slow
+    call keeps the device busy by itself, and costs real time)."""
+    if not samples_so_far:
+        return block["n_warmup"]
+    fast = statistics.median(samples_so_far) < REWARM_MAX_MS
+    return block["n_warmup"] if fast else 0
 
 
 def stats(samples: list[float]) -> dict | None:
@@ -153,18 +165,21 @@ def stats(samples: list[float]) -> dict | None:
 
 def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
                  n_warmup: int, n_iter: int, device: str, start: int = 0,
-                 warmup_ms: float = 0.0) -> dict:
+                 warmup_ms: float = 0.0, timed_start: int | None = None) -> dict:
     """Warm up, then time n_iter calls, each on fresh arguments.
 
     make_args(i) draws the inputs of iteration i (untimed): warm-up call j
     uses index start + j (j < n_warmup; extra time-based warm-up calls reuse
-    the last inputs), timed call i uses start + n_warmup + i. Returns
+    the last inputs), timed call i uses timed_start + i (default start +
+    n_warmup). Returns
     {"samples_ms", "prep_ms" (drawing inputs, until the device is done),
     "warmup_ms", "warmup_iters", "wall_ms", "side_stream" (indices of
     samples that needed the device-wide figure), "sync_latency_ms"}:
     everything the trusted side needs to check the claims against its clock.
     """
     t_start = _perf_ns()
+    if timed_start is None:
+        timed_start = start + n_warmup
     prep_ns = 0
     cuda = is_cuda(device)
     dev = torch.device(device)
@@ -192,7 +207,7 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
     side: list[int] = []
     for i in range(n_iter):
         t0 = _perf_ns()
-        args = make_args(start + n_warmup + i)
+        args = make_args(timed_start + i)
         sync(device)  # drawing counts as prep, until the device is done with it
         prep_ns += _perf_ns() - t0
         flusher.flush()

@@ -34,6 +34,11 @@ def test_block_plan_covers_every_iteration_once():
     for b in plan:
         used += range(b["start"], b["start"] + b["n_warmup"] + b["n_iter"])
     assert used == list(range(len(used)))  # disjoint, consecutive input indices
+    assert all(b["timed_start"] == b["start"] + b["n_warmup"] for b in plan)
+    # later blocks re-warm with one call while calls are fast, not when slow
+    assert timing.rewarm(plan[0], []) == 3
+    assert timing.rewarm(plan[1], [0.2, 0.3]) == 1
+    assert timing.rewarm(plan[1], [50.0, 60.0]) == 0
     assert [b["n_iter"] for b in timing.block_plan(2, 0)] == [1, 1]
     assert timing.block_plan(2, 0)[0]["warmup_ms"] == 0.0
     assert [b["n_iter"] for b in timing.block_plan(7, 1)] == [2, 2, 1, 1, 1]
