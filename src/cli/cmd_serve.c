@@ -1,0 +1,277 @@
+/* cmd_serve.c - `kgym serve`: the REST API over the task store. */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "server/api.h"
+#include "server/auth.h"
+#include "server/http.h"
+#include "server/metrics.h"
+#include "server/sched.h"
+#include "server/store.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kgym serve [--listen 127.0.0.1:10907] [--store "
+            "sqlite:PATH | redis://HOST:PORT/DB]\n"
+            "                  [--token-file F] [--worker-token-file W] "
+            "[--data-dir D] [options]\n"
+            "\n"
+            "Serves the task API (docs/api.md): clients submit with POST "
+            "/evaluate, workers\n"
+            "lease with POST /worker/lease. Runs until SIGINT or SIGTERM; "
+            "SIGHUP re-reads\n"
+            "the token files.\n"
+            "\n"
+            "options:\n"
+            "  --listen HOST:PORT       address (default 127.0.0.1:10907; "
+            "port 0 picks one)\n"
+            "  --store URL              sqlite:PATH[?sync=normal] or "
+            "redis://HOST:PORT[/DB]\n"
+            "                           (default sqlite:DATA_DIR/kgym.db)\n"
+            "  --data-dir D             default $KGYM_DATA_DIR, else "
+            "~/.local/share/kgym\n"
+            "  --token-file F           client bearer tokens, one per line "
+            "(several: rotation)\n"
+            "  --worker-token-file W    workers' tokens (default: F's)\n"
+            "  --threads N              HTTP threads (default: online "
+            "CPUs)\n"
+            "  --lease-s S              lease length (default 60)\n"
+            "  --worker-ttl-s S         a worker without heartbeat this long "
+            "is dead (default 30)\n"
+            "  --max-attempts N         leases a task may get (default 3)\n"
+            "  --workers auto|N         local workers (not yet)\n");
+}
+
+static int parse_pos(const char *opt, const char *v, long max, long *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < 1 || x > max) {
+        fprintf(stderr, "kgym serve: %s: expected an integer in 1..%ld\n", opt,
+                max);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* mkdir -p with mode 0700 for the directories it creates. */
+static int mkdirs(const char *path)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return -1;
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0700) && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    return mkdir(buf, 0700) && errno != EEXIST ? -1 : 0;
+}
+
+/* Warns when a token file can be read by others. */
+static void check_mode(const char *path)
+{
+    struct stat st;
+    if (path && stat(path, &st) == 0 && (st.st_mode & 077))
+        fprintf(stderr,
+                "kgym serve: warning: %s is readable by group or others "
+                "(chmod 600 it)\n",
+                path);
+}
+
+int kg_cli_serve(int argc, char **argv)
+{
+    const char *listen = "127.0.0.1:10907", *store_url = NULL;
+    const char *token_file = NULL, *worker_token_file = NULL;
+    const char *data_dir = getenv("KGYM_DATA_DIR"), *workers = NULL;
+    long threads = 0, lease_s = 0, ttl_s = 0, max_attempts = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "kgym serve: unknown option or missing value: %s\n",
+                    a);
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--listen"))
+            listen = v;
+        else if (!strcmp(a, "--store"))
+            store_url = v;
+        else if (!strcmp(a, "--token-file"))
+            token_file = v;
+        else if (!strcmp(a, "--worker-token-file"))
+            worker_token_file = v;
+        else if (!strcmp(a, "--data-dir"))
+            data_dir = v;
+        else if (!strcmp(a, "--workers"))
+            workers = v;
+        else if (!strcmp(a, "--threads")) {
+            if (parse_pos(a, v, 1024, &threads))
+                return 2;
+        } else if (!strcmp(a, "--lease-s")) {
+            if (parse_pos(a, v, 86400, &lease_s))
+                return 2;
+        } else if (!strcmp(a, "--worker-ttl-s")) {
+            if (parse_pos(a, v, 86400, &ttl_s))
+                return 2;
+        } else if (!strcmp(a, "--max-attempts")) {
+            if (parse_pos(a, v, 1000, &max_attempts))
+                return 2;
+        } else {
+            fprintf(stderr, "kgym serve: unknown option %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (workers)
+        fprintf(stderr,
+                "kgym serve: --workers %s: not yet (start `kgym "
+                "worker` processes yourself for now)\n",
+                workers);
+    if (worker_token_file && !token_file) {
+        fprintf(stderr, "kgym serve: --worker-token-file needs --token-file "
+                        "(the clients' tokens)\n");
+        return 2;
+    }
+
+    char dflt_dir[PATH_MAX], dflt_store[PATH_MAX + 16];
+    if (!store_url) {
+        if (!data_dir) {
+            const char *home = getenv("HOME");
+            snprintf(dflt_dir, sizeof dflt_dir, "%s/.local/share/kgym",
+                     home && home[0] ? home : ".");
+            data_dir = dflt_dir;
+        }
+        if (mkdirs(data_dir)) {
+            fprintf(stderr, "kgym serve: --data-dir %s: %s\n", data_dir,
+                    strerror(errno));
+            return 1;
+        }
+        snprintf(dflt_store, sizeof dflt_store, "sqlite:%s/kgym.db", data_dir);
+        store_url = dflt_store;
+    }
+
+    kg_err err;
+    kg_auth *auth = NULL;
+    if (kg_auth_open(token_file, worker_token_file, &auth, &err)) {
+        fprintf(stderr, "kgym serve: %s\n", err.msg);
+        return 2;
+    }
+    check_mode(token_file);
+    check_mode(worker_token_file);
+    int auth_on = kg_auth_enabled(auth);
+    if (!auth_on && !kg_http_is_loopback(listen)) {
+        fprintf(stderr,
+                "kgym serve: --listen %s: refusing a non-loopback address "
+                "with no token configured (give --token-file)\n",
+                listen);
+        kg_auth_free(auth);
+        return 2;
+    }
+
+    /* every thread started from here on inherits the blocked signals */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = 1;
+    kg_store *store = NULL;
+    kg_sched *sched = NULL;
+    kg_metrics *metrics = NULL;
+    kg_api *api = NULL;
+    kg_http *http = NULL;
+    kg_store_opts so;
+    kg_store_opts_default(&so);
+    if (lease_s)
+        so.lease_ms = lease_s * 1000;
+    if (ttl_s)
+        so.worker_ttl_ms = ttl_s * 1000;
+    kg_sched_policy sp;
+    kg_sched_policy_default(&sp);
+    if (max_attempts)
+        sp.max_attempts = (int)max_attempts;
+
+    if (kg_store_open(&store, store_url, &so, &err)) {
+        fprintf(stderr, "kgym serve: --store %s: %s\n", store_url, err.msg);
+        goto out;
+    }
+    if (kg_sched_start(&sched, store, &sp, 1, &err)) {
+        fprintf(stderr, "kgym serve: scheduler: %s\n", err.msg);
+        goto out;
+    }
+    metrics = kg_metrics_new();
+    api = metrics ? kg_api_new(store, sched, &so, metrics) : NULL;
+    if (!api) {
+        fprintf(stderr, "kgym serve: out of memory\n");
+        goto out;
+    }
+    kg_http_config hc = {
+        .listen = listen, .threads = (int)threads, .allow_remote = auth_on};
+    if (kg_http_start(&hc, api, auth, metrics, &http, &err)) {
+        fprintf(stderr, "kgym serve: %s\n", err.msg);
+        goto out;
+    }
+    kg_api_set_http(api, http);
+
+    char desc[512] = "";
+    kg_store_describe(store, desc, sizeof desc, NULL);
+    int nc = 0, nw = 0;
+    kg_auth_counts(auth, &nc, &nw);
+    if (!auth_on)
+        fprintf(stderr, "kgym serve: warning: no token configured: loopback "
+                        "only, and anyone on this machine can submit\n");
+    printf("kgym serve: listening on http://%s\n", kg_http_address(http));
+    printf("kgym serve: store %s\n", desc[0] ? desc : store_url);
+    if (auth_on)
+        printf("kgym serve: %d client token(s), %d worker token(s)%s\n", nc, nw,
+               worker_token_file ? "" : " (the same file)");
+    fflush(stdout);
+
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&sigs, &sig))
+            break;
+        if (sig == SIGHUP) {
+            if (kg_auth_reload(auth, &err))
+                fprintf(stderr, "kgym serve: tokens not reloaded: %s\n",
+                        err.msg);
+            else
+                fprintf(stderr, "kgym serve: tokens reloaded\n");
+            continue;
+        }
+        fprintf(stderr, "kgym serve: %s, stopping\n", strsignal(sig));
+        break;
+    }
+    rc = 0;
+out:
+    kg_http_stop(http);
+    kg_sched_stop(sched);
+    kg_api_free(api);
+    kg_metrics_free(metrics);
+    if (store)
+        kg_store_close(store);
+    kg_auth_free(auth);
+    return rc;
+}

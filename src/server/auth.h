@@ -1,0 +1,55 @@
+/*
+ * auth.h - bearer tokens for kgym serve.
+ *
+ * Two token sets: clients' (--token-file) and workers'
+ * (--worker-token-file, default: the clients' file). A file holds one token
+ * per line (blank lines and lines starting with '#' are skipped), so a new
+ * token can be added beside the old one and the old one removed later
+ * (rotation). kg_auth_reload re-reads both files (SIGHUP).
+ *
+ * Tokens are compared through their SHA-256 digests, byte by byte without
+ * an early exit, against every configured token, so the time taken says
+ * nothing about how much of a guess was right nor which token matched.
+ */
+#ifndef KGYM_SERVER_AUTH_H
+#define KGYM_SERVER_AUTH_H
+
+#include "kgym/kgym.h"
+
+/* Who may call an endpoint. */
+enum kg_auth_role {
+    KG_AUTH_NONE = 0,   /* open (GET /health) */
+    KG_AUTH_CLIENT = 1, /* a client token */
+    KG_AUTH_WORKER = 2, /* a worker token */
+    KG_AUTH_ANY = 3,    /* either (read-only operator views) */
+};
+
+typedef struct kg_auth kg_auth;
+
+/*
+ * Loads the token files (either path may be NULL; a NULL worker_path means
+ * the client file). Returns 0 and a new kg_auth in *out (caller frees with
+ * kg_auth_free), or a negative KG_E* code with the reason in err: a file
+ * that cannot be read, or one that holds no token.
+ */
+int kg_auth_open(const char *client_path, const char *worker_path,
+                 kg_auth **out, kg_err *err);
+void kg_auth_free(kg_auth *a);
+
+/* Re-reads the files; on error the old tokens stay in force. Thread-safe. */
+int kg_auth_reload(kg_auth *a, kg_err *err);
+
+/* 1 when at least one token is configured (auth is on). */
+int kg_auth_enabled(const kg_auth *a);
+
+/*
+ * Checks an Authorization header value ("Bearer <token>", may be NULL)
+ * against the role an endpoint needs. Returns 1 when allowed, 0 when not.
+ * Always allowed when auth is off or role is KG_AUTH_NONE. Thread-safe.
+ */
+int kg_auth_check(kg_auth *a, const char *authorization, int role);
+
+/* Number of tokens loaded for clients and workers (for the start line). */
+void kg_auth_counts(kg_auth *a, int *clients, int *workers);
+
+#endif

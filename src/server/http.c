@@ -1,0 +1,652 @@
+/* http.c - the libmicrohttpd daemon: routing, limits, auth, long polls. */
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/json_util.h"
+#include "server/api.h"
+#include "server/auth.h"
+#include "server/http.h"
+#include "server/metrics.h"
+
+#define DEFAULT_CONN_LIMIT 4096
+#define DEFAULT_IDLE_TIMEOUT_S 30
+#define CONN_MEMORY_LIMIT (64 * 1024) /* request line + headers */
+#define PARK_RECHECK_S 0.2 /* parked polls re-ask the store this often */
+
+/* One request's state, from its first byte to its reply being sent. */
+struct conn {
+    struct MHD_Connection *mc;
+    double t0;
+    int route, role, status;
+    int answered; /* a reply was queued before the body was read */
+    int too_big;  /* the body went over the limit; being discarded */
+    int resumed;  /* times resumed after a park */
+    const char *param;
+    char *body;
+    size_t len, cap;
+    double slot; /* kg_http_req.slot */
+    char peer[INET6_ADDRSTRLEN];
+    double park_until;
+    struct conn *prev, *next; /* in the parked list while parked */
+    void (*undo)(struct kg_api *, json_t *);
+    json_t *undo_arg;
+    char path[]; /* the URL path, param points into it */
+};
+
+struct kg_http {
+    struct MHD_Daemon *d;
+    struct kg_api *api;
+    struct kg_auth *auth;
+    struct kg_metrics *metrics;
+    int port;
+    char address[96];
+
+    pthread_mutex_t lock; /* guards the parked list and stopping */
+    pthread_cond_t cond;
+    struct conn *parked_head, *parked_tail; /* oldest first */
+    int nparked;
+    int stopping;
+    pthread_t ticker;
+    int ticker_started;
+};
+
+double kg_http_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void kg_http_error(kg_http_reply *rep, int status, const char *code,
+                   const char *field, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *e = json_object();
+    json_object_set_new(e, "code", json_string(code));
+    json_object_set_new(e, "message", json_string(msg));
+    if (field)
+        json_object_set_new(e, "field", json_string(field));
+    json_decref(rep->json);
+    rep->json = json_object();
+    json_object_set_new(rep->json, "error", e);
+    rep->status = status;
+}
+
+/* ---- routing ---------------------------------------------------------- */
+
+struct route_def {
+    const char *method;
+    const char *path; /* ends with '/' when an {id} follows */
+    int route, role;
+};
+
+static const struct route_def ROUTES[] = {
+    {"POST", "/evaluate", KG_ROUTE_EVALUATE, KG_AUTH_CLIENT},
+    {"POST", "/evaluate/batch", KG_ROUTE_EVALUATE_BATCH, KG_AUTH_CLIENT},
+    {"GET", "/status/", KG_ROUTE_STATUS, KG_AUTH_CLIENT},
+    {"GET", "/results/", KG_ROUTE_RESULTS, KG_AUTH_CLIENT},
+    {"DELETE", "/tasks/", KG_ROUTE_CANCEL, KG_AUTH_CLIENT},
+    {"GET", "/health", KG_ROUTE_HEALTH, KG_AUTH_NONE},
+    {"GET", "/metrics", KG_ROUTE_METRICS, KG_AUTH_ANY},
+    {"GET", "/queue/status", KG_ROUTE_QUEUE, KG_AUTH_ANY},
+    {"GET", "/workers/status", KG_ROUTE_WORKERS, KG_AUTH_ANY},
+    {"POST", "/worker/register", KG_ROUTE_W_REGISTER, KG_AUTH_WORKER},
+    {"POST", "/worker/unregister", KG_ROUTE_W_UNREGISTER, KG_AUTH_WORKER},
+    {"POST", "/worker/heartbeat", KG_ROUTE_W_HEARTBEAT, KG_AUTH_WORKER},
+    {"POST", "/worker/lease", KG_ROUTE_W_LEASE, KG_AUTH_WORKER},
+    {"POST", "/worker/result", KG_ROUTE_W_RESULT, KG_AUTH_WORKER},
+};
+#define NROUTES (sizeof ROUTES / sizeof ROUTES[0])
+
+int kg_http_route(const char *method, const char *path, int *route, int *role,
+                  const char **param)
+{
+    int path_known = 0;
+    *route = KG_ROUTE_OTHER;
+    *role = KG_AUTH_ANY;
+    *param = NULL;
+    if (!strcmp(method, "HEAD"))
+        method = "GET"; /* MHD sends no body for HEAD */
+    for (size_t i = 0; i < NROUTES; i++) {
+        const struct route_def *r = &ROUTES[i];
+        size_t n = strlen(r->path);
+        const char *p = NULL;
+        if (r->path[n - 1] == '/') {
+            /* one non-empty segment after the prefix */
+            if (strncmp(path, r->path, n) || !path[n] || strchr(path + n, '/'))
+                continue;
+            p = path + n;
+        } else if (strcmp(path, r->path)) {
+            continue;
+        }
+        path_known = 1;
+        if (strcmp(method, r->method))
+            continue;
+        *route = r->route;
+        *role = r->role;
+        *param = p;
+        return 0;
+    }
+    return path_known ? 405 : 404;
+}
+
+/* The methods a known path takes, for the Allow header of a 405. */
+static void allowed_methods(const char *path, char *out, size_t size)
+{
+    out[0] = 0;
+    for (size_t i = 0; i < NROUTES; i++) {
+        size_t n = strlen(ROUTES[i].path);
+        int match = ROUTES[i].path[n - 1] == '/'
+                        ? !strncmp(path, ROUTES[i].path, n) && path[n] &&
+                              !strchr(path + n, '/')
+                        : !strcmp(path, ROUTES[i].path);
+        if (match && !strstr(out, ROUTES[i].method)) {
+            if (out[0])
+                strncat(out, ", ", size - strlen(out) - 1);
+            strncat(out, ROUTES[i].method, size - strlen(out) - 1);
+        }
+    }
+}
+
+/* ---- replies ---------------------------------------------------------- */
+
+/* Queues rep on the connection; takes ownership of rep's bodies. */
+static enum MHD_Result send_reply(struct conn *c, kg_http_reply *rep,
+                                  const char *allow)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    const char *ctype = "application/json";
+    if (rep->json) {
+        buf = kg_json_dumps(rep->json);
+        json_decref(rep->json);
+        rep->json = NULL;
+        if (buf) {
+            len = strlen(buf);
+            buf[len] = 0;
+        }
+    } else if (rep->text) {
+        buf = rep->text;
+        len = rep->text_len;
+        rep->text = NULL;
+        ctype = rep->content_type ? rep->content_type : "text/plain";
+    }
+    if (!buf && rep->status != 204) {
+        static const char oom[] =
+            "{\"error\": {\"code\": \"internal\", \"message\": \"out of "
+            "memory\"}}";
+        buf = strdup(oom);
+        len = buf ? strlen(buf) : 0;
+        rep->status = 500;
+    }
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        len, buf ? buf : (char *)"",
+        buf ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        free(buf);
+        return MHD_NO;
+    }
+    if (len)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (rep->status == 401)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Bearer realm=\"kgym\"");
+    if (allow)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    c->status = rep->status;
+    c->undo = rep->undo;
+    c->undo_arg = rep->undo_arg;
+    rep->undo = NULL;
+    rep->undo_arg = NULL;
+    enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)rep->status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result send_error(struct conn *c, int status, const char *code,
+                                  const char *msg, const char *allow)
+{
+    kg_http_reply rep = {0};
+    kg_http_error(&rep, status, code, NULL, "%s", msg);
+    c->answered = 1;
+    return send_reply(c, &rep, allow);
+}
+
+/* ---- long polls ------------------------------------------------------- */
+
+static void park_unlink(kg_http *h, struct conn *c)
+{
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        h->parked_head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    else
+        h->parked_tail = c->prev;
+    c->prev = c->next = NULL;
+    h->nparked--;
+}
+
+void kg_http_wake(kg_http *h, int n)
+{
+    if (!h)
+        return;
+    pthread_mutex_lock(&h->lock);
+    while (h->parked_head && n != 0) {
+        struct conn *c = h->parked_head;
+        park_unlink(h, c);
+        MHD_resume_connection(c->mc);
+        if (n > 0)
+            n--;
+    }
+    pthread_mutex_unlock(&h->lock);
+}
+
+/* Re-runs parked polls every PARK_RECHECK_S (a task may have come through
+ * another server on a shared store, or been requeued by the scheduler) and
+ * at their deadlines. */
+static void *ticker_main(void *arg)
+{
+    kg_http *h = arg;
+    pthread_mutex_lock(&h->lock);
+    while (!h->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)(PARK_RECHECK_S * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&h->cond, &h->lock, &ts);
+        while (h->parked_head) {
+            struct conn *c = h->parked_head;
+            park_unlink(h, c);
+            MHD_resume_connection(c->mc);
+        }
+    }
+    pthread_mutex_unlock(&h->lock);
+    return NULL;
+}
+
+/* Suspends c until woken. Returns 0, or -1 when the server is stopping
+ * (then the caller answers at once). */
+static int park(kg_http *h, struct conn *c)
+{
+    pthread_mutex_lock(&h->lock);
+    if (h->stopping) {
+        pthread_mutex_unlock(&h->lock);
+        return -1;
+    }
+    MHD_suspend_connection(c->mc);
+    c->next = NULL;
+    c->prev = h->parked_tail;
+    if (h->parked_tail)
+        h->parked_tail->next = c;
+    else
+        h->parked_head = c;
+    h->parked_tail = c;
+    h->nparked++;
+    pthread_mutex_unlock(&h->lock);
+    return 0;
+}
+
+/* ---- the access handler ----------------------------------------------- */
+
+static enum MHD_Result dispatch(kg_http *h, struct conn *c, const char *method)
+{
+    if (c->too_big)
+        return send_error(c, 413, "payload_too_large",
+                          "request body over 1 MiB", NULL);
+    kg_http_req req = {
+        .method = method,
+        .path = c->path,
+        .param = c->param,
+        .body = c->body ? c->body : "",
+        .body_len = c->len,
+        .peer = c->peer,
+        .route = c->route,
+        .resumed = c->resumed,
+        .now = kg_http_now(),
+        .slot = &c->slot,
+    };
+    kg_http_reply rep = {0};
+    kg_api_dispatch(h->api, &req, &rep);
+    if (rep.status == 0) {
+        if (rep.park_until > req.now && park(h, c) == 0) {
+            c->park_until = rep.park_until;
+            c->resumed++;
+            json_decref(rep.json);
+            return MHD_YES;
+        }
+        json_decref(rep.json);
+        rep.json = NULL;
+        rep.status = 204;
+    }
+    c->answered = 1;
+    return send_reply(c, &rep, NULL);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    kg_http *h = cls;
+    struct conn *c = *con_cls;
+
+    if (!c) {
+        size_t ulen = strlen(url);
+        if (ulen > 2048)
+            ulen = 2048; /* routes are short; the rest cannot match */
+        c = calloc(1, sizeof *c + ulen + 1);
+        if (!c)
+            return MHD_NO;
+        memcpy(c->path, url, ulen);
+        c->mc = mc;
+        c->t0 = kg_http_now();
+        c->status = 500;
+        *con_cls = c;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr) {
+            const struct sockaddr *sa = ci->client_addr;
+            if (sa->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr,
+                          c->peer, sizeof c->peer);
+            else if (sa->sa_family == AF_INET6)
+                inet_ntop(AF_INET6,
+                          &((const struct sockaddr_in6 *)sa)->sin6_addr,
+                          c->peer, sizeof c->peer);
+        }
+
+        int rc = kg_http_route(method, c->path, &c->route, &c->role, &c->param);
+        if (rc == 404)
+            return send_error(c, 404, "not_found", "no such endpoint", NULL);
+        if (rc == 405) {
+            char allow[64];
+            allowed_methods(c->path, allow, sizeof allow);
+            return send_error(c, 405, "method_not_allowed",
+                              "method not allowed on this path", allow);
+        }
+        const char *authz = MHD_lookup_connection_value(
+            mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        if (!kg_auth_check(h->auth, authz, c->role))
+            return send_error(c, 401, "unauthorized",
+                              authz ? "bad token" : "missing bearer token",
+                              NULL);
+        const char *cl = MHD_lookup_connection_value(
+            mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (end == cl || n > KG_HTTP_MAX_BODY)
+                return send_error(c, 413, "payload_too_large",
+                                  "request body over 1 MiB", NULL);
+        }
+        return MHD_YES;
+    }
+
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (c->answered || c->too_big)
+            return MHD_YES;
+        if (n > KG_HTTP_MAX_BODY - c->len) {
+            c->too_big = 1;
+            free(c->body);
+            c->body = NULL;
+            c->len = c->cap = 0;
+            return MHD_YES;
+        }
+        if (c->len + n + 1 > c->cap) {
+            size_t cap = c->cap ? c->cap : 4096;
+            while (cap < c->len + n + 1)
+                cap *= 2;
+            char *b = realloc(c->body, cap);
+            if (!b)
+                return MHD_NO;
+            c->body = b;
+            c->cap = cap;
+        }
+        memcpy(c->body + c->len, upload, n);
+        c->len += n;
+        c->body[c->len] = 0;
+        return MHD_YES;
+    }
+    if (c->answered)
+        return MHD_YES;
+    return dispatch(h, c, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)mc;
+    kg_http *h = cls;
+    struct conn *c = *con_cls;
+    if (!c)
+        return;
+    *con_cls = NULL;
+    kg_metrics_observe(h->metrics, c->route, c->status, kg_http_now() - c->t0);
+    if (c->undo && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        c->undo(h->api, c->undo_arg);
+    json_decref(c->undo_arg);
+    free(c->body);
+    free(c);
+}
+
+/* ---- addresses -------------------------------------------------------- */
+
+/* Splits "HOST:PORT" / "[V6]:PORT" / "HOST" into host and port. */
+static int split_listen(const char *listen, char *host, size_t hsize, int *port)
+{
+    const char *colon;
+    *port = KG_HTTP_DEFAULT_PORT;
+    if (listen[0] == '[') {
+        const char *rb = strchr(listen, ']');
+        if (!rb || (size_t)(rb - listen - 1) >= hsize)
+            return -1;
+        memcpy(host, listen + 1, (size_t)(rb - listen - 1));
+        host[rb - listen - 1] = 0;
+        colon = rb[1] == ':' ? rb + 1 : NULL;
+        if (rb[1] && !colon)
+            return -1;
+    } else {
+        colon = strrchr(listen, ':');
+        size_t n = colon ? (size_t)(colon - listen) : strlen(listen);
+        if (n >= hsize || (colon && strchr(listen, ':') != colon))
+            return -1;
+        memcpy(host, listen, n);
+        host[n] = 0;
+    }
+    if (colon) {
+        char *end;
+        long p = strtol(colon + 1, &end, 10);
+        if (end == colon + 1 || *end || p < 0 || p > 65535)
+            return -1;
+        *port = (int)p;
+    }
+    return 0;
+}
+
+static int resolve(const char *listen, struct sockaddr_storage *ss,
+                   socklen_t *sslen, kg_err *err)
+{
+    char host[256];
+    int port;
+    if (split_listen(listen, host, sizeof host, &port))
+        return kg_errf(err, KG_EINVAL,
+                       "--listen %s: expected HOST:PORT or [IPV6]:PORT",
+                       listen);
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    char ports[8];
+    snprintf(ports, sizeof ports, "%d", port);
+    int rc = getaddrinfo(host[0] ? host : NULL, ports, &hints, &ai);
+    if (rc || !ai)
+        return kg_errf(err, KG_EINVAL, "--listen %s: %s", listen,
+                       gai_strerror(rc));
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    *sslen = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    return 0;
+}
+
+static int addr_is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        return IN6_IS_ADDR_LOOPBACK(&a->sin6_addr);
+    }
+    return 0;
+}
+
+int kg_http_is_loopback(const char *listen)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    return resolve(listen, &ss, &len, NULL) == 0 && addr_is_loopback(&ss);
+}
+
+/* ---- start and stop --------------------------------------------------- */
+
+int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
+                  struct kg_auth *auth, struct kg_metrics *metrics,
+                  kg_http **out, kg_err *err)
+{
+    *out = NULL;
+    const char *listen = cfg->listen ? cfg->listen : "127.0.0.1:10907";
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    int rc = resolve(listen, &ss, &sslen, err);
+    if (rc)
+        return rc;
+    if (!cfg->allow_remote && !addr_is_loopback(&ss))
+        return kg_errf(err, KG_EINVAL,
+                       "--listen %s: not a loopback address and no token "
+                       "configured (give --token-file)",
+                       listen);
+    kg_http *h = calloc(1, sizeof *h);
+    if (!h)
+        return kg_errf(err, KG_ENOMEM, "out of memory");
+    h->api = api;
+    h->auth = auth;
+    h->metrics = metrics;
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_cond_init(&h->cond, NULL);
+
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned threads = cfg->threads > 0 ? (unsigned)cfg->threads
+                                        : (unsigned)(ncpu > 0 ? ncpu : 1);
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    h->d = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE, threads,
+        MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(cfg->conn_limit > 0 ? cfg->conn_limit : DEFAULT_CONN_LIMIT),
+        MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)(cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s
+                                           : DEFAULT_IDLE_TIMEOUT_S),
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY_LIMIT,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024U, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, h, MHD_OPTION_END);
+    if (!h->d) {
+        pthread_mutex_destroy(&h->lock);
+        pthread_cond_destroy(&h->cond);
+        free(h);
+        return kg_errf(err, KG_EIO,
+                       "cannot listen on %s (address in use, or not "
+                       "permitted)",
+                       listen);
+    }
+    const union MHD_DaemonInfo *di =
+        MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : 0;
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (ss.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host,
+                  sizeof host);
+    else
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host,
+                  sizeof host);
+    snprintf(h->address, sizeof h->address,
+             ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, h->port);
+    if (pthread_create(&h->ticker, NULL, ticker_main, h) == 0)
+        h->ticker_started = 1;
+    *out = h;
+    return 0;
+}
+
+int kg_http_port(kg_http *h)
+{
+    return h->port;
+}
+
+const char *kg_http_address(kg_http *h)
+{
+    return h->address;
+}
+
+int kg_http_parked(kg_http *h)
+{
+    pthread_mutex_lock(&h->lock);
+    int n = h->nparked;
+    pthread_mutex_unlock(&h->lock);
+    return n;
+}
+
+void kg_http_stop(kg_http *h)
+{
+    if (!h)
+        return;
+    MHD_socket ls = MHD_quiesce_daemon(h->d);
+    pthread_mutex_lock(&h->lock);
+    h->stopping = 1;
+    pthread_cond_broadcast(&h->cond);
+    pthread_mutex_unlock(&h->lock);
+    if (h->ticker_started)
+        pthread_join(h->ticker, NULL);
+    kg_http_wake(h, -1);
+    /* resumed polls answer at once now (park refuses); let them run */
+    for (int i = 0; i < 100; i++) {
+        pthread_mutex_lock(&h->lock);
+        int n = h->nparked;
+        pthread_mutex_unlock(&h->lock);
+        if (!n)
+            break;
+        kg_http_wake(h, -1);
+        usleep(10000);
+    }
+    MHD_stop_daemon(h->d);
+    if (ls != MHD_INVALID_SOCKET)
+        close(ls);
+    pthread_mutex_destroy(&h->lock);
+    pthread_cond_destroy(&h->cond);
+    free(h);
+}

@@ -1,0 +1,112 @@
+/*
+ * http.h - kgym serve's HTTP layer: the libmicrohttpd daemon, routing,
+ * request limits, authentication, JSON errors and long polls.
+ *
+ * A request reaches an endpoint handler (api.h) only after its route is
+ * known, its token checked, and its whole body (at most KG_HTTP_MAX_BODY
+ * bytes) read. A handler fills a kg_http_reply; one with status 0 asks to
+ * be parked (a long poll): the connection is suspended, costing no thread,
+ * and the handler is called again after kg_http_wake or at its deadline.
+ */
+#ifndef KGYM_SERVER_HTTP_H
+#define KGYM_SERVER_HTTP_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "kgym/kgym.h"
+
+#define KG_HTTP_MAX_BODY (1024 * 1024)
+#define KG_HTTP_DEFAULT_PORT 10907
+
+struct kg_api;
+struct kg_auth;
+struct kg_metrics;
+typedef struct kg_http kg_http;
+
+/* One request as a handler sees it. Everything is borrowed. */
+typedef struct kg_http_req {
+    const char *method;
+    const char *path;  /* without the query string */
+    const char *param; /* the {id} of /status/{id} and the like, or NULL */
+    const char *body;  /* NUL-terminated; "" when there is none */
+    size_t body_len;
+    const char *peer; /* the client's address ("127.0.0.1") */
+    int route;        /* enum kg_route */
+    int resumed;      /* 0 the first call, then 1, 2... after each park */
+    double now;       /* monotonic seconds at this call */
+    double *slot;     /* a double the handler may keep across parks (0 first) */
+} kg_http_req;
+
+/*
+ * What a handler answers: a status and either a JSON body (owned, given to
+ * the HTTP layer) or a text body (malloc'd, owned likewise). status 0 with
+ * park_until > now: park until then or until woken. undo, when set, is
+ * called (from a server thread) if the reply could not be delivered, so
+ * a lease handed to a worker that hung up can be given back.
+ */
+typedef struct kg_http_reply {
+    int status;
+    json_t *json;
+    char *text;
+    size_t text_len;
+    const char *content_type; /* for text; default text/plain */
+    double park_until;
+    void (*undo)(struct kg_api *api, json_t *arg);
+    json_t *undo_arg; /* owned */
+} kg_http_reply;
+
+/* Fills rep with the error object {"error": {code, message, field?}}. */
+void kg_http_error(kg_http_reply *rep, int status, const char *code,
+                   const char *field, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+/* Monotonic seconds. */
+double kg_http_now(void);
+
+/*
+ * Resolves method and path to a route (enum kg_route) and the auth role it
+ * needs (enum kg_auth_role). *param points into path for routes with an
+ * {id} (NULL otherwise). Returns 0, or 404 for an unknown path, or 405 when
+ * the path exists for another method. Pure; used by the fuzz harness.
+ */
+int kg_http_route(const char *method, const char *path, int *route, int *role,
+                  const char **param);
+
+typedef struct kg_http_config {
+    const char *listen; /* "HOST:PORT", "[V6]:PORT"; default 127.0.0.1:10907 */
+    int threads;        /* thread pool size; 0 = online CPUs */
+    int conn_limit;     /* simultaneous connections; 0 = default */
+    int idle_timeout_s; /* idle connection timeout; 0 = default */
+    int allow_remote;   /* 0: refuse an address that is not loopback */
+} kg_http_config;
+
+/*
+ * Starts the daemon. auth may be NULL (no tokens). Returns 0 and the
+ * server in *out (stop with kg_http_stop), or a negative KG_E* code.
+ */
+int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
+                  struct kg_auth *auth, struct kg_metrics *metrics,
+                  kg_http **out, kg_err *err);
+
+/* The bound port (useful with port 0) and address text "HOST:PORT". */
+int kg_http_port(kg_http *h);
+const char *kg_http_address(kg_http *h);
+
+/* Wakes up to n parked long polls (n < 0: all), oldest first. Thread-safe. */
+void kg_http_wake(kg_http *h, int n);
+
+/* Long polls parked now. */
+int kg_http_parked(kg_http *h);
+
+/* Resumes every parked connection, stops the daemon and frees h. */
+void kg_http_stop(kg_http *h);
+
+/* 1 when the address text names a loopback address (127/8, ::1,
+ * localhost). */
+int kg_http_is_loopback(const char *listen);
+
+#endif

@@ -1,0 +1,231 @@
+/* metrics.c - request counters, latency histograms, Prometheus text. */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/metrics.h"
+
+/* Upper bounds of the latency buckets, seconds (+Inf is implicit). */
+static const double BUCKETS[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                 0.05,   0.1,   0.25,   0.5,   1,    2.5,
+                                 5,      10,    30,     60};
+#define NBUCKETS (sizeof BUCKETS / sizeof BUCKETS[0])
+
+/* Status classes counted per route: 2xx, 4xx, 5xx, other. */
+#define NCLASS 4
+
+struct route_stats {
+    atomic_ullong bucket[NBUCKETS + 1]; /* non-cumulative; last is +Inf */
+    atomic_ullong sum_us;
+    atomic_ullong by_code[600]; /* per HTTP status */
+};
+
+struct kg_metrics {
+    struct route_stats r[KG_ROUTE_COUNT];
+    atomic_ullong cache_hits;
+};
+
+static const char *const ROUTES[KG_ROUTE_COUNT] = {
+    "evaluate",
+    "evaluate_batch",
+    "status",
+    "results",
+    "cancel",
+    "health",
+    "metrics",
+    "queue_status",
+    "workers_status",
+    "worker_register",
+    "worker_unregister",
+    "worker_heartbeat",
+    "worker_lease",
+    "worker_result",
+    "other",
+};
+
+const char *kg_route_name(int route)
+{
+    return route >= 0 && route < KG_ROUTE_COUNT ? ROUTES[route] : "other";
+}
+
+kg_metrics *kg_metrics_new(void)
+{
+    return calloc(1, sizeof(kg_metrics)); /* zero is a valid atomic state */
+}
+
+void kg_metrics_free(kg_metrics *m)
+{
+    free(m);
+}
+
+void kg_metrics_observe(kg_metrics *m, int route, int status, double seconds)
+{
+    if (!m)
+        return;
+    if (route < 0 || route >= KG_ROUTE_COUNT)
+        route = KG_ROUTE_OTHER;
+    struct route_stats *r = &m->r[route];
+    size_t b = 0;
+    while (b < NBUCKETS && seconds > BUCKETS[b])
+        b++;
+    atomic_fetch_add_explicit(&r->bucket[b], 1, memory_order_relaxed);
+    double us = seconds > 0 ? seconds * 1e6 : 0;
+    atomic_fetch_add_explicit(&r->sum_us, (unsigned long long)us,
+                              memory_order_relaxed);
+    if (status < 100 || status >= 600)
+        status = 599;
+    atomic_fetch_add_explicit(&r->by_code[status], 1, memory_order_relaxed);
+}
+
+void kg_metrics_cache_hit(kg_metrics *m)
+{
+    if (m)
+        atomic_fetch_add_explicit(&m->cache_hits, 1, memory_order_relaxed);
+}
+
+/* A growable text buffer; on allocation failure it sets oom and stops. */
+struct buf {
+    char *p;
+    size_t n, cap;
+    int oom;
+};
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void
+bprintf(struct buf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->oom = 1;
+            return;
+        }
+        if ((size_t)k < b->cap - b->n) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = b->cap * 2 + (size_t)k;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+char *kg_metrics_render(kg_metrics *m, const kg_metrics_snapshot *s,
+                        size_t *len)
+{
+    struct buf b = {malloc(16384), 0, 16384, 0};
+    if (!b.p)
+        return NULL;
+
+    const kg_store_counts *k = &s->counts;
+    bprintf(&b,
+            "# HELP kgym_store_up 1 when the task store answered the "
+            "scrape\n# TYPE kgym_store_up gauge\nkgym_store_up %d\n",
+            s->store_up ? 1 : 0);
+    if (s->store_up) {
+        bprintf(&b, "# HELP kgym_queue_depth Tasks waiting for a worker, by "
+                    "priority\n# TYPE kgym_queue_depth gauge\n");
+        for (int i = 0; i < KG_NPRIO; i++)
+            bprintf(&b, "kgym_queue_depth{priority=\"%s\"} %lld\n",
+                    kg_priority_name(i), k->pending[i]);
+        bprintf(&b, "# HELP kgym_tasks Tasks in the store, by status\n"
+                    "# TYPE kgym_tasks gauge\n");
+        for (int i = 0; i < KG_NSTATUS; i++)
+            bprintf(&b, "kgym_tasks{status=\"%s\"} %lld\n",
+                    kg_task_status_name(i), k->by_status[i]);
+        bprintf(&b, "# HELP kgym_tasks_by_verdict Finished tasks in the "
+                    "store, by verdict\n# TYPE kgym_tasks_by_verdict gauge\n");
+        for (int i = 0; i < KG_NVERDICT; i++)
+            bprintf(&b, "kgym_tasks_by_verdict{verdict=\"%s\"} %lld\n",
+                    kg_verdict_name(i), k->by_verdict[i]);
+        bprintf(&b,
+                "# HELP kgym_workers Registered workers, by liveness\n"
+                "# TYPE kgym_workers gauge\n"
+                "kgym_workers{state=\"alive\"} %lld\n"
+                "kgym_workers{state=\"dead\"} %lld\n",
+                k->workers_alive, k->workers_dead);
+        bprintf(&b,
+                "# HELP kgym_lease_expiries_total Leases that expired (or "
+                "whose holder died) and were requeued or failed\n"
+                "# TYPE kgym_lease_expiries_total counter\n"
+                "kgym_lease_expiries_total %lld\n",
+                k->lease_expiries);
+    }
+    bprintf(&b,
+            "# HELP kgym_cache_hits_total Submissions answered from the "
+            "result cache by this server\n"
+            "# TYPE kgym_cache_hits_total counter\n"
+            "kgym_cache_hits_total %llu\n",
+            atomic_load_explicit(&m->cache_hits, memory_order_relaxed));
+    if (s->parked_polls >= 0)
+        bprintf(&b,
+                "# HELP kgym_long_polls_waiting Worker lease requests "
+                "parked waiting for work\n"
+                "# TYPE kgym_long_polls_waiting gauge\n"
+                "kgym_long_polls_waiting %lld\n",
+                s->parked_polls);
+
+    bprintf(&b, "# HELP kgym_http_requests_total HTTP requests by route and "
+                "status\n# TYPE kgym_http_requests_total counter\n");
+    for (int r = 0; r < KG_ROUTE_COUNT; r++)
+        for (int c = 100; c < 600; c++) {
+            unsigned long long v =
+                atomic_load_explicit(&m->r[r].by_code[c], memory_order_relaxed);
+            if (v)
+                bprintf(&b,
+                        "kgym_http_requests_total{route=\"%s\",code=\"%d\"} "
+                        "%llu\n",
+                        ROUTES[r], c, v);
+        }
+
+    bprintf(&b, "# HELP kgym_http_request_duration_seconds Time from the "
+                "request's first byte to the reply's last, by route\n"
+                "# TYPE kgym_http_request_duration_seconds histogram\n");
+    for (int r = 0; r < KG_ROUTE_COUNT; r++) {
+        struct route_stats *rs = &m->r[r];
+        unsigned long long cum = 0;
+        for (size_t i = 0; i <= NBUCKETS; i++) {
+            cum += atomic_load_explicit(&rs->bucket[i], memory_order_relaxed);
+            if (i < NBUCKETS)
+                bprintf(&b,
+                        "kgym_http_request_duration_seconds_bucket{route=\"%"
+                        "s\",le=\"%g\"} %llu\n",
+                        ROUTES[r], BUCKETS[i], cum);
+            else
+                bprintf(&b,
+                        "kgym_http_request_duration_seconds_bucket{route=\"%"
+                        "s\",le=\"+Inf\"} %llu\n",
+                        ROUTES[r], cum);
+        }
+        /* _count is the +Inf bucket, so the two always agree */
+        bprintf(
+            &b,
+            "kgym_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n"
+            "kgym_http_request_duration_seconds_count{route=\"%s\"} "
+            "%llu\n",
+            ROUTES[r],
+            (double)atomic_load_explicit(&rs->sum_us, memory_order_relaxed) /
+                1e6,
+            ROUTES[r], cum);
+    }
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.n;
+    return b.p;
+}
