@@ -20,6 +20,7 @@ measuring functions that were replaced since load).
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from typing import Any, Callable
 
@@ -50,6 +51,8 @@ def _setup_backend(backend: str, device: str, kernel_code: str) -> list[str]:
     """Install the launch hooks before any candidate code is imported."""
     if backend == "triton" and torch.device(device).type == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # Triton's interpreter on CPU tensors
+        if "triton.language" in sys.modules:  # imported before (the zygote): fix it up
+            hooks.interpret_language_functions()
     if torch.device(device).type == "cuda":
         os.environ.pop("TRITON_INTERPRET", None)  # real kernels on a real device
         torch.cuda.set_device(torch.device(device))

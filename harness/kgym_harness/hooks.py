@@ -222,6 +222,51 @@ def install_triton_hooks() -> list[str]:
     return done
 
 
+def interpret_language_functions() -> int:
+    """Make Triton's own @jit library functions usable under the interpreter.
+
+    triton.jit returns an InterpretedFunction only if TRITON_INTERPRET is
+    set when the decorator runs. The zygote imports triton before the
+    candidate sets it, so library functions written with @jit
+    (tl.zeros, tl.sum, ...) are plain JITFunctions, which refuse to be
+    called inside an interpreted kernel. Replace each of them, wherever
+    triton.language holds it (module globals, tensor methods), by an
+    InterpretedFunction of the same Python function. Returns how many.
+    """
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+    except Exception:
+        return 0
+    owners: list[dict] = []
+    for name, mod in list(sys.modules.items()):
+        if mod is not None and (name == "triton.language" or name.startswith("triton.language.")):
+            owners.append(vars(mod))
+    core = sys.modules.get("triton.language.core")
+    for clsname in ("tensor",):
+        cls = getattr(core, clsname, None) if core is not None else None
+        if isinstance(cls, type):
+            owners.append(cls)  # type: ignore[arg-type]
+    done: dict[int, Any] = {}
+    for owner in owners:
+        items = list(vars(owner).items()) if isinstance(owner, type) else list(owner.items())
+        for attr, value in items:
+            if type(value) is not JITFunction:  # noqa: E721 (exact type)
+                continue
+            new = done.get(id(value))
+            if new is None:
+                try:
+                    new = InterpretedFunction(value.fn)
+                except Exception:
+                    continue
+                done[id(value)] = new
+            if isinstance(owner, type):
+                setattr(owner, attr, new)
+            else:
+                owner[attr] = new
+    return len(done)
+
+
 # ---- torch.utils.cpp_extension ----------------------------------------------
 
 class ExtensionProxy:

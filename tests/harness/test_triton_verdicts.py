@@ -121,3 +121,20 @@ def test_triton_profile_on_cpu_attributes_interpreted_launches():
     p = r["profile"]
     assert p["kernels"][0]["name"] == "add_relu_scale_kernel" and p["kernels"][0]["custom"]
     assert p["coverage"] > 0.5  # the interpreter dominates the forward
+
+
+def test_library_jit_functions_work_under_the_interpreter():
+    # tl.zeros and tl.sum are @jit functions of Triton itself; the warm
+    # server imported triton before TRITON_INTERPRET was set, so they must
+    # be turned into interpreted functions (they raised "Cannot call
+    # @triton.jit'd outside of the scope of a kernel").
+    import os
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "problems",
+                        "cpu", "level2")
+    with open(os.path.join(root, "3_Scale_Bias_Sigmoid_Sum.py")) as f:
+        ref = f.read()
+    with open(os.path.join(root, "solutions", "3_Scale_Bias_Sigmoid_Sum.triton.py")) as f:
+        sol = f.read()
+    r = kit.run(sol, "triton", reference_code=ref, num_correct_trials=1, num_perf_trials=1,
+                num_warmup=0)
+    assert r["verdict"] == "pass", r["feedback"]
