@@ -1,0 +1,68 @@
+/*
+ * store_impl.h - what a store backend implements (internal to
+ * src/server/store*.c). store.c validates arguments and dispatches; a
+ * backend may assume ids are valid, priorities and statuses in range,
+ * and pointers non-NULL where store.h requires them.
+ */
+#ifndef KGYM_STORE_IMPL_H
+#define KGYM_STORE_IMPL_H
+
+#include "server/store.h"
+
+struct kg_store_ops {
+    const char *name;
+    void (*close)(kg_store *s);
+    int (*describe)(kg_store *s, char *buf, size_t size, kg_err *err);
+    int (*submit_batch)(kg_store *s, const kg_submit *t, size_t n, int *created,
+                        kg_err *err);
+    int (*get)(kg_store *s, const char *id, unsigned what, kg_task *out,
+               kg_err *err);
+    int (*lease)(kg_store *s, const char *worker_id, kg_task *out, kg_err *err);
+    int (*complete)(kg_store *s, const char *id, const char *worker_id,
+                    int status, const json_t *result, int verdict, kg_err *err);
+    int (*retry)(kg_store *s, const char *id, const char *worker_id,
+                 const json_t *result, int64_t avoid_ms, kg_err *err);
+    int (*cancel)(kg_store *s, const char *id, kg_err *err);
+    int (*requeue_expired)(kg_store *s, int max_attempts,
+                           kg_requeue_counts *out, kg_err *err);
+    int (*cache_get)(kg_store *s, const char *key, json_t **result,
+                     kg_err *err);
+    int (*cache_put)(kg_store *s, const char *key, const json_t *result,
+                     kg_err *err);
+    int (*counts)(kg_store *s, kg_store_counts *out, kg_err *err);
+    int (*worker_register)(kg_store *s, const char *id, const char *device,
+                           const char *host, kg_err *err);
+    int (*worker_heartbeat)(kg_store *s, const char *id, kg_err *err);
+    int (*worker_unregister)(kg_store *s, const char *id, kg_err *err);
+    int (*worker_list)(kg_store *s, kg_worker **out, size_t *n, kg_err *err);
+};
+
+/* The head of every backend's handle. */
+struct kg_store {
+    const struct kg_store_ops *ops;
+    kg_store_opts opts;
+};
+
+int kg_store_sqlite_open(kg_store **out, const char *path,
+                         const kg_store_opts *opts, kg_err *err);
+int kg_store_redis_open(kg_store **out, const char *host, int port, int db,
+                        const kg_store_opts *opts, kg_err *err);
+
+/* Milliseconds since the Unix epoch (CLOCK_REALTIME). */
+int64_t kg_store_now_ms(void);
+
+/* The JSON text stored for v (compact; caller frees), NULL if no memory. */
+char *kg_store_json_text(const json_t *v);
+
+/* Parses stored JSON text (caller owns the result); NULL if corrupt. */
+json_t *kg_store_json_parse(const char *s, size_t len);
+
+/*
+ * The result given to a task failed by the sweep (caller owns it):
+ * error_code LEASE_EXPIRED_TOO_OFTEN and a message naming the attempts
+ * and the last holder.
+ */
+json_t *kg_store_expired_result(const char *id, int attempts,
+                                const char *worker);
+
+#endif

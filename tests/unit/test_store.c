@@ -1,0 +1,953 @@
+/*
+ * test_store.c - the task store (src/server/store.h) and the scheduler
+ * policy (sched.h). One suite, run twice: against SQLite (a file in a temp
+ * dir) and against a real redis-server started on a free loopback port
+ * (redis_helper.h). Backend-specific cases: durability across kill -9
+ * (of a child process for SQLite, of redis-server for Redis) and Redis
+ * going away and coming back.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <hiredis.h>
+
+#include "common/sha256.h"
+#include "redis_helper.h"
+#include "server/sched.h"
+#include "server/store.h"
+
+/* a lease outlives a silent worker, so the two paths differ */
+#define LEASE_MS 400
+#define TTL_MS 250
+
+enum { B_SQLITE, B_REDIS };
+
+static struct {
+    int backend;
+    char dir[256]; /* SQLite files */
+    int nfile;
+    kg_test_redis redis;
+    char url[512];
+} G;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+typedef struct fixture {
+    kg_store *s;
+} fixture;
+
+static void opts_test(kg_store_opts *o)
+{
+    kg_store_opts_default(o);
+    o->lease_ms = LEASE_MS;
+    o->worker_ttl_ms = TTL_MS;
+}
+
+static void redis_flush(void)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", G.redis.port, tv);
+    assert_non_null(c);
+    assert_int_equal(c->err, 0);
+    redisReply *r = redisCommand(c, "FLUSHALL");
+    assert_non_null(r);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+/* A fresh, empty store of the current backend; URL left in G.url. */
+static kg_store *open_fresh(void)
+{
+    kg_store_opts o;
+    kg_err err = {{0}};
+    kg_store *s = NULL;
+    opts_test(&o);
+    if (G.backend == B_SQLITE) {
+        snprintf(G.url, sizeof G.url, "sqlite:%s/t%d.db", G.dir, G.nfile++);
+    } else {
+        redis_flush();
+        snprintf(G.url, sizeof G.url, "redis://127.0.0.1:%d/0", G.redis.port);
+    }
+    int rc = kg_store_open(&s, G.url, &o, &err);
+    if (rc)
+        print_error("open %s: %s\n", G.url, err.msg);
+    assert_int_equal(rc, 0);
+    return s;
+}
+
+static kg_store *reopen(void)
+{
+    kg_store_opts o;
+    kg_err err = {{0}};
+    kg_store *s = NULL;
+    opts_test(&o);
+    int rc = kg_store_open(&s, G.url, &o, &err);
+    if (rc)
+        print_error("reopen %s: %s\n", G.url, err.msg);
+    assert_int_equal(rc, 0);
+    return s;
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    f->s = open_fresh();
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    kg_store_close(f->s);
+    free(f);
+    return 0;
+}
+
+static int group_setup_sqlite(void **state)
+{
+    (void)state;
+    G.backend = B_SQLITE;
+    snprintf(G.dir, sizeof G.dir, "/tmp/kgym-test-store-XXXXXX");
+    return mkdtemp(G.dir) ? 0 : -1;
+}
+
+static int group_teardown_sqlite(void **state)
+{
+    (void)state;
+    char cmd[320];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", G.dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static int group_setup_redis(void **state)
+{
+    (void)state;
+    G.backend = B_REDIS;
+    memset(&G.redis, 0, sizeof G.redis);
+    if (kg_test_redis_start(&G.redis) < 0) {
+        fprintf(stderr, "could not start redis-server\n");
+        kg_test_redis_stop(&G.redis);
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown_redis(void **state)
+{
+    (void)state;
+    kg_test_redis_stop(&G.redis);
+    return 0;
+}
+
+#define OK(call)                                                               \
+    do {                                                                       \
+        kg_err e_ = {{0}};                                                     \
+        (void)e_;                                                              \
+        int rc_ = (call);                                                      \
+        if (rc_ < 0)                                                           \
+            print_error("%s: %s %s\n", #call, kg_strerror(rc_), e_.msg);       \
+        assert_true(rc_ >= 0);                                                 \
+    } while (0)
+
+static json_t *request(const char *tag)
+{
+    return json_pack("{s:s, s:s, s:s, s:i}", "reference_code", "ref",
+                     "kernel_code", tag, "backend", "cpu", "seed", 7);
+}
+
+static int submit(kg_store *s, const char *id, int prio)
+{
+    kg_err err = {{0}};
+    json_t *req = request(id);
+    kg_submit t = {id, prio, req, NULL, 0};
+    int rc = kg_store_submit(s, &t, &err);
+    json_decref(req);
+    if (rc < 0)
+        print_error("submit %s: %s\n", id, err.msg);
+    return rc;
+}
+
+static void reg(kg_store *s, const char *id, const char *device)
+{
+    kg_err err = {{0}};
+    int rc = kg_store_worker_register(s, id, device, "host1", &err);
+    if (rc)
+        print_error("register %s: %s\n", id, err.msg);
+    assert_int_equal(rc, 0);
+}
+
+/* Leases one task for worker; returns its id in buf, or "" for none. */
+static const char *lease(kg_store *s, const char *worker, char *buf)
+{
+    kg_err err = {{0}};
+    kg_task t;
+    int rc = kg_store_lease(s, worker, &t, &err);
+    if (rc < 0)
+        print_error("lease %s: %s\n", worker, err.msg);
+    assert_true(rc >= 0);
+    buf[0] = 0;
+    if (rc == 1) {
+        assert_int_equal(t.status, KG_TASK_RUNNING);
+        assert_string_equal(t.worker, worker);
+        assert_non_null(t.request);
+        strcpy(buf, t.id);
+    }
+    kg_task_free(&t);
+    return buf;
+}
+
+static json_t *result_of(const char *verdict)
+{
+    return json_pack("{s:s, s:b, s:f}", "verdict", verdict, "correctness",
+                     !strcmp(verdict, "pass"), "speedup", 1.5);
+}
+
+static void test_submit_get(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    kg_task t;
+    json_t *req = request("k1");
+    char key[65];
+    memset(key, 'a', 64);
+    key[64] = 0;
+    kg_submit sub = {"task-1", KG_PRIO_HIGH, req, key, 0};
+    int64_t before = now_ms();
+    assert_int_equal(kg_store_submit(s, &sub, &err), 0);
+    assert_int_equal(kg_store_get(s, "task-1", KG_GET_REQUEST, &t, &err), 0);
+    assert_string_equal(t.id, "task-1");
+    assert_int_equal(t.status, KG_TASK_PENDING);
+    assert_int_equal(t.priority, KG_PRIO_HIGH);
+    assert_string_equal(t.cache_key, key);
+    assert_int_equal(t.attempts, 0);
+    assert_string_equal(t.worker, "");
+    assert_true(t.submitted_ms >= before - 1000);
+    assert_true(json_equal(t.request, req));
+    assert_null(t.result);
+    kg_task_free(&t);
+    /* scalar read: no JSON members */
+    assert_int_equal(kg_store_get(s, "task-1", 0, &t, &err), 0);
+    assert_null(t.request);
+    kg_task_free(&t);
+    /* resubmission keeps the task; replace only applies to finished ones */
+    assert_int_equal(kg_store_submit(s, &sub, &err), 1);
+    sub.replace_finished = 1;
+    assert_int_equal(kg_store_submit(s, &sub, &err), 1);
+    assert_int_equal(kg_store_get(s, "nope", 0, &t, &err), KG_ENOTFOUND);
+    assert_int_equal(kg_store_get(s, "bad id!", 0, &t, &err), KG_EINVAL);
+    json_decref(req);
+}
+
+static void test_submit_batch_and_replace(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    json_t *req = request("b");
+    kg_submit v[3] = {{"b1", 1, req, NULL, 0},
+                      {"b2", 2, req, NULL, 0},
+                      {"b3", 0, req, NULL, 0}};
+    int created[3] = {9, 9, 9};
+    assert_int_equal(submit(s, "b2", 1), 0);
+    assert_int_equal(kg_store_submit_batch(s, v, 3, created, &err), 0);
+    assert_int_equal(created[0], 0);
+    assert_int_equal(created[1], 1);
+    assert_int_equal(created[2], 0);
+    kg_submit dup[2] = {{"d1", 1, req, NULL, 0}, {"d1", 1, req, NULL, 0}};
+    assert_int_equal(kg_store_submit_batch(s, dup, 2, created, &err),
+                     KG_EINVAL);
+    /* replace_finished resets a finished task */
+    char id[128];
+    reg(s, "w1", "cpu:0");
+    assert_string_equal(lease(s, "w1", id), "b3");
+    json_t *res = result_of("pass");
+    OK(kg_store_complete(s, "b3", "w1", KG_TASK_COMPLETED, res, &e_));
+    json_t *req2 = request("b3-new");
+    kg_submit again = {"b3", KG_PRIO_LOW, req2, NULL, 1};
+    assert_int_equal(kg_store_submit(s, &again, &err), 0);
+    kg_task t;
+    assert_int_equal(
+        kg_store_get(s, "b3", KG_GET_REQUEST | KG_GET_RESULT, &t, &err), 0);
+    assert_int_equal(t.status, KG_TASK_PENDING);
+    assert_int_equal(t.priority, KG_PRIO_LOW);
+    assert_int_equal(t.attempts, 0);
+    assert_null(t.result);
+    assert_true(json_equal(t.request, req2));
+    kg_task_free(&t);
+    json_decref(res);
+    json_decref(req);
+    json_decref(req2);
+}
+
+static void test_priority_fifo(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    char id[128];
+    assert_int_equal(submit(s, "a-low", KG_PRIO_LOW), 0);
+    assert_int_equal(submit(s, "b-normal", KG_PRIO_NORMAL), 0);
+    assert_int_equal(submit(s, "c-high", KG_PRIO_HIGH), 0);
+    assert_int_equal(submit(s, "d-normal", KG_PRIO_NORMAL), 0);
+    assert_int_equal(submit(s, "e-high", KG_PRIO_HIGH), 0);
+    kg_store_counts c;
+    OK(kg_store_counts_get(s, &c, &e_));
+    assert_int_equal(c.pending[KG_PRIO_HIGH], 2);
+    assert_int_equal(c.pending[KG_PRIO_NORMAL], 2);
+    assert_int_equal(c.pending[KG_PRIO_LOW], 1);
+    assert_int_equal(c.by_status[KG_TASK_PENDING], 5);
+    reg(s, "w1", "cpu:0");
+    const char *want[] = {"c-high", "e-high", "b-normal", "d-normal", "a-low"};
+    for (int i = 0; i < 5; i++)
+        assert_string_equal(lease(s, "w1", id), want[i]);
+    assert_string_equal(lease(s, "w1", id), "");
+    OK(kg_store_counts_get(s, &c, &e_));
+    assert_int_equal(c.by_status[KG_TASK_PENDING], 0);
+    assert_int_equal(c.by_status[KG_TASK_RUNNING], 5);
+    assert_int_equal(c.pending[KG_PRIO_HIGH], 0);
+}
+
+#define NLEASERS 4
+#define NATOMIC 120
+
+struct leaser {
+    kg_store *s;
+    char worker[16];
+    char (*got)[KG_MAX_TASK_ID + 1];
+    int n;
+    int failed;
+};
+
+static void *leaser_main(void *arg)
+{
+    struct leaser *l = arg;
+    for (;;) {
+        kg_task t;
+        kg_err err;
+        int rc = kg_store_lease(l->s, l->worker, &t, &err);
+        if (rc < 0) {
+            l->failed = 1;
+            break;
+        }
+        if (rc == 0)
+            break;
+        snprintf(l->got[l->n++], KG_MAX_TASK_ID + 1, "%s", t.id);
+        kg_task_free(&t);
+    }
+    return NULL;
+}
+
+static void test_lease_atomic(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    char id[32];
+    for (int i = 0; i < NATOMIC; i++) {
+        snprintf(id, sizeof id, "t%03d", i);
+        assert_int_equal(submit(s, id, i % 3), 0);
+    }
+    struct leaser L[NLEASERS];
+    pthread_t th[NLEASERS];
+    for (int k = 0; k < NLEASERS; k++) {
+        memset(&L[k], 0, sizeof L[k]);
+        L[k].s = s;
+        snprintf(L[k].worker, sizeof L[k].worker, "w%d", k);
+        char dev[16];
+        snprintf(dev, sizeof dev, "cpu:%d", k);
+        reg(s, L[k].worker, dev);
+        L[k].got = calloc(NATOMIC, KG_MAX_TASK_ID + 1);
+    }
+    for (int k = 0; k < NLEASERS; k++)
+        pthread_create(&th[k], NULL, leaser_main, &L[k]);
+    for (int k = 0; k < NLEASERS; k++)
+        pthread_join(th[k], NULL);
+    int seen[NATOMIC] = {0}, total = 0;
+    for (int k = 0; k < NLEASERS; k++) {
+        assert_int_equal(L[k].failed, 0);
+        for (int i = 0; i < L[k].n; i++) {
+            int v = atoi(L[k].got[i] + 1);
+            assert_true(v >= 0 && v < NATOMIC);
+            seen[v]++;
+            total++;
+        }
+        free(L[k].got);
+    }
+    assert_int_equal(total, NATOMIC);
+    for (int i = 0; i < NATOMIC; i++)
+        assert_int_equal(seen[i], 1);
+}
+
+static void test_complete_only_holder(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char id[128];
+    kg_task t;
+    assert_int_equal(submit(s, "c1", 1), 0);
+    reg(s, "w1", "cpu:0");
+    reg(s, "w2", "cpu:1");
+    assert_string_equal(lease(s, "w1", id), "c1");
+    json_t *res = result_of("pass");
+    assert_int_equal(
+        kg_store_complete(s, "c1", "w2", KG_TASK_COMPLETED, res, &err),
+        KG_ESTATE);
+    assert_int_equal(
+        kg_store_complete(s, "zz", "w1", KG_TASK_COMPLETED, res, &err),
+        KG_ENOTFOUND);
+    assert_int_equal(
+        kg_store_complete(s, "c1", "w1", KG_TASK_COMPLETED, res, &err), 0);
+    assert_int_equal(
+        kg_store_complete(s, "c1", "w1", KG_TASK_COMPLETED, res, &err),
+        KG_ESTATE);
+    assert_int_equal(kg_store_get(s, "c1", KG_GET_RESULT, &t, &err), 0);
+    assert_int_equal(t.status, KG_TASK_COMPLETED);
+    assert_true(json_equal(t.result, res));
+    assert_int_equal(t.attempts, 1);
+    assert_string_equal(t.worker, "w1");
+    assert_true(t.finished_ms >= t.started_ms && t.started_ms > 0);
+    kg_task_free(&t);
+    kg_store_counts c;
+    OK(kg_store_counts_get(s, &c, &e_));
+    assert_int_equal(c.by_status[KG_TASK_COMPLETED], 1);
+    assert_int_equal(c.by_verdict[KG_VERDICT_PASS], 1);
+    assert_int_equal(c.by_status[KG_TASK_RUNNING], 0);
+    json_decref(res);
+}
+
+static void test_expired_requeue_and_limit(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char id[128];
+    kg_requeue_counts rq;
+    kg_task t;
+    assert_int_equal(submit(s, "x1", 1), 0);
+    reg(s, "w1", "cpu:0");
+    assert_string_equal(lease(s, "w1", id), "x1");
+    OK(kg_store_requeue_expired(s, 2, &rq, &e_));
+    assert_int_equal(rq.requeued + rq.failed, 0); /* not yet expired */
+    kg_test_sleep_ms(LEASE_MS + 100);
+    /* past the deadline but before a sweep: a heartbeat still extends */
+    OK(kg_store_worker_heartbeat(s, "w1", &e_));
+    OK(kg_store_requeue_expired(s, 2, &rq, &e_));
+    assert_int_equal(rq.requeued, 0);
+    kg_test_sleep_ms(LEASE_MS + 100);
+    OK(kg_store_requeue_expired(s, 2, &rq, &e_));
+    assert_int_equal(rq.requeued, 1);
+    assert_int_equal(rq.failed, 0);
+    assert_int_equal(kg_store_get(s, "x1", 0, &t, &err), 0);
+    assert_int_equal(t.status, KG_TASK_PENDING);
+    kg_task_free(&t);
+    /* the late holder cannot complete it */
+    json_t *res = result_of("pass");
+    assert_int_equal(
+        kg_store_complete(s, "x1", "w1", KG_TASK_COMPLETED, res, &err),
+        KG_ESTATE);
+    OK(kg_store_worker_heartbeat(s, "w1", &e_));
+    assert_string_equal(lease(s, "w1", id), "x1");
+    kg_test_sleep_ms(LEASE_MS + 100);
+    OK(kg_store_worker_heartbeat(s, "w1", &e_)); /* keep w1 alive... */
+    OK(kg_store_requeue_expired(s, 2, &rq, &e_));
+    assert_int_equal(rq.requeued + rq.failed, 0); /* ...and its lease */
+    kg_test_sleep_ms(LEASE_MS + 100);
+    OK(kg_store_requeue_expired(s, 2, &rq, &e_));
+    assert_int_equal(rq.failed, 1);
+    assert_int_equal(rq.requeued, 0);
+    assert_int_equal(kg_store_get(s, "x1", KG_GET_RESULT, &t, &err), 0);
+    assert_int_equal(t.status, KG_TASK_FAILED);
+    assert_int_equal(t.attempts, 2);
+    assert_non_null(t.result);
+    assert_string_equal(
+        json_string_value(json_object_get(t.result, "error_code")),
+        "LEASE_EXPIRED_TOO_OFTEN");
+    kg_task_free(&t);
+    kg_store_counts c;
+    OK(kg_store_counts_get(s, &c, &e_));
+    assert_int_equal(c.lease_expiries, 2);
+    assert_int_equal(c.by_status[KG_TASK_FAILED], 1);
+    assert_int_equal(c.by_verdict[KG_VERDICT_INFRA_ERROR], 1);
+    assert_string_equal(lease(s, "w1", id), "");
+    json_decref(res);
+}
+
+static void test_retry_avoids_worker(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char id[128];
+    kg_task t;
+    assert_int_equal(submit(s, "r1", 1), 0);
+    assert_int_equal(submit(s, "r2", 2), 0);
+    reg(s, "w1", "cpu:0");
+    reg(s, "w2", "cpu:1");
+    assert_string_equal(lease(s, "w1", id), "r1");
+    json_t *res = result_of("infra_error");
+    assert_int_equal(kg_store_retry(s, "r1", "w2", res, 60000, &err),
+                     KG_ESTATE);
+    assert_int_equal(kg_store_retry(s, "r1", "w1", res, 60000, &err), 0);
+    assert_int_equal(kg_store_get(s, "r1", KG_GET_RESULT, &t, &err), 0);
+    assert_int_equal(t.status, KG_TASK_PENDING);
+    assert_string_equal(t.avoid_worker, "w1");
+    assert_true(json_equal(t.result, res));
+    kg_task_free(&t);
+    /* w1 skips r1 (avoided) and gets r2; w2 gets r1 */
+    assert_string_equal(lease(s, "w1", id), "r2");
+    assert_string_equal(lease(s, "w1", id), "");
+    assert_string_equal(lease(s, "w2", id), "r1");
+    /* an avoidance that ran out no longer applies */
+    assert_int_equal(kg_store_retry(s, "r1", "w2", NULL, 0, &err), 0);
+    assert_string_equal(lease(s, "w2", id), "r1");
+    assert_int_equal(kg_store_get(s, "r1", 0, &t, &err), 0);
+    assert_int_equal(t.attempts, 3);
+    kg_task_free(&t);
+    json_decref(res);
+}
+
+static void test_cancel(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char id[128];
+    kg_task t;
+    assert_int_equal(submit(s, "p1", 1), 0);
+    assert_int_equal(submit(s, "p2", 1), 0);
+    assert_int_equal(kg_store_cancel(s, "p1", &err), 0);
+    reg(s, "w1", "cpu:0");
+    assert_string_equal(lease(s, "w1", id), "p2"); /* p1 is not leased */
+    assert_int_equal(kg_store_cancel(s, "p2", &err), 0);
+    json_t *res = result_of("pass");
+    assert_int_equal(
+        kg_store_complete(s, "p2", "w1", KG_TASK_COMPLETED, res, &err),
+        KG_ESTATE);
+    assert_int_equal(kg_store_retry(s, "p2", "w1", NULL, 0, &err), KG_ESTATE);
+    assert_int_equal(kg_store_get(s, "p2", 0, &t, &err), 0);
+    assert_int_equal(t.status, KG_TASK_CANCELLED);
+    assert_true(t.finished_ms > 0);
+    kg_task_free(&t);
+    assert_int_equal(kg_store_cancel(s, "p2", &err), 1);
+    assert_int_equal(kg_store_cancel(s, "nope", &err), KG_ENOTFOUND);
+    assert_string_equal(lease(s, "w1", id), "");
+    kg_store_counts c;
+    OK(kg_store_counts_get(s, &c, &e_));
+    assert_int_equal(c.by_status[KG_TASK_CANCELLED], 2);
+    assert_int_equal(c.by_status[KG_TASK_RUNNING], 0);
+    assert_int_equal(c.pending[1], 0);
+    /* a cancelled lease does not expire into a requeue */
+    kg_requeue_counts rq;
+    kg_test_sleep_ms(LEASE_MS + 100);
+    OK(kg_store_requeue_expired(s, 3, &rq, &e_));
+    assert_int_equal(rq.requeued + rq.failed, 0);
+    json_decref(res);
+}
+
+static void test_cache(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char key[65];
+    json_t *got = (json_t *)1;
+    kg_sha256_hex("x", 1, key);
+    assert_int_equal(kg_store_cache_get(s, key, &got, &err), 0);
+    assert_null(got);
+    json_t *r1 = result_of("pass"), *r2 = result_of("mismatch");
+    assert_int_equal(kg_store_cache_put(s, key, r1, &err), 0);
+    assert_int_equal(kg_store_cache_get(s, key, &got, &err), 1);
+    assert_true(json_equal(got, r1));
+    json_decref(got);
+    assert_int_equal(kg_store_cache_put(s, key, r2, &err), 0);
+    assert_int_equal(kg_store_cache_get(s, key, &got, &err), 1);
+    assert_true(json_equal(got, r2));
+    json_decref(got);
+    assert_int_equal(kg_store_cache_get(s, "abc", &got, &err), KG_EINVAL);
+    json_decref(r1);
+    json_decref(r2);
+}
+
+static void test_workers(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char id[128];
+    reg(s, "w1", "cuda:0");
+    assert_int_equal(kg_store_worker_register(s, "w2", "cuda:0", "host1", &err),
+                     KG_ESTATE);
+    assert_non_null(strstr(err.msg, "w1"));
+    reg(s, "w2", "cuda:1");
+    reg(s, "w1", "cuda:0"); /* re-registering is fine */
+    assert_int_equal(kg_store_worker_register(s, "w3", "cuda:0", "host2", &err),
+                     0);
+    kg_worker *v;
+    size_t n;
+    OK(kg_store_worker_list(s, &v, &n, &e_));
+    assert_int_equal(n, 3);
+    assert_string_equal(v[0].id, "w1");
+    assert_string_equal(v[0].device, "cuda:0");
+    assert_string_equal(v[0].host, "host1");
+    assert_true(v[0].alive);
+    assert_string_equal(v[2].id, "w3");
+    free(v);
+    assert_int_equal(submit(s, "u1", 1), 0);
+    assert_string_equal(lease(s, "w2", id), "u1");
+    OK(kg_store_worker_list(s, &v, &n, &e_));
+    assert_int_equal(v[1].running, 1);
+    free(v);
+    /* leaving hands the task back */
+    assert_int_equal(kg_store_worker_unregister(s, "w2", &err), 0);
+    assert_int_equal(kg_store_worker_unregister(s, "w2", &err), KG_ENOTFOUND);
+    assert_int_equal(kg_store_worker_heartbeat(s, "w2", &err), KG_ENOTFOUND);
+    kg_task t;
+    assert_int_equal(kg_store_lease(s, "w2", &t, &err), KG_ENOTFOUND);
+    assert_string_equal(lease(s, "w1", id), "u1");
+    kg_store_counts c;
+    OK(kg_store_counts_get(s, &c, &e_));
+    assert_int_equal(c.workers_alive, 2);
+    assert_int_equal(c.workers_dead, 0);
+}
+
+static void test_dead_worker(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char id[128];
+    kg_requeue_counts rq;
+    assert_int_equal(submit(s, "d1", 1), 0);
+    reg(s, "w1", "cuda:0");
+    reg(s, "w2", "cuda:1");
+    assert_string_equal(lease(s, "w1", id), "d1");
+    /* w2 keeps beating, w1 goes silent past its ttl but not past its
+       lease: the task comes back because w1 is dead */
+    for (int i = 0; i < 4; i++) {
+        kg_test_sleep_ms(TTL_MS / 4 + 20);
+        OK(kg_store_worker_heartbeat(s, "w2", &e_));
+    }
+    kg_worker *v;
+    size_t n;
+    OK(kg_store_worker_list(s, &v, &n, &e_));
+    assert_int_equal(n, 2);
+    assert_false(v[0].alive);
+    assert_true(v[1].alive);
+    free(v);
+    kg_store_counts c;
+    OK(kg_store_counts_get(s, &c, &e_));
+    assert_int_equal(c.workers_dead, 1);
+    OK(kg_store_requeue_expired(s, 3, &rq, &e_));
+    assert_int_equal(rq.requeued, 1);
+    assert_int_equal(rq.dead_workers, 1);
+    assert_string_equal(lease(s, "w2", id), "d1");
+    /* a dead worker's device can be claimed by a new worker */
+    reg(s, "w3", "cuda:0");
+    assert_int_equal(kg_store_worker_heartbeat(s, "w1", &err), KG_ENOTFOUND);
+    assert_int_equal(kg_store_worker_register(s, "w1", "cuda:0", "host1", &err),
+                     KG_ESTATE);
+}
+
+/* The sched.h policy over the store. */
+static void test_sched_policy(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char id[128];
+    kg_sched *sc;
+    kg_sched_policy p;
+    kg_sched_policy_default(&p);
+    p.max_attempts = 2;
+    p.infra_avoid_ms = 60000;
+    assert_int_equal(kg_sched_start(&sc, s, &p, 0, &err), 0);
+    char key[65];
+    kg_sha256_hex("k", 1, key);
+    json_t *req = request("s1");
+    kg_submit sub = {"s1", 1, req, key, 0};
+    assert_int_equal(kg_store_submit(s, &sub, &err), 0);
+    reg(s, "w1", "cpu:0");
+    reg(s, "w2", "cpu:1");
+    json_t *infra = result_of("infra_error"), *pass = result_of("pass");
+    int outcome = -1;
+    assert_string_equal(lease(s, "w1", id), "s1");
+    assert_int_equal(kg_sched_result(sc, "s1", "w2", pass, &outcome, &err),
+                     KG_ESTATE);
+    assert_int_equal(kg_sched_result(sc, "s1", "w1", infra, &outcome, &err), 0);
+    assert_int_equal(outcome, KG_TASK_PENDING);
+    assert_string_equal(lease(s, "w1", id), "");
+    assert_string_equal(lease(s, "w2", id), "s1");
+    assert_int_equal(kg_sched_result(sc, "s1", "w2", infra, &outcome, &err), 0);
+    assert_int_equal(outcome, KG_TASK_FAILED);
+    kg_task t;
+    assert_int_equal(kg_store_get(s, "s1", KG_GET_RESULT, &t, &err), 0);
+    assert_int_equal(t.status, KG_TASK_FAILED);
+    assert_string_equal(
+        json_string_value(json_object_get(t.result, "error_code")),
+        "INFRA_RETRIES_EXHAUSTED");
+    kg_task_free(&t);
+    json_t *got = NULL;
+    assert_int_equal(kg_store_cache_get(s, key, &got, &err), 0);
+    /* a real verdict completes the task and fills the cache */
+    sub.replace_finished = 1;
+    assert_int_equal(kg_store_submit(s, &sub, &err), 0);
+    assert_string_equal(lease(s, "w1", id), "s1");
+    assert_int_equal(kg_sched_result(sc, "s1", "w1", pass, &outcome, &err), 0);
+    assert_int_equal(outcome, KG_TASK_COMPLETED);
+    assert_int_equal(kg_store_cache_get(s, key, &got, &err), 1);
+    assert_true(json_equal(got, pass));
+    json_decref(got);
+    /* the sweep */
+    assert_int_equal(submit(s, "s2", 1), 0);
+    assert_string_equal(lease(s, "w1", id), "s2");
+    kg_test_sleep_ms(TTL_MS + 100);
+    kg_requeue_counts rq;
+    assert_int_equal(kg_sched_sweep(sc, &rq, &err), 0);
+    assert_int_equal(rq.requeued, 1);
+    kg_sched_stop(sc);
+    json_decref(req);
+    json_decref(infra);
+    json_decref(pass);
+}
+
+/* Background sweeps requeue without anyone asking. */
+static void test_sched_background(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char id[128];
+    kg_sched *sc;
+    kg_sched_policy p;
+    kg_sched_policy_default(&p);
+    p.sweep_ms = 50;
+    assert_int_equal(submit(s, "g1", 1), 0);
+    reg(s, "w1", "cpu:0");
+    assert_string_equal(lease(s, "w1", id), "g1");
+    assert_int_equal(kg_sched_start(&sc, s, &p, 1, &err), 0);
+    kg_task t;
+    int pending = 0;
+    for (int i = 0; i < 40 && !pending; i++) {
+        kg_test_sleep_ms(50);
+        assert_int_equal(kg_store_get(s, "g1", 0, &t, &err), 0);
+        pending = t.status == KG_TASK_PENDING;
+        kg_task_free(&t);
+    }
+    assert_true(pending);
+    kg_requeue_counts tot;
+    kg_sched_totals(sc, &tot);
+    assert_int_equal(tot.requeued, 1);
+    kg_sched_stop(sc);
+}
+
+#define NDURABLE 200
+
+/*
+ * SQLite: a child submits NDURABLE tasks one by one, reporting each
+ * acknowledgement through a pipe, and SIGKILLs itself right after the
+ * last one. Every acknowledged task must be in the reopened store.
+ */
+static void test_durable_sqlite_kill9(void **state)
+{
+    (void)state;
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    kg_store *s0 = open_fresh(); /* creates the file; the child reopens */
+    kg_store_close(s0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        kg_store *s = NULL;
+        kg_store_opts o;
+        opts_test(&o);
+        if (kg_store_open(&s, G.url, &o, NULL))
+            _exit(2);
+        for (int i = 0; i < NDURABLE; i++) {
+            char id[32];
+            snprintf(id, sizeof id, "dur%04d", i);
+            json_t *req = request(id);
+            kg_submit t = {id, i % 3, req, NULL, 0};
+            if (kg_store_submit(s, &t, NULL) != 0)
+                _exit(3);
+            if (write(pfd[1], &i, sizeof i) != sizeof i)
+                _exit(4);
+        }
+        kill(getpid(), SIGKILL);
+        _exit(5);
+    }
+    close(pfd[1]);
+    int i, acked = 0;
+    while (read(pfd[0], &i, sizeof i) == sizeof i)
+        acked = i + 1;
+    close(pfd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    assert_int_equal(acked, NDURABLE);
+    kg_store *s = reopen();
+    kg_store_counts c;
+    OK(kg_store_counts_get(s, &c, &e_));
+    assert_int_equal(c.by_status[KG_TASK_PENDING], acked);
+    for (i = 0; i < acked; i++) {
+        char id[32];
+        kg_task t;
+        kg_err err;
+        snprintf(id, sizeof id, "dur%04d", i);
+        assert_int_equal(kg_store_get(s, id, KG_GET_REQUEST, &t, &err), 0);
+        assert_non_null(t.request);
+        kg_task_free(&t);
+    }
+    /* the queue order survives too */
+    reg(s, "w1", "cpu:0");
+    char id[128];
+    assert_string_equal(lease(s, "w1", id), "dur0000");
+    kg_store_close(s);
+}
+
+/*
+ * Redis: acknowledged submissions, then SIGKILL of redis-server (AOF,
+ * appendfsync always), restart on the same dir: all there, and the store
+ * handle reconnects by itself.
+ */
+static void test_durable_redis_kill9(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    for (int i = 0; i < NDURABLE; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "dur%04d", i);
+        assert_int_equal(submit(s, id, i % 3), 0);
+    }
+    reg(s, "w1", "cpu:0");
+    char id[128];
+    assert_string_equal(lease(s, "w1", id), "dur0000");
+    kg_test_redis_kill(&G.redis, SIGKILL);
+    assert_int_equal(kg_test_redis_start(&G.redis), 0);
+    kg_store_counts c;
+    int rc = kg_store_counts_get(s, &c, &err);
+    if (rc == KG_EUNAVAIL) /* a pooled connection saw the crash first */
+        rc = kg_store_counts_get(s, &c, &err);
+    assert_int_equal(rc, 0);
+    assert_int_equal(c.pending[0] + c.pending[1] + c.pending[2], NDURABLE - 1);
+    assert_int_equal(c.by_status[KG_TASK_RUNNING], 1);
+    for (int i = 0; i < NDURABLE; i++) {
+        kg_task t;
+        snprintf(id, sizeof id, "dur%04d", i);
+        assert_int_equal(kg_store_get(s, id, KG_GET_REQUEST, &t, &err), 0);
+        assert_non_null(t.request);
+        assert_int_equal(t.status, i ? KG_TASK_PENDING : KG_TASK_RUNNING);
+        kg_task_free(&t);
+    }
+    /* the stream and its consumer group survived: leasing continues */
+    assert_string_equal(lease(s, "w1", id), "dur0003");
+}
+
+/* Redis down: KG_EUNAVAIL within ~2 s; back up: the same handle works. */
+static void test_redis_down(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    assert_int_equal(submit(s, "before", 1), 0);
+    kg_test_redis_kill(&G.redis, SIGKILL);
+    for (int k = 0; k < 3; k++) {
+        int64_t t0 = now_ms();
+        json_t *req = request("down");
+        kg_submit sub = {"during", 1, req, NULL, 0};
+        int rc = kg_store_submit(s, &sub, &err);
+        json_decref(req);
+        int64_t dt = now_ms() - t0;
+        assert_int_equal(rc, KG_EUNAVAIL);
+        assert_true(dt < 2000);
+    }
+    /* a server that accepts but never answers (stopped) times out too */
+    assert_int_equal(kg_test_redis_start(&G.redis), 0);
+    kill(G.redis.pid, SIGSTOP);
+    int64_t t0 = now_ms();
+    kg_task t;
+    int rc = kg_store_get(s, "before", 0, &t, &err);
+    int64_t dt = now_ms() - t0;
+    kill(G.redis.pid, SIGCONT);
+    assert_int_equal(rc, KG_EUNAVAIL);
+    assert_true(dt < 2500);
+    /* back: the handle reconnects */
+    rc = -1;
+    for (int i = 0; i < 20 && rc != 0; i++) {
+        rc = kg_store_get(s, "before", 0, &t, &err);
+        if (rc == 0)
+            kg_task_free(&t);
+        else
+            kg_test_sleep_ms(100);
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(submit(s, "after", 1), 0);
+    kg_store *s2 = reopen();
+    assert_int_equal(kg_store_get(s2, "after", 0, &t, &err), 0);
+    kg_task_free(&t);
+    kg_store_close(s2);
+}
+
+static void test_open_errors(void **state)
+{
+    (void)state;
+    kg_store *s;
+    kg_err err = {{0}};
+    assert_int_equal(kg_store_open(&s, "mysql://x", NULL, &err), KG_EINVAL);
+    assert_int_equal(kg_store_open(&s, "sqlite:", NULL, &err), KG_EINVAL);
+    assert_int_equal(kg_store_open(&s, "redis://h:0/0", NULL, &err), KG_EINVAL);
+    assert_int_equal(
+        kg_store_open(&s, "sqlite:/nonexistent-dir/x.db", NULL, &err), KG_EIO);
+    int port = kg_test_free_port();
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d/0", port);
+    int64_t t0 = now_ms();
+    assert_int_equal(kg_store_open(&s, url, NULL, &err), KG_EUNAVAIL);
+    assert_true(now_ms() - t0 < 2000);
+}
+
+#define WITH_REDIS 0 /* store_redis.c in progress */
+
+#define COMMON_TESTS                                                           \
+    cmocka_unit_test_setup_teardown(test_submit_get, setup, teardown),         \
+        cmocka_unit_test_setup_teardown(test_submit_batch_and_replace, setup,  \
+                                        teardown),                             \
+        cmocka_unit_test_setup_teardown(test_priority_fifo, setup, teardown),  \
+        cmocka_unit_test_setup_teardown(test_lease_atomic, setup, teardown),   \
+        cmocka_unit_test_setup_teardown(test_complete_only_holder, setup,      \
+                                        teardown),                             \
+        cmocka_unit_test_setup_teardown(test_expired_requeue_and_limit, setup, \
+                                        teardown),                             \
+        cmocka_unit_test_setup_teardown(test_retry_avoids_worker, setup,       \
+                                        teardown),                             \
+        cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),         \
+        cmocka_unit_test_setup_teardown(test_cache, setup, teardown),          \
+        cmocka_unit_test_setup_teardown(test_workers, setup, teardown),        \
+        cmocka_unit_test_setup_teardown(test_dead_worker, setup, teardown),    \
+        cmocka_unit_test_setup_teardown(test_sched_policy, setup, teardown),   \
+        cmocka_unit_test_setup_teardown(test_sched_background, setup,          \
+                                        teardown)
+
+int main(void)
+{
+    const struct CMUnitTest sqlite_tests[] = {
+        COMMON_TESTS,
+        cmocka_unit_test(test_durable_sqlite_kill9),
+        cmocka_unit_test(test_open_errors),
+    };
+    const struct CMUnitTest redis_tests[] = {
+        COMMON_TESTS,
+        cmocka_unit_test_setup_teardown(test_durable_redis_kill9, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_redis_down, setup, teardown),
+    };
+    int failed =
+        cmocka_run_group_tests_name("store_sqlite", sqlite_tests,
+                                    group_setup_sqlite, group_teardown_sqlite);
+    if (WITH_REDIS && !getenv("KGYM_TEST_NO_REDIS"))
+        failed += cmocka_run_group_tests_name("store_redis", redis_tests,
+                                              group_setup_redis,
+                                              group_teardown_redis);
+    return failed ? 1 : 0;
+}
