@@ -20,6 +20,7 @@ measuring functions that were replaced since load).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from typing import Any, Callable
@@ -41,6 +42,21 @@ class CandidateState:
         self.kernel_code = ""
         self.snapshot: integrity.Snapshot | None = None
         self.workdir: str | None = None
+        self.setup_failure: dict | None = None
+
+
+def make_workdir(prefix: str) -> str:
+    """A fresh directory under $TMPDIR; never a silent fallback elsewhere
+    (tempfile would quietly use /tmp, and nobody would remove it). Raises
+    OSError when $TMPDIR is set but unusable."""
+    tmp = os.environ.get("TMPDIR")
+    return tempfile.mkdtemp(prefix=prefix, dir=tmp or None)
+
+
+def _infra(phase: str, exc: BaseException, what: str) -> dict:
+    return {"verdict": "infra_error", "code": "INFRA_ERROR", "phase": phase,
+            "type": type(exc).__name__, "message": f"{what}: {loader.safe_str(exc)}"[:2000],
+            "traceback": "", "frames": []}
 
 
 def _failure(exc: BaseException, phase: str, state: CandidateState) -> dict:
@@ -65,8 +81,9 @@ def _setup_backend(backend: str, device: str, kernel_code: str) -> list[str]:
 def cmd_load(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     state.device = str(h.get("device") or "cpu")
     state.kernel_code = str(h.get("kernel_code") or "")
+    if state.setup_failure is not None:
+        return {"ok": False, "failure": state.setup_failure}, []
     installed = _setup_backend(str(h.get("backend")), state.device, state.kernel_code)
-    state.workdir = tempfile.mkdtemp(prefix="kgym-cand-")
     ref_path = loader.write_source(state.workdir, loader.REFERENCE_FILE,
                                    str(h.get("reference_code") or ""))
     state.kernel_path = os.path.abspath(loader.write_source(
@@ -213,10 +230,15 @@ def run_candidate(chan_fd: int) -> None:
     """Serve the judge on chan_fd until it says exit or closes the channel.
 
     Assumes nothing about argv or cwd; writes sources under a fresh
-    tempfile.mkdtemp() directory (the caller points TMPDIR somewhere private).
+    directory in $TMPDIR (the caller points it somewhere private), removed
+    at the end; an unusable $TMPDIR fails the load as infra_error.
     """
     chan = Channel(chan_fd)
     state = CandidateState()
+    try:
+        state.workdir = make_workdir("kgym-cand-")
+    except OSError as e:  # before any candidate code: the judge may trust this
+        state.setup_failure = _infra("setup", e, "the candidate's temp dir ($TMPDIR) is unusable")
     _early_cuda_init()
     try:
         while True:
@@ -241,3 +263,5 @@ def run_candidate(chan_fd: int) -> None:
             del reply, out  # hold nothing of this call while serving the next
     finally:
         chan.close()
+        if state.workdir:
+            shutil.rmtree(state.workdir, ignore_errors=True)

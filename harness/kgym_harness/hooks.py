@@ -48,6 +48,7 @@ class LaunchRecorder:
         self.ns_by_name: dict[str, int] = {}
         self.calls_by_name: dict[str, int] = {}
         self.build_error: str | None = None
+        self.infra_error: str | None = None  # the build cache, not the candidate
         self.triton_names: set[str] = set()
         self.ext_names: set[str] = set()
 
@@ -342,13 +343,33 @@ def build_key(kind: str, name: str, args: tuple, kwargs: dict) -> str:
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
-def _build_dir(key: str) -> str | None:
+def _build_dir(key: str) -> str:
+    """The build directory of one key; raises PermissionError (recorded as
+    the worker's problem) when the cache cannot be written."""
     path = os.path.join(ext_cache_root(), key)
     try:
         os.makedirs(path, exist_ok=True)
-        return path
-    except OSError:
-        return None
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "not writable", path)
+    except OSError as e:
+        RECORDER.infra_error = f"the extension build cache is unusable: {e}"
+        raise
+    return path
+
+
+def _cache_permission_error(exc: BaseException) -> bool:
+    """A PermissionError on a path inside the extension cache, anywhere in
+    the exception chain (not one on the candidate's own files)."""
+    root = os.path.abspath(ext_cache_root())
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, PermissionError):
+            name = exc.filename if isinstance(exc.filename, str) else ""
+            if name and os.path.abspath(name).startswith(root + os.sep):
+                return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
 
 
 def _trim_build_log(text: str, build_dir: str | None, limit: int = 4000) -> str:
@@ -367,13 +388,15 @@ def _wrap_builder(orig: Callable, kind: str) -> Callable:
     def builder(name, *args, **kwargs):
         key = build_key(kind, str(name), args, kwargs)
         path = _build_dir(key)
-        if path is not None:
-            kwargs["build_directory"] = path
+        kwargs["build_directory"] = path
         try:
             module = orig(name, *args, **kwargs)
         except BaseException as e:
-            RECORDER.build_error = (f"building extension {name!r} failed:\n"
-                                    f"{_trim_build_log(str(e), path)}")
+            if _cache_permission_error(e):
+                RECORDER.infra_error = f"the extension build cache is unusable: {e}"
+            else:
+                RECORDER.build_error = (f"building extension {name!r} failed:\n"
+                                        f"{_trim_build_log(str(e), path)}")
             raise
         if module is None or isinstance(module, str) or not hasattr(module, "__dict__"):
             return module

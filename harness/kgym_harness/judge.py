@@ -133,7 +133,11 @@ class Judge:
             torch.cuda.set_device(dev)
         name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
         self.result["device"].update(name=name, device=self.device)
-        workdir = tempfile.mkdtemp(prefix="kgym-judge-")
+        try:
+            workdir = tempfile.mkdtemp(prefix="kgym-judge-", dir=os.environ.get("TMPDIR") or None)
+        except OSError as e:
+            self.fail("infra_error", "INFRA_ERROR", type(e).__name__,
+                      f"the judge's temp dir ($TMPDIR) is unusable: {e}")
         try:
             path = loader.write_source(workdir, loader.REFERENCE_FILE, req["reference_code"])
             self.ref_module = loader.import_file(path, "kgym_reference")

@@ -247,7 +247,10 @@ def classify(exc: BaseException, phase: str, kernel_path: str | None) -> dict:
             "traceback": _format_tb(exc, kernel_path),
             "frames": frames_of(exc, kernel_path)}
     cuda = _cuda_error(chain)
-    if RECORDER.build_error:
+    if RECORDER.infra_error:  # the worker's cache, not the candidate's code
+        info.update(verdict="infra_error", code="INFRA_ERROR",
+                    message=RECORDER.infra_error[:MAX_MESSAGE])
+    elif RECORDER.build_error:
         info.update(verdict="compile_error", code="BUILD_ERROR",
                     message=RECORDER.build_error[:MAX_MESSAGE])
     elif isinstance(exc, SyntaxError) and phase == "load":

@@ -46,16 +46,21 @@ def _frames(v: Any) -> list[dict]:
     return out
 
 
-def sanitize_failure(v: Any) -> dict:
+def sanitize_failure(v: Any, allow_infra: bool = False) -> dict:
     """A candidate-reported failure, restricted to verdicts it may claim.
 
     The candidate may only fail itself: compile_error or runtime_error. A
-    claimed infra_error (which would not be scored) becomes runtime_error.
+    claimed infra_error (which would not be scored) becomes runtime_error,
+    except with allow_infra (the reply to load, no measuring function
+    replaced): an unusable $TMPDIR or extension build cache is the worker's
+    problem, found before or while the candidate's code was imported.
     """
     v = v if isinstance(v, dict) else {}
     verdict = v.get("verdict")
     code = v.get("code")
-    if verdict == "compile_error" and code in schema.COMPILE_CODES:
+    if allow_infra and verdict == "infra_error" and code == "INFRA_ERROR":
+        pass
+    elif verdict == "compile_error" and code in schema.COMPILE_CODES:
         pass
     elif verdict == "runtime_error" and code in schema.RUNTIME_CODES:
         pass
@@ -112,13 +117,14 @@ class Remote:
         self.chan.send(header, list(tensors))
         return self._reply()
 
-    def _reply(self) -> tuple[dict, list]:
+    def _reply(self, allow_infra: bool = False) -> tuple[dict, list]:
         reply, out = self.chan.recv()
         tamper = reply.get("tamper")
         if isinstance(tamper, list):
             self.tamper.update(_text(t, 200) for t in tamper[:50] if isinstance(t, str))
         if reply.get("ok") is not True:
-            raise CandidateFailed(sanitize_failure(reply.get("failure")))
+            raise CandidateFailed(sanitize_failure(reply.get("failure"),
+                                                   allow_infra and not self.tamper))
         return reply, out
 
     def load(self, **fields: Any) -> None:
@@ -129,7 +135,7 @@ class Remote:
         self.chan.send({"cmd": "load", **fields})
 
     def finish_load(self) -> None:
-        self._reply()
+        self._reply(allow_infra=True)
 
     def run(self, inputs: list, mode: str, grad: bool) -> tuple[Any, str | None, dict]:
         """(output, output_problem, launches) for one forward call."""

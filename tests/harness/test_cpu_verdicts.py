@@ -336,3 +336,45 @@ def test_timing_inputs_are_checked_against_the_judges_own_draw():
     assert r["verdict"] == "hacked" and r["hack_reasons"] == ["timer_tamper"]
     assert "inputs other than the problem's" in r["error_message"]
     assert "replaced_functions" not in r["checks"]
+
+
+def test_unusable_extension_cache_is_infra_error(monkeypatch, tmp_path):
+    # The worker's build cache cannot be created: not the candidate's fault.
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("KGYM_EXT_CACHE_DIR", str(blocker / "ext"))
+    r = kit.run(kit.cpu_kernel())
+    assert (r["verdict"], r["error_code"], r["status"]) == ("infra_error", "INFRA_ERROR", "failed")
+    assert "extension build cache" in r["error_message"]
+
+
+def test_unusable_tmpdir_is_infra_error_and_nothing_lands_in_tmp(tmp_path):
+    # The candidate role started with a $TMPDIR it cannot use: load fails as
+    # infra_error (no silent fallback to /tmp, which nobody would clean).
+    import multiprocessing as mp
+    import os
+    import socket
+    from kgym_harness.channel import Channel
+    from kgym_harness.remote import CandidateFailed, Remote
+
+    def child(fd):
+        os.environ["TMPDIR"] = str(tmp_path / "missing")
+        from kgym_harness.candidate import run_candidate
+        run_candidate(fd)
+
+    before = set(os.listdir("/tmp"))
+    a, b = socket.socketpair()
+    p = mp.get_context("fork").Process(target=child, args=(b.fileno(),))
+    p.start()
+    b.close()
+    remote = Remote(Channel(a.detach()))
+    remote.chan.deadline = __import__("time").monotonic() + 30
+    remote.send_load(reference_code=kit.REF, kernel_code=kit.cpu_kernel(), backend="cpu",
+                     entry_point="Model", init_seed=1, device="cpu")
+    with pytest.raises(CandidateFailed) as e:
+        remote.finish_load()
+    assert (e.value.info["verdict"], e.value.info["code"]) == ("infra_error", "INFRA_ERROR")
+    assert "TMPDIR" in e.value.info["message"]
+    remote.exit()
+    p.join(10)
+    assert not [n for n in set(os.listdir("/tmp")) - before if n.startswith("kgym-cand-")]

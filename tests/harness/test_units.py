@@ -443,3 +443,12 @@ def test_input_fingerprints():
     assert not loader.fingerprints_match(fa, loader.fingerprint([a[0], 4, a[2]]))
     assert not loader.fingerprints_match(fa, loader.fingerprint([a[0], 3, a[2].int()]))
     assert not loader.fingerprints_match(fa, None) and not loader.fingerprints_match(fa, fa[:2])
+
+
+def test_infra_claims_only_from_the_load_reply():
+    from kgym_harness.remote import sanitize_failure
+    claim = {"verdict": "infra_error", "code": "INFRA_ERROR", "message": "TMPDIR"}
+    assert sanitize_failure(claim)["verdict"] == "runtime_error"
+    assert sanitize_failure(claim, allow_infra=True)["verdict"] == "infra_error"
+    assert sanitize_failure(dict(claim, code="BAD_REQUEST"), allow_infra=True)["verdict"] \
+        == "runtime_error"
