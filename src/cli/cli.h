@@ -5,5 +5,6 @@
 
 int kg_cli_rl(int argc, char **argv);
 int kg_cli_eval(int argc, char **argv);
+int kg_cli_serve(int argc, char **argv);
 
 #endif

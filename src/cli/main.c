@@ -15,6 +15,7 @@ static const struct subcommand commands[] = {
     {"eval", kg_cli_eval,
      "evaluate candidates against a reference locally (sandboxed, warm "
      "zygote)"},
+    {"serve", kg_cli_serve, "the task API server (docs/api.md)"},
     {"rl", kg_cli_rl,
      "RL math: reward|returns|advantages|mrs|prs|fastp|select (JSON stdin -> "
      "stdout)"},

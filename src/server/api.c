@@ -655,7 +655,7 @@ static int load_task(kg_api *api, const char *id, kg_task *t,
     memset(t, 0, sizeof *t);
     if (!id || !kg_task_id_valid(id)) {
         kg_http_error(rep, 404, "not_found", "task_id",
-                      "no such task (malformed id)");
+                      "task_id: malformed, so no such task");
         return -1;
     }
     int rc = kg_store_get(api->store, id, KG_GET_RESULT, t, &err);
@@ -677,7 +677,8 @@ static int load_task(kg_api *api, const char *id, kg_task *t,
             rc = KG_ENOTFOUND; /* evicted from the cache since */
     }
     if (rc == KG_ENOTFOUND)
-        kg_http_error(rep, 404, "not_found", "task_id", "no task %s", id);
+        kg_http_error(rep, 404, "not_found", "task_id",
+                      "task_id %s: no such task", id);
     else
         store_error(rep, rc, &err);
     return -1;
@@ -714,13 +715,15 @@ static void h_cancel(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     kg_task t;
     if (load_task(api, req->param, &t, rep))
         return;
+    char id[KG_MAX_TASK_ID + 1];
+    memcpy(id, t.id, sizeof id);
     kg_task_free(&t);
     kg_err err;
-    int rc = kg_store_cancel(api->store, t.id, &err);
+    int rc = kg_store_cancel(api->store, id, &err);
     if (rc == KG_ENOTFOUND) {
         /* a cache-answered task: completed, nothing to cancel */
         kg_http_error(rep, 409, "already_finished", "task_id",
-                      "task %s is already completed", t.id);
+                      "task %s is already completed", id);
         return;
     }
     if (rc < 0) {
@@ -728,7 +731,7 @@ static void h_cancel(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
         return;
     }
     if (rc == 1) {
-        rc = kg_store_get(api->store, t.id, 0, &t, &err);
+        rc = kg_store_get(api->store, id, 0, &t, &err);
         if (rc) {
             store_error(rep, rc, &err);
             return;
@@ -737,13 +740,12 @@ static void h_cancel(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
         kg_task_free(&t);
         if (st != KG_TASK_CANCELLED) {
             kg_http_error(rep, 409, "already_finished", "task_id",
-                          "task %s is already %s", t.id,
-                          kg_task_status_name(st));
+                          "task %s is already %s", id, kg_task_status_name(st));
             return;
         }
     }
     rep->status = 200;
-    rep->json = json_pack("{s:s, s:s}", "task_id", t.id, "status", "cancelled");
+    rep->json = json_pack("{s:s, s:s}", "task_id", id, "status", "cancelled");
 }
 
 /* ---- operator views --------------------------------------------------- */
@@ -865,7 +867,7 @@ static int worker_body(const kg_http_req *req, json_t **in, const char **wid,
 static void unknown_worker(kg_http_reply *rep, const char *wid)
 {
     kg_http_error(rep, 404, "unknown_worker", "worker_id",
-                  "worker %s is not registered (register again)", wid);
+                  "worker_id %s: not registered (register again)", wid);
 }
 
 static void h_register(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
@@ -1067,11 +1069,12 @@ static void h_result(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     int rc = kg_sched_result(api->sched, tid, wid, res, &outcome, &err);
     if (rc == KG_ESTATE) {
         kg_http_error(rep, 409, "not_lease_holder", "worker_id",
-                      "worker %s does not hold task %s (lease expired, "
+                      "worker_id %s does not hold task %s (lease expired, "
                       "cancelled, or never its)",
                       wid, tid);
     } else if (rc == KG_ENOTFOUND) {
-        kg_http_error(rep, 404, "not_found", "task_id", "no task %s", tid);
+        kg_http_error(rep, 404, "not_found", "task_id",
+                      "task_id %s: no such task", tid);
     } else if (rc) {
         store_error(rep, rc, &err);
     } else {
