@@ -100,9 +100,11 @@ static const char *const SQL[ST_N] = {
                        "finished = ?3, deadline = 0 WHERE id = ?1",
     [ST_REQUEUE] = "UPDATE tasks SET status = 0, qseq = ?2, deadline = 0 "
                    "WHERE id = ?1",
+    /* holders that are dead (silent) or gone (unregistered, replaced) */
     [ST_DEAD_HOLDERS] =
-        "SELECT count(*) FROM workers WHERE last_seen <= ?1 AND id IN "
-        "(SELECT worker FROM tasks WHERE status = 1)",
+        "SELECT count(DISTINCT worker) FROM tasks WHERE status = 1 AND NOT "
+        "EXISTS (SELECT 1 FROM workers w WHERE w.id = tasks.worker AND "
+        "w.last_seen > ?1)",
     [ST_COUNTER_ADD] = "UPDATE counters SET n = n + ?2 WHERE name = ?1",
     [ST_CACHE_GET] = "SELECT result FROM cache WHERE key = ?1",
     [ST_CACHE_PUT] = "INSERT INTO cache(key, result, created) VALUES(?1, ?2, "

@@ -47,16 +47,23 @@ static int kg_test_free_port(void)
     return ntohs(a.sin_port);
 }
 
-/* 1 once something accepts connections on 127.0.0.1:port. */
-static int kg_test_port_open(int port)
+/*
+ * 1 once redis on 127.0.0.1:port answers a data command (EXISTS; PING
+ * is answered even while the AOF is still being replayed, EXISTS gets
+ * LOADING then).
+ */
+static int kg_test_redis_ready(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a;
+    char buf[64];
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_port = htons((uint16_t)port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+             write(fd, "EXISTS kg\r\n", 11) == 11 &&
+             read(fd, buf, sizeof buf) >= 3 && buf[0] == ':';
     if (fd >= 0)
         close(fd);
     return ok;
@@ -71,7 +78,7 @@ static void kg_test_sleep_ms(int ms)
 
 /*
  * Starts (or restarts, same port and dir) redis-server and waits until it
- * accepts connections (5 s at most). Returns 0 or -1.
+ * serves data (5 s at most). Returns 0 or -1.
  */
 static int kg_test_redis_start(kg_test_redis *r)
 {
@@ -112,7 +119,7 @@ static int kg_test_redis_start(kg_test_redis *r)
     }
     r->pid = pid;
     for (int i = 0; i < 500; i++) {
-        if (kg_test_port_open(r->port))
+        if (kg_test_redis_ready(r->port))
             return 0;
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {

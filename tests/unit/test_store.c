@@ -907,7 +907,7 @@ static void test_open_errors(void **state)
     assert_true(now_ms() - t0 < 2000);
 }
 
-#define WITH_REDIS 0 /* store_redis.c in progress */
+#define WITH_REDIS 1
 
 #define COMMON_TESTS                                                           \
     cmocka_unit_test_setup_teardown(test_submit_get, setup, teardown),         \
