@@ -1,5 +1,6 @@
 /* http.c - the libmicrohttpd daemon: routing, limits, auth, long polls. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -309,6 +310,23 @@ static int park(kg_http *h, struct conn *c)
 
 /* ---- the access handler ----------------------------------------------- */
 
+/*
+ * 1 when the client of a resumed long poll has hung up (EOF pending on its
+ * socket): the poll is dropped instead of leasing a task nobody would
+ * receive. libmicrohttpd does not watch suspended connections itself.
+ */
+static int peer_gone(struct conn *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return 0;
+    char b;
+    ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 ||
+           (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static enum MHD_Result dispatch(kg_http *h, struct conn *c, const char *method)
 {
     if (c->too_big)
@@ -433,6 +451,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc,
     }
     if (c->answered)
         return MHD_YES;
+    if (c->resumed && peer_gone(c)) {
+        c->status = 499; /* client closed; nothing is sent */
+        return MHD_NO;
+    }
     return dispatch(h, c, method);
 }
 

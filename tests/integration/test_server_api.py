@@ -390,6 +390,26 @@ def test_long_poll_wakes_on_submission(server):
     post_result(server, wid, tid, "pass")
 
 
+def test_a_poll_whose_worker_hung_up_takes_no_task(server):
+    """A parked poll whose worker disconnected must not lease the next task
+    (it would sit unreceived until its lease expired)."""
+    gone, live = register(server), register(server)
+    for w in (gone, live):
+        while server.worker("/worker/lease", {"worker_id": w})[0] == 200:
+            pass
+    body = json.dumps({"worker_id": gone, "wait_s": 30}).encode()
+    c = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    c.sendall(f"POST /worker/lease HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {WORKER_TOKEN}"
+              f"\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    time.sleep(0.5)  # parked now
+    c.close()
+    tid = uid()
+    server.request("POST", "/evaluate", task(task_id=tid))
+    code, _, leased = server.worker("/worker/lease", {"worker_id": live, "wait_s": 5})
+    assert code == 200 and leased["task_id"] == tid
+    post_result(server, live, tid, "pass")
+
+
 def test_parked_polls_do_not_hold_threads(server):
     """More waiting workers than HTTP threads: the server still answers."""
     wids = [register(server) for _ in range(24)]
