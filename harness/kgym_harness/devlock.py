@@ -6,10 +6,14 @@ evaluations may share the device then) and flock(LOCK_EX) around timing and
 profiling, so measurements see an otherwise idle device.
 
 flock alone lets a stream of shared holders starve an exclusive waiter. A
-second file, path + ".turnstile", orders them: a shared taker passes through
-the turnstile (takes it exclusively, takes LOCK_SH, releases it at once); an
-exclusive taker holds the turnstile while it waits for LOCK_EX. Once an
-exclusive taker is waiting, later shared takers queue behind it.
+turnstile orders them: a shared taker passes through it (takes it
+exclusively, takes LOCK_SH, releases it at once); an exclusive taker holds
+it while it waits for LOCK_EX. Once an exclusive taker is waiting, later
+shared takers queue behind it. The turnstile is a POSIX record lock
+(lockf) on byte 0 of the same file, which on Linux is independent of the
+flock lock: no second file is left next to the lock file. (Record locks
+belong to the process and go when it closes any descriptor of the file:
+each judge opens the file once and is its only user in the process.)
 
 Waits poll with LOCK_NB (short back-off) so that a deadline can end them.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from typing import Callable
 
 POLL_MIN_S = 0.0005
 POLL_MAX_S = 0.005
@@ -34,7 +39,6 @@ class DeviceLock:
     def __init__(self, path: str | None):
         self.path = path or None
         self.fd = -1
-        self.turnstile = -1
         self.mode: str | None = None  # None, "shared" or "exclusive"
         self.waited_ms = 0.0
         self.error: str | None = None
@@ -46,8 +50,6 @@ class DeviceLock:
             return True
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-            self.turnstile = os.open(self.path + ".turnstile",
-                                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
         except OSError as e:
             self.error = f"device lock {self.path}: {e}"
             self.close()
@@ -55,13 +57,13 @@ class DeviceLock:
         return True
 
     @staticmethod
-    def _take(fd: int, op: int, deadline: float | None) -> None:
+    def _take(lock: Callable[[int], None], op: int, deadline: float | None) -> None:
         delay = POLL_MIN_S
         while True:
             try:
-                fcntl.flock(fd, op | fcntl.LOCK_NB)
+                lock(op | fcntl.LOCK_NB)
                 return
-            except BlockingIOError:
+            except (BlockingIOError, PermissionError):  # lockf says EACCES or EAGAIN
                 pass
             if deadline is not None and time.monotonic() >= deadline:
                 raise LockTimeout("the device stayed busy (lock held by other evaluations)")
@@ -79,13 +81,20 @@ class DeviceLock:
             return
         self.release()
         t0 = time.perf_counter()
+        fd = self.fd
+
+        def turnstile(op: int) -> None:
+            fcntl.lockf(fd, op, 1, 0)
+
+        def main(op: int) -> None:
+            fcntl.flock(fd, op)
         try:
-            self._take(self.turnstile, fcntl.LOCK_EX, deadline)
+            self._take(turnstile, fcntl.LOCK_EX, deadline)
             try:
-                self._take(self.fd, fcntl.LOCK_SH if mode == "shared" else fcntl.LOCK_EX,
+                self._take(main, fcntl.LOCK_SH if mode == "shared" else fcntl.LOCK_EX,
                            deadline)
             finally:
-                fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+                fcntl.lockf(fd, fcntl.LOCK_UN, 1, 0)
         finally:
             self.waited_ms += (time.perf_counter() - t0) * 1e3
         self.mode = mode
@@ -96,13 +105,11 @@ class DeviceLock:
         self.mode = None
 
     def close(self) -> None:
-        """Release and close both files (closing alone would release too)."""
+        """Release and close the file (closing alone would release too)."""
         self.release()
-        for attr in ("fd", "turnstile"):
-            fd = getattr(self, attr)
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            setattr(self, attr, -1)
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+        self.fd = -1
