@@ -292,6 +292,9 @@ class Judge:
         plan = timing.block_plan(req["num_perf_trials"], req["num_warmup"])
         ref_call, cached, key = self.reference_timer(plan)
         ref = {"samples_ms": [], "prep_ms": 0.0, "warmup_ms": 0.0, "wall_ms": 0.0}
+        ref_side = 0
+        excess: dict[str, list[float]] = {"kernel": [], "reference": []}
+        latency: dict[str, list[float]] = {"kernel": [], "reference": []}
         cand: list[float] = []
         side: list[int] = []
         wall_ms = 0.0
@@ -309,6 +312,9 @@ class Judge:
                                             warmup_ms=blk["warmup_ms"],
                                             timed_start=blk["timed_start"])
                     ref["samples_ms"] += r["samples_ms"]
+                    ref_side += len(r["side_stream"])
+                    excess["reference"].append(r["sync_excess_ms"])
+                    latency["reference"].append(r["sync_latency_ms"])
                     for k in ("prep_ms", "warmup_ms", "wall_ms"):
                         ref[k] += r[k]
                     continue
@@ -319,6 +325,8 @@ class Judge:
                                      blk["warmup_ms"], blk["timed_start"])
                 wall_ms += (_now() - t1) * 1e3
                 side += [len(cand) + i for i in c["side_stream"]]
+                excess["kernel"].append(c["sync_excess_ms"])
+                latency["kernel"].append(c["sync_latency_ms"])
                 cand += c["samples_ms"]
                 launches += c["launches"]["count"]
                 if inputs_ok:
@@ -344,6 +352,13 @@ class Judge:
         checks["timing_wall_ms"] = wall_ms
         checks["timing_unexplained_ms"] = max(excess, 0.0)
         checks["side_stream_samples"] = len(side)
+        if timing.is_cuda(self.device):
+            # diagnostics for the GPU runs: per block, median over its samples of
+            # t_dev - L - t_stream, and the calibrated L (ms)
+            checks["sync_excess_ms"] = excess
+            checks["sync_latency_ms"] = latency
+            if cached is None:
+                checks["reference_side_stream_samples"] = ref_side
         if side:
             checks["side_stream_indices"] = side[:20]
         if launches == 0:

@@ -106,6 +106,12 @@ def _ms(v: Any) -> float:
     return max(float(v), 0.0)
 
 
+def _signed_ms(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ProtocolError("bad duration")
+    return float(v)
+
+
 class Remote:
     """Commands to the candidate; one outstanding command at a time."""
 
@@ -167,6 +173,7 @@ class Remote:
                 "prep_ms": _ms(t.get("prep_ms")), "warmup_ms": _ms(t.get("warmup_ms")),
                 "wall_ms": _ms(t.get("wall_ms")), "side_stream": sorted(set(side)),
                 "sync_latency_ms": _ms(t.get("sync_latency_ms", 0.0)),
+                "sync_excess_ms": _signed_ms(t.get("sync_excess_ms", 0.0)),
                 "launches": _launches(reply.get("launches"))}
 
     def profile(self, n_iter: int, seed: int) -> Any:
