@@ -243,7 +243,7 @@ int kg_store_cancel(kg_store *s, const char *id, kg_err *err);
 typedef struct kg_requeue_counts {
     int requeued;     /* back to pending */
     int failed;       /* attempts >= max_attempts: failed, with reason */
-    int dead_workers; /* workers found dead in this sweep */
+    int dead_workers; /* holders found dead or gone in this sweep */
 } kg_requeue_counts;
 
 /*

@@ -42,6 +42,9 @@ enum {
     ST_REQUEUE,
     ST_DEAD_HOLDERS,
     ST_COUNTER_ADD,
+    ST_DATA_PUT,
+    ST_DATA_REQUEST,
+    ST_RESULT_SET,
     ST_CACHE_GET,
     ST_CACHE_PUT,
     ST_COUNTS,
@@ -56,10 +59,11 @@ enum {
     ST_N
 };
 
-/* Columns of a task row as ST_GET and ST_LEASE return them. */
+/* Columns of a task row as ST_GET (then request, result) and ST_LEASE
+   return them. */
 #define TASK_COLS                                                              \
     "id, priority, status, cache_key, attempts, worker, avoid_worker, "        \
-    "submitted, started, finished, deadline, request, result"
+    "submitted, started, finished, deadline"
 
 static const char *const SQL[ST_N] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -67,15 +71,16 @@ static const char *const SQL[ST_N] = {
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_EXISTS] = "SELECT status FROM tasks WHERE id = ?1",
     [ST_INSERT] =
-        "INSERT INTO tasks(id, priority, status, qseq, cache_key, submitted, "
-        "request) VALUES(?1, ?2, 0, ?3, ?4, ?5, ?6)",
+        "INSERT INTO tasks(id, priority, status, qseq, cache_key, submitted) "
+        "VALUES(?1, ?2, 0, ?3, ?4, ?5)",
     [ST_RESET] =
         "UPDATE tasks SET priority = ?2, status = 0, qseq = ?3, "
-        "cache_key = ?4, submitted = ?5, request = ?6, result = NULL, "
+        "cache_key = ?4, submitted = ?5, "
         "verdict = NULL, attempts = 0, worker = '', avoid_worker = '', "
         "avoid_until = 0, started = 0, finished = 0, deadline = 0 "
         "WHERE id = ?1",
-    [ST_GET] = "SELECT " TASK_COLS " FROM tasks WHERE id = ?1",
+    [ST_GET] = "SELECT " TASK_COLS ", request, result FROM tasks JOIN "
+               "task_data USING (id) WHERE id = ?1",
     [ST_TOUCH] = "UPDATE workers SET last_seen = ?2 WHERE id = ?1",
     /* the atomic claim: one statement picks and takes the task */
     [ST_LEASE] =
@@ -83,10 +88,10 @@ static const char *const SQL[ST_N] = {
         "started = ?2, deadline = ?2 + ?3 WHERE id = (SELECT id FROM tasks "
         "WHERE status = 0 AND NOT (avoid_worker = ?1 AND avoid_until > ?2) "
         "ORDER BY priority, qseq LIMIT 1) RETURNING " TASK_COLS,
-    [ST_COMPLETE] = "UPDATE tasks SET status = ?3, result = ?4, verdict = ?5, "
+    [ST_COMPLETE] = "UPDATE tasks SET status = ?3, verdict = ?5, "
                     "finished = ?6, deadline = 0 WHERE id = ?1 AND status = 1 "
                     "AND worker = ?2",
-    [ST_RETRY] = "UPDATE tasks SET status = 0, result = coalesce(?3, result), "
+    [ST_RETRY] = "UPDATE tasks SET status = 0, "
                  "avoid_worker = ?2, avoid_until = ?4, qseq = ?5, deadline = 0 "
                  "WHERE id = ?1 AND status = 1 AND worker = ?2",
     [ST_CANCEL] = "UPDATE tasks SET status = 4, finished = ?2, deadline = 0 "
@@ -96,7 +101,7 @@ static const char *const SQL[ST_N] = {
     [ST_EXPIRED] = "SELECT id, attempts, worker FROM tasks WHERE status = 1 "
                    "AND (deadline <= ?1 OR NOT EXISTS (SELECT 1 FROM workers "
                    "w WHERE w.id = tasks.worker AND w.last_seen > ?2))",
-    [ST_EXPIRE_FAIL] = "UPDATE tasks SET status = 3, result = ?2, verdict = 6, "
+    [ST_EXPIRE_FAIL] = "UPDATE tasks SET status = 3, verdict = 6, "
                        "finished = ?3, deadline = 0 WHERE id = ?1",
     [ST_REQUEUE] = "UPDATE tasks SET status = 0, qseq = ?2, deadline = 0 "
                    "WHERE id = ?1",
@@ -106,6 +111,10 @@ static const char *const SQL[ST_N] = {
         "EXISTS (SELECT 1 FROM workers w WHERE w.id = tasks.worker AND "
         "w.last_seen > ?1)",
     [ST_COUNTER_ADD] = "UPDATE counters SET n = n + ?2 WHERE name = ?1",
+    [ST_DATA_PUT] = "INSERT INTO task_data(id, request) VALUES(?1, ?2) ON "
+                    "CONFLICT(id) DO UPDATE SET request = ?2, result = NULL",
+    [ST_DATA_REQUEST] = "SELECT request FROM task_data WHERE id = ?1",
+    [ST_RESULT_SET] = "UPDATE task_data SET result = ?2 WHERE id = ?1",
     [ST_CACHE_GET] = "SELECT result FROM cache WHERE key = ?1",
     [ST_CACHE_PUT] = "INSERT INTO cache(key, result, created) VALUES(?1, ?2, "
                      "?3) ON CONFLICT(key) DO UPDATE SET result = ?2, "
@@ -132,8 +141,9 @@ static const char *const SQL[ST_N] = {
 };
 
 /*
- * The schema. Task columns that every read needs come first; request and
- * result (large) last, so scalar reads stay on the row's first page.
+ * The schema. Request and result (KiB each) live in task_data, written
+ * once each, so the many small updates of a task's life (lease, heartbeat,
+ * requeue) rewrite a row of a hundred bytes, not its sources.
  * counters rows: s<status>, p<priority> (pending only), v<verdict>
  * (completed or failed tasks), lease_expiries.
  */
@@ -145,7 +155,8 @@ static const char SCHEMA[] =
     " worker TEXT NOT NULL DEFAULT '', avoid_worker TEXT NOT NULL DEFAULT '',"
     " avoid_until INTEGER NOT NULL DEFAULT 0, submitted INTEGER NOT NULL,"
     " started INTEGER NOT NULL DEFAULT 0, finished INTEGER NOT NULL DEFAULT 0,"
-    " deadline INTEGER NOT NULL DEFAULT 0, verdict INTEGER,"
+    " deadline INTEGER NOT NULL DEFAULT 0, verdict INTEGER);"
+    "CREATE TABLE IF NOT EXISTS task_data(id TEXT PRIMARY KEY,"
     " request TEXT NOT NULL, result TEXT);"
     "CREATE INDEX IF NOT EXISTS tasks_queue ON tasks(priority, qseq)"
     " WHERE status = 0;"
@@ -369,6 +380,42 @@ static int bind_json(sqlite3_stmt *st, int col, const json_t *v, kg_err *err)
     return 0;
 }
 
+/* task_data.result of id (writer held); result may be NULL (no change). */
+static int set_result(sq_store *s, const char *id, const json_t *result,
+                      kg_err *err)
+{
+    if (!result)
+        return 0;
+    sqlite3_stmt *st = stmt(&s->w, ST_RESULT_SET, err);
+    if (!st)
+        return KG_EIO;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    int rc = bind_json(st, 2, result, err);
+    return rc < 0 ? rc : step_done(&s->w, st, err);
+}
+
+/* The stored request of id into *out (writer held). */
+static int get_request(sq_store *s, const char *id, json_t **out, kg_err *err)
+{
+    sqlite3_stmt *st = stmt(&s->w, ST_DATA_REQUEST, err);
+    if (!st)
+        return KG_EIO;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    int r = sqlite3_step(st), rc = 0;
+    if (r == SQLITE_ROW) {
+        *out = kg_store_json_parse((const char *)sqlite3_column_text(st, 0),
+                                   (size_t)sqlite3_column_bytes(st, 0));
+        if (!*out)
+            rc = kg_errf(err, KG_EPARSE, "task %s: stored request is corrupt",
+                         id);
+    } else {
+        rc = r == SQLITE_DONE ? kg_errf(err, KG_EIO, "task %s: no request", id)
+                              : db_err(s->w.db, err, "lease");
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
 static int sq_submit_batch(kg_store *base, const kg_submit *t, size_t n,
                            int *created, kg_err *err)
 {
@@ -411,7 +458,14 @@ static int sq_submit_batch(kg_store *base, const kg_submit *t, size_t n,
         sqlite3_bind_text(st, 4, t[i].cache_key ? t[i].cache_key : "", -1,
                           SQLITE_STATIC);
         sqlite3_bind_int64(st, 5, now);
-        if ((rc = bind_json(st, 6, t[i].request, err)) < 0)
+        if ((rc = step_done(&s->w, st, err)) < 0)
+            break;
+        if (!(st = stmt(&s->w, ST_DATA_PUT, err))) {
+            rc = KG_EIO;
+            break;
+        }
+        sqlite3_bind_text(st, 1, t[i].id, -1, SQLITE_STATIC);
+        if ((rc = bind_json(st, 2, t[i].request, err)) < 0)
             break;
         rc = step_done(&s->w, st, err);
     }
@@ -484,7 +538,7 @@ static int sq_lease(kg_store *base, const char *worker_id, kg_task *out,
             sqlite3_bind_int64(st, 3, base->opts.lease_ms);
             int r = sqlite3_step(st);
             if (r == SQLITE_ROW) {
-                rc = fill_task(st, KG_GET_REQUEST, out, err);
+                rc = fill_task(st, 0, out, err);
                 if (rc == 0)
                     rc = 1;
                 while ((r = sqlite3_step(st)) == SQLITE_ROW)
@@ -492,11 +546,16 @@ static int sq_lease(kg_store *base, const char *worker_id, kg_task *out,
             } else {
                 rc = 0;
             }
-            if (r != SQLITE_DONE) {
-                kg_task_free(out);
+            if (r != SQLITE_DONE)
                 rc = db_err(s->w.db, err, "lease");
-            }
             sqlite3_reset(st);
+            if (rc == 1) {
+                int g = get_request(s, out->id, &out->request, err);
+                if (g < 0)
+                    rc = g;
+            }
+            if (rc < 0)
+                kg_task_free(out);
         }
     }
     if (rc >= 0) {
@@ -537,22 +596,26 @@ static int sq_complete(kg_store *base, const char *id, const char *worker_id,
 {
     sq_store *s = (sq_store *)base;
     pthread_mutex_lock(&s->wmu);
-    int rc;
-    sqlite3_stmt *st = stmt(&s->w, ST_COMPLETE, err);
-    if (!st) {
+    sqlite3_stmt *st = NULL;
+    int rc = w_begin(s, err);
+    if (rc == 0 && !(st = stmt(&s->w, ST_COMPLETE, err)))
         rc = KG_EIO;
-    } else {
+    if (rc == 0) {
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, worker_id, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 3, status);
         sqlite3_bind_int(st, 5, verdict);
         sqlite3_bind_int64(st, 6, kg_store_now_ms());
-        rc = bind_json(st, 4, result, err);
-        if (rc == 0)
-            rc = step_done(&s->w, st, err);
+        rc = step_done(&s->w, st, err);
         if (rc == 0 && sqlite3_changes(s->w.db) == 0)
             rc = not_held(s, id, worker_id, err);
+        else if (rc == 0)
+            rc = set_result(s, id, result, err);
     }
+    if (rc == 0)
+        rc = w_commit(s, err);
+    else
+        w_rollback(s);
     pthread_mutex_unlock(&s->wmu);
     return rc;
 }
@@ -562,23 +625,27 @@ static int sq_retry(kg_store *base, const char *id, const char *worker_id,
 {
     sq_store *s = (sq_store *)base;
     pthread_mutex_lock(&s->wmu);
-    int rc;
-    sqlite3_stmt *st = stmt(&s->w, ST_RETRY, err);
-    if (!st) {
+    sqlite3_stmt *st = NULL;
+    int rc = w_begin(s, err);
+    if (rc == 0 && !(st = stmt(&s->w, ST_RETRY, err)))
         rc = KG_EIO;
-    } else {
+    if (rc == 0) {
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, worker_id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, kg_store_now_ms() + avoid_ms);
         sqlite3_bind_int64(st, 5, s->next_qseq);
-        rc = bind_json(st, 3, result, err);
-        if (rc == 0)
-            rc = step_done(&s->w, st, err);
+        rc = step_done(&s->w, st, err);
         if (rc == 0 && sqlite3_changes(s->w.db) == 0)
             rc = not_held(s, id, worker_id, err);
         else if (rc == 0)
-            s->next_qseq++;
+            rc = set_result(s, id, result, err);
     }
+    if (rc == 0)
+        rc = w_commit(s, err);
+    else
+        w_rollback(s);
+    if (rc == 0)
+        s->next_qseq++;
     pthread_mutex_unlock(&s->wmu);
     return rc;
 }
@@ -632,9 +699,11 @@ static int expire_one(sq_store *s, const char *id, int attempts,
         }
         sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int64(st, 3, now);
-        rc = bind_json(st, 2, res, err);
+        rc = step_done(&s->w, st, err);
+        if (rc == 0)
+            rc = set_result(s, id, res, err);
         json_decref(res);
-        if (rc == 0 && (rc = step_done(&s->w, st, err)) == 0)
+        if (rc == 0)
             out->failed++;
         return rc;
     }

@@ -104,17 +104,21 @@ static kg_store *reopen(void)
 
 static int setup(void **state)
 {
+    /* *state first: a failed open must not leave a stale fixture behind
+       for cmocka's teardown */
     fixture *f = calloc(1, sizeof *f);
-    f->s = open_fresh();
     *state = f;
+    f->s = open_fresh();
     return 0;
 }
 
 static int teardown(void **state)
 {
     fixture *f = *state;
-    kg_store_close(f->s);
+    if (f)
+        kg_store_close(f->s);
     free(f);
+    *state = NULL;
     return 0;
 }
 
