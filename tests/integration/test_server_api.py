@@ -713,3 +713,53 @@ def test_survives_garbage(sqlite_server):
     assert code == 200 and body["status"] == "ok"
     code, _, body = s.request("POST", "/evaluate", task(task_id=uid()))
     assert code == 202
+
+
+def test_redis_down_is_503_and_service_resumes():
+    exe = shutil.which("redis-server")
+    if not exe:
+        pytest.skip("redis-server not installed")
+    tmp = tempfile.mkdtemp(prefix="kgym-serve-")
+    rport = free_port()
+    args = [exe, "--port", str(rport), "--bind", "127.0.0.1", "--dir", tmp, "--save", "",
+            "--appendonly", "yes", "--appendfsync", "always"]
+
+    def start_redis() -> subprocess.Popen:
+        r = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", rport), timeout=0.1).close()
+                return r
+            except OSError:
+                time.sleep(0.05)
+        return r
+
+    redis = start_redis()
+    try:
+        try:
+            s = start_server(["--store", f"redis://127.0.0.1:{rport}/0"], tmp)
+        except RuntimeError as e:
+            pytest.skip(f"the Redis store is not available: {e}")
+        try:
+            tid = uid()
+            assert s.request("POST", "/evaluate", task(task_id=tid), token=None)[0] == 202
+            redis.terminate()
+            redis.wait()
+            assert_error(s.request("POST", "/evaluate", task(), token=None), 503)
+            assert_error(s.request("GET", f"/status/{tid}", token=None), 503)
+            code, _, body = s.request("GET", "/health", token=None)
+            assert code == 503 and body["status"] == "unavailable"
+            redis = start_redis()  # AOF: the acknowledged task is still there
+            for _ in range(50):
+                if s.request("GET", "/health", token=None)[0] == 200:
+                    break
+                time.sleep(0.1)
+            code, _, st = s.request("GET", f"/status/{tid}", token=None)
+            assert code == 200 and st["status"] == "pending"
+            assert s.request("POST", "/evaluate", task(), token=None)[0] == 202
+        finally:
+            stop_server(s)
+    finally:
+        redis.terminate()
+        redis.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
