@@ -155,6 +155,14 @@ static void close_fd(int *fd)
 
 /* ---- children ----------------------------------------------------------- */
 
+/* The device as a child names it: the zygote and its children see only
+ * the worker's GPU (CUDA_VISIBLE_DEVICES=N), which is their cuda:0. The
+ * result still reports the worker's own name for it (stamp). */
+static const char *child_device(const kg_engine *e)
+{
+    return e->cuda_env[0] ? "cuda:0" : e->cfg.device;
+}
+
 /* The environment a child starts with: nothing of the worker's but what the
  * runtime needs. */
 static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
@@ -197,7 +205,7 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
     json_object_set_new(
         env, "KGYM_WORKER_ID",
         json_string(e->cfg.worker_id ? e->cfg.worker_id : "local"));
-    json_object_set_new(env, "KGYM_DEVICE", json_string(e->cfg.device));
+    json_object_set_new(env, "KGYM_DEVICE", json_string(child_device(e)));
     if (e->cuda_env[0])
         json_object_set_new(env, "CUDA_VISIBLE_DEVICES",
                             json_string(e->cuda_env));
@@ -286,7 +294,7 @@ static int spawn(kg_engine *e, struct slot *sl, const char *role,
     json_object_set_new(req, "role", json_string(role));
     json_object_set_new(req, "sandbox", sandbox_cfg(e, role, c));
     json_object_set_new(req, "env", child_env(e, role, c, sl->task));
-    json_object_set_new(req, "device", json_string(e->cfg.device));
+    json_object_set_new(req, "device", json_string(child_device(e)));
     int fds[3], nfds = 0;
     json_t *names = json_array();
     if (chan_fd >= 0)
@@ -300,7 +308,7 @@ static int spawn(kg_engine *e, struct slot *sl, const char *role,
     if (!strcmp(role, "judge")) {
         json_t *t = json_deep_copy(sl->task);
         json_object_set_new(t, "device_lock", json_string(e->lock_path));
-        json_object_set_new(t, "device", json_string(e->cfg.device));
+        json_object_set_new(t, "device", json_string(child_device(e)));
         /* the judge's own clock must aim at the worker's deadline (absolute
          * Unix seconds), not at its start: a fresh interpreter's start-up
          * would otherwise eat the margin, and the worker's kill would come
