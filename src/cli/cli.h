@@ -6,5 +6,11 @@
 int kg_cli_rl(int argc, char **argv);
 int kg_cli_eval(int argc, char **argv);
 int kg_cli_serve(int argc, char **argv);
+int kg_cli_worker(int argc, char **argv);
+int kg_cli_submit(int argc, char **argv);
+int kg_cli_status(int argc, char **argv);
+int kg_cli_result(int argc, char **argv);
+int kg_cli_wait(int argc, char **argv);
+int kg_cli_cancel(int argc, char **argv);
 
 #endif

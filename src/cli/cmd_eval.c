@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/cli_util.h"
 #include "common/request.h"
 #include "worker/engine.h"
 
@@ -55,43 +56,6 @@ static void usage(FILE *f)
                "torch_compile --strict true --seed 7\n");
 }
 
-static char *read_file(const char *path, kg_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        kg_errf(err, KG_EIO, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 65536, n = 0;
-    char *b = malloc(cap);
-    for (;;) {
-        if (!b)
-            break;
-        if (n + 1 >= cap) {
-            char *nb = realloc(b, cap *= 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-        }
-        size_t r = fread(b + n, 1, cap - n - 1, f);
-        if (r == 0)
-            break;
-        n += r;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!b || bad) {
-        free(b);
-        kg_errf(err, KG_EIO, "%s: read failed", path);
-        return NULL;
-    }
-    b[n] = 0;
-    return b;
-}
-
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -134,17 +98,6 @@ static int add_cands(struct evalrun *run, const char *path, kg_err *err)
     if (k == 0)
         return kg_errf(err, KG_ENOTFOUND, "--cand %s: no .py files", path);
     return 0;
-}
-
-/* A flag's value: a JSON literal when it parses as one, else a string. */
-static json_t *flag_value(const char *v)
-{
-    json_error_t je;
-    json_t *j = json_loads(v, JSON_DECODE_ANY, &je);
-    if (j && (json_is_number(j) || json_is_boolean(j) || json_is_null(j)))
-        return j;
-    json_decref(j);
-    return json_string(v);
 }
 
 static const char *root_dir(char *buf, size_t n)
@@ -321,7 +274,7 @@ int kg_cli_eval(int argc, char **argv)
                             "kgym eval: use --ref and --cand for code\n");
                     goto out;
                 }
-                json_object_set_new(fields, key, flag_value(v));
+                json_object_set_new(fields, key, kg_cli_flag_value(v));
             }
         }
     }
@@ -329,7 +282,7 @@ int kg_cli_eval(int argc, char **argv)
         usage(stderr);
         goto out;
     }
-    char *refcode = read_file(ref, &err);
+    char *refcode = kg_cli_read_file(ref, &err);
     if (!refcode) {
         fprintf(stderr, "kgym eval: --ref %s\n", err.msg);
         goto out;
@@ -340,7 +293,7 @@ int kg_cli_eval(int argc, char **argv)
     /* validate every candidate's request before starting anything */
     json_t *tasks[MAX_CANDS];
     for (int i = 0; i < run.n; i++) {
-        char *code = read_file(run.names[i], &err);
+        char *code = kg_cli_read_file(run.names[i], &err);
         if (!code) {
             fprintf(stderr, "kgym eval: --cand %s\n", err.msg);
             for (int k = 0; k < i; k++)

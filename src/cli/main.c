@@ -16,6 +16,13 @@ static const struct subcommand commands[] = {
      "evaluate candidates against a reference locally (sandboxed, warm "
      "zygote)"},
     {"serve", kg_cli_serve, "the task API server (docs/api.md)"},
+    {"worker", kg_cli_worker,
+     "evaluate tasks leased from a kgym server on one device"},
+    {"submit", kg_cli_submit, "submit a candidate to a kgym server"},
+    {"status", kg_cli_status, "a task's status on a kgym server"},
+    {"result", kg_cli_result, "a finished task's result"},
+    {"wait", kg_cli_wait, "wait for a task to finish and print its result"},
+    {"cancel", kg_cli_cancel, "cancel a pending or running task"},
     {"rl", kg_cli_rl,
      "RL math: reward|returns|advantages|mrs|prs|fastp|select (JSON stdin -> "
      "stdout)"},

@@ -1,0 +1,612 @@
+/* cmd_worker.c - `kgym worker`: the worker engine fed by a kgym server.
+ * Registers its device, heartbeats, leases tasks while it has a free slot,
+ * evaluates them in the engine (the same one `kgym eval` drives), posts
+ * each result, and on SIGTERM/SIGINT drains and unregisters. */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/cli_util.h"
+#include "common/http_client.h"
+#include "common/request.h"
+#include "worker/engine.h"
+
+#define BACKOFF_MIN_MS 250.0
+#define BACKOFF_MAX_MS 10000.0
+#define CALL_TIMEOUT_MS 10000L
+#define MAX_WAIT_S 20
+
+/* A leased task while the engine runs it. */
+struct job {
+    char *task_id;
+    int attempt;
+    double started_ms;
+    struct job *next;
+};
+
+/* A result waiting to be posted. */
+struct outbox {
+    char *task_id;
+    json_t *result;
+    struct outbox *next;
+};
+
+struct worker {
+    kg_client *http;
+    kg_engine *eng;
+    char id[KG_MAX_TASK_ID + 1];
+    char host[128];
+    const char *device;
+    int concurrency, inflight;
+    int registered, fatal;
+    double hb_interval_ms, next_hb_ms;
+    double backoff_ms, next_try_ms; /* the server is away until next_try */
+    struct job *jobs;
+    struct outbox *out, **out_tail;
+};
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (stop_flag < 2)
+        stop_flag++;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* One line per event on stderr: time, worker id, message. */
+static void logf_(const struct worker *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void logf_(const struct worker *w, const char *fmt, ...)
+{
+    char ts[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", localtime_r(&t, &tm));
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s kgym worker %s: %s\n", ts, w->id, msg);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kgym worker --server URL [--token-file F] --device "
+            "cpu|cuda:N [options]\n"
+            "\n"
+            "Registers with a kgym server (docs/api.md), leases tasks, "
+            "evaluates them in\n"
+            "sandboxed children of one warm zygote and posts the results. "
+            "Reconnects with\n"
+            "backoff while the server is away. SIGTERM/SIGINT: stop "
+            "leasing, finish the\n"
+            "tasks in flight, post their results, unregister (a second "
+            "signal: at once).\n"
+            "\n"
+            "options:\n"
+            "  --server URL            default $KGYM_SERVER, else %s\n"
+            "  --token-file F          worker token (default "
+            "$KGYM_TOKEN_FILE)\n"
+            "  --device cpu|cuda:N     the device this worker owns "
+            "(required)\n"
+            "  --concurrency N         tasks in flight (default 1)\n"
+            "  --worker-id ID          default HOST-DEVICE-PID\n"
+            "  --drain-timeout S       longest wait for tasks in flight on "
+            "stop (default 330)\n"
+            "  --fresh                 a fresh interpreter per child (no "
+            "zygote)\n"
+            "  --no-sandbox            skip namespaces, seccomp and limits "
+            "(debugging only)\n"
+            "  --python PATH           interpreter with torch\n"
+            "  --verbose               show the children's output\n",
+            KG_CLI_DEFAULT_SERVER);
+}
+
+/* The kgym tree (holding harness/): $KGYM_ROOT, else <exe>/../.. */
+static const char *root_dir(char *buf, size_t n)
+{
+    const char *env = getenv("KGYM_ROOT");
+    if (env && *env)
+        return env;
+    ssize_t k = readlink("/proc/self/exe", buf, n - 1);
+    if (k <= 0)
+        return ".";
+    buf[k] = 0;
+    for (int up = 0; up < 2; up++) {
+        char *s = strrchr(buf, '/');
+        if (s)
+            *s = 0;
+    }
+    return buf;
+}
+
+/* Replaces characters a worker id may not hold with '-'. */
+static void sanitize_id(char *s)
+{
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+              (*s >= '0' && *s <= '9') || *s == '.' || *s == '_' || *s == ':' ||
+              *s == '-'))
+            *s = '-';
+}
+
+/* The server did not answer: retry no sooner than the backoff allows. */
+static void server_away(struct worker *w, const char *what, const kg_err *err)
+{
+    w->backoff_ms =
+        w->backoff_ms < BACKOFF_MIN_MS ? BACKOFF_MIN_MS : w->backoff_ms * 2;
+    if (w->backoff_ms > BACKOFF_MAX_MS)
+        w->backoff_ms = BACKOFF_MAX_MS;
+    w->next_try_ms = now_ms() + w->backoff_ms;
+    logf_(w, "%s: server unreachable (%s); retry in %.1f s", what, err->msg,
+          w->backoff_ms / 1e3);
+}
+
+static void server_back(struct worker *w)
+{
+    w->backoff_ms = 0;
+}
+
+/* A reply the worker cannot get past: a token the server refuses. */
+static int check_auth(struct worker *w, const char *what,
+                      const kg_client_resp *r)
+{
+    if (r->status != 401)
+        return 0;
+    char e[300];
+    logf_(w, "%s: %s; giving up", what, kg_client_error_text(r, e, sizeof e));
+    w->fatal = 1;
+    return 1;
+}
+
+/* POST path {worker_id, ...extra}; 0 and *r filled when the server answered,
+ * else the backoff is set and a negative code returned. */
+static int call(struct worker *w, const char *what, const char *path,
+                json_t *extra, long timeout_ms, kg_client_resp *r)
+{
+    json_t *body = extra ? extra : json_object();
+    json_object_set_new(body, "worker_id", json_string(w->id));
+    kg_err err = {{0}};
+    int rc =
+        kg_client_request(w->http, "POST", path, body, timeout_ms, r, &err);
+    json_decref(body);
+    if (rc == KG_ESTATE)
+        return rc; /* aborted by a signal */
+    if (rc) {
+        server_away(w, what, &err);
+        return rc;
+    }
+    if (r->status >= 500) {
+        char e[300];
+        kg_err why;
+        kg_errf(&why, KG_EUNAVAIL, "%s", kg_client_error_text(r, e, sizeof e));
+        server_away(w, what, &why);
+        kg_client_resp_free(r);
+        return KG_EUNAVAIL;
+    }
+    server_back(w);
+    return 0;
+}
+
+static void do_register(struct worker *w)
+{
+    kg_client_resp r;
+    json_t *b = json_pack("{s:s, s:s}", "device", w->device, "host", w->host);
+    if (call(w, "register", "/worker/register", b, CALL_TIMEOUT_MS, &r))
+        return;
+    char e[300];
+    if (r.status == 200) {
+        json_t *hb = json_object_get(r.json, "heartbeat_interval_ms");
+        json_t *ttl = json_object_get(r.json, "worker_ttl_ms");
+        double iv = json_is_integer(hb) ? (double)json_integer_value(hb) : 0;
+        if (iv <= 0 && json_is_integer(ttl))
+            iv = (double)json_integer_value(ttl) / 3;
+        if (iv <= 0)
+            iv = 10000;
+        w->hb_interval_ms = iv < 500 ? 500 : iv;
+        w->next_hb_ms = now_ms() + w->hb_interval_ms;
+        w->registered = 1;
+        logf_(w, "registered device %s on %s (heartbeat every %.1f s)",
+              w->device, w->host, w->hb_interval_ms / 1e3);
+    } else if (!check_auth(w, "register", &r)) {
+        /* device_claimed: a dead worker's claim lapses after the ttl */
+        w->backoff_ms = w->backoff_ms < 1000 ? 1000 : w->backoff_ms * 2;
+        if (w->backoff_ms > BACKOFF_MAX_MS)
+            w->backoff_ms = BACKOFF_MAX_MS;
+        w->next_try_ms = now_ms() + w->backoff_ms;
+        logf_(w, "register refused: %s; retry in %.1f s",
+              kg_client_error_text(&r, e, sizeof e), w->backoff_ms / 1e3);
+    }
+    kg_client_resp_free(&r);
+}
+
+static void do_heartbeat(struct worker *w)
+{
+    kg_client_resp r;
+    w->next_hb_ms = now_ms() + w->hb_interval_ms;
+    if (call(w, "heartbeat", "/worker/heartbeat", NULL, CALL_TIMEOUT_MS, &r)) {
+        w->next_hb_ms = now_ms(); /* as soon as the server is back */
+        return;
+    }
+    char e[300];
+    if (r.status == 404) {
+        logf_(w, "heartbeat: the server does not know this worker; "
+                 "registering again");
+        w->registered = 0;
+    } else if (r.status != 200 && !check_auth(w, "heartbeat", &r)) {
+        logf_(w, "heartbeat: %s", kg_client_error_text(&r, e, sizeof e));
+    }
+    kg_client_resp_free(&r);
+}
+
+static void push_result(struct worker *w, const char *task_id, json_t *result)
+{
+    struct outbox *o = calloc(1, sizeof *o);
+    if (!o || !(o->task_id = strdup(task_id))) {
+        free(o);
+        logf_(w, "task %s: out of memory; result dropped", task_id);
+        return;
+    }
+    o->result = json_incref(result);
+    *w->out_tail = o;
+    w->out_tail = &o->next;
+}
+
+/* Posts the waiting results in order; stops at the first network error. */
+static void flush_results(struct worker *w)
+{
+    while (w->out && now_ms() >= w->next_try_ms) {
+        struct outbox *o = w->out;
+        kg_client_resp r;
+        json_t *b =
+            json_pack("{s:s, s:O}", "task_id", o->task_id, "result", o->result);
+        if (call(w, "result", "/worker/result", b, CALL_TIMEOUT_MS, &r))
+            return;
+        char e[300];
+        const char *st = json_string_value(json_object_get(r.json, "status"));
+        if (r.status == 200)
+            logf_(w, "task %s: result posted (verdict %s, task %s)", o->task_id,
+                  json_string_value(json_object_get(o->result, "verdict")),
+                  st ? st : "?");
+        else if (r.status == 409)
+            logf_(w, "task %s: lease lost (%s); result dropped", o->task_id,
+                  kg_client_error_text(&r, e, sizeof e));
+        else if (check_auth(w, "result", &r)) {
+            kg_client_resp_free(&r);
+            return;
+        } else
+            logf_(w, "task %s: result refused (%s); dropped", o->task_id,
+                  kg_client_error_text(&r, e, sizeof e));
+        kg_client_resp_free(&r);
+        w->out = o->next;
+        if (!w->out)
+            w->out_tail = &w->out;
+        json_decref(o->result);
+        free(o->task_id);
+        free(o);
+    }
+}
+
+static void on_done(void *ctx, void *user, json_t *result)
+{
+    struct worker *w = ctx;
+    struct job *j = user, **pp = &w->jobs;
+    while (*pp && *pp != j)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = j->next;
+    w->inflight--;
+    logf_(w, "task %s: finished, verdict %s (%.1f s)", j->task_id,
+          json_string_value(json_object_get(result, "verdict")),
+          (now_ms() - j->started_ms) / 1e3);
+    push_result(w, j->task_id, result);
+    free(j->task_id);
+    free(j);
+}
+
+/* A leased task the worker cannot run: reported as its own failure. */
+static void reject_task(struct worker *w, const char *task_id, const char *msg)
+{
+    logf_(w, "task %s: bad request from the server: %s", task_id, msg);
+    json_t *r =
+        json_pack("{s:s, s:s, s:b, s:b, s:s, s:s}", "task_id", task_id,
+                  "verdict", "infra_error", "compiled", 0, "correctness", 0,
+                  "error_code", "BAD_TASK", "error_message", msg);
+    push_result(w, task_id, r);
+    json_decref(r);
+}
+
+/* One lease request; returns 1 when a task was started. */
+static int do_lease(struct worker *w, int wait_s)
+{
+    kg_client_resp r;
+    json_t *b = json_pack("{s:i}", "wait_s", wait_s);
+    kg_client_set_abort(w->http, &stop_flag);
+    int rc = call(w, "lease", "/worker/lease", b,
+                  (long)wait_s * 1000 + CALL_TIMEOUT_MS, &r);
+    kg_client_set_abort(w->http, NULL);
+    if (rc)
+        return 0;
+    int started = 0;
+    char e[300];
+    const char *tid = json_string_value(json_object_get(r.json, "task_id"));
+    json_t *req = json_object_get(r.json, "request");
+    if (r.status == 200 && tid && json_is_object(req)) {
+        json_t *in = json_deep_copy(req);
+        json_object_set_new(in, "task_id", json_string(tid));
+        int code;
+        kg_err err = {{0}};
+        json_t *task = kg_request_normalize(in, &code, NULL, &err);
+        json_decref(in);
+        struct job *j = task ? calloc(1, sizeof *j) : NULL;
+        if (!task) {
+            reject_task(w, tid, err.msg);
+        } else if (!j || !(j->task_id = strdup(tid))) {
+            free(j);
+            reject_task(w, tid, "worker out of memory");
+        } else {
+            j->attempt =
+                (int)json_integer_value(json_object_get(r.json, "attempt"));
+            j->started_ms = now_ms();
+            if (kg_engine_submit(w->eng, task, j, &err)) {
+                reject_task(w, tid, err.msg);
+                free(j->task_id);
+                free(j);
+            } else {
+                j->next = w->jobs;
+                w->jobs = j;
+                w->inflight++;
+                started = 1;
+                logf_(w, "task %s: leased (attempt %d, backend %s)", tid,
+                      j->attempt,
+                      json_string_value(json_object_get(task, "backend")));
+            }
+        }
+        json_decref(task);
+    } else if (r.status == 404) {
+        logf_(w, "lease: the server does not know this worker; registering "
+                 "again");
+        w->registered = 0;
+    } else if (r.status != 204 && !check_auth(w, "lease", &r)) {
+        logf_(w, "lease: %s", kg_client_error_text(&r, e, sizeof e));
+        w->next_try_ms = now_ms() + 1000;
+    }
+    kg_client_resp_free(&r);
+    return started;
+}
+
+static void do_unregister(struct worker *w)
+{
+    kg_client_resp r;
+    if (call(w, "unregister", "/worker/unregister", NULL, 5000, &r))
+        return;
+    char e[300];
+    if (r.status == 200)
+        logf_(w, "unregistered");
+    else
+        logf_(w, "unregister: %s", kg_client_error_text(&r, e, sizeof e));
+    kg_client_resp_free(&r);
+}
+
+static int parse_int(const char *opt, const char *v, long lo, long hi,
+                     long *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "kgym worker: %s: expected an integer in %ld..%ld\n",
+                opt, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/*
+ * The worker's loop. Each turn: (re)register, heartbeat when due, post
+ * waiting results, lease while a slot is free (a long poll when idle, a
+ * quick ask when busy), then step the engine (at most a second, so
+ * heartbeats keep their schedule while evaluations run).
+ */
+static int run(struct worker *w, double drain_s)
+{
+    int draining = 0;
+    double drain_deadline = 0;
+    for (;;) {
+        double now = now_ms();
+        if (w->fatal)
+            break;
+        if (stop_flag && !draining) {
+            draining = 1;
+            drain_deadline = now + drain_s * 1e3;
+            logf_(w, "stopping: no more leases; draining %d task(s)",
+                  w->inflight);
+        }
+        if (draining) {
+            if (w->inflight == 0 && !w->out)
+                break;
+            if (stop_flag > 1 || now > drain_deadline) {
+                logf_(w, "drain %s: abandoning %d task(s) in flight and %s",
+                      stop_flag > 1 ? "cut short" : "timed out", w->inflight,
+                      w->out ? "unposted results" : "no results");
+                break;
+            }
+        }
+        int leased = 0;
+        if (now >= w->next_try_ms && !w->registered && !draining)
+            do_register(w);
+        if (now_ms() >= w->next_try_ms && w->registered &&
+            now_ms() >= w->next_hb_ms)
+            do_heartbeat(w);
+        flush_results(w);
+        if (w->registered && !draining && !stop_flag && !w->fatal &&
+            w->inflight < w->concurrency && now_ms() >= w->next_try_ms) {
+            int wait = 0;
+            if (w->inflight == 0) {
+                wait = (int)((w->next_hb_ms - now_ms()) / 1e3);
+                wait = wait < 1 ? 1 : wait > MAX_WAIT_S ? MAX_WAIT_S : wait;
+            }
+            leased = do_lease(w, wait);
+            if (wait > 0 && !leased)
+                continue; /* the long poll was the wait */
+        }
+        /* how long the engine may wait for events */
+        double next = now_ms() + 1000;
+        if (w->registered && w->next_hb_ms < next)
+            next = w->next_hb_ms;
+        if ((w->out || !w->registered) && w->next_try_ms < next)
+            next = w->next_try_ms;
+        int t = leased ? 0 : (int)(next - now_ms());
+        if (t < 0)
+            t = 0;
+        kg_err err = {{0}};
+        if (kg_engine_step(w->eng, t, on_done, w, &err) < 0) {
+            logf_(w, "engine failed: %s", err.msg);
+            w->fatal = 1;
+        }
+    }
+    if (w->registered || w->inflight || w->jobs) {
+        w->next_try_ms = 0;
+        do_unregister(w);
+    }
+    return w->fatal ? 1 : 0;
+}
+
+int kg_cli_worker(int argc, char **argv)
+{
+    static struct worker w;
+    const char *server = NULL, *token_file = NULL, *wid = NULL;
+    char rootbuf[PATH_MAX];
+    long conc = 1, drain_s = 330;
+    kg_engine_cfg cfg = {.concurrency = 1};
+    memset(&w, 0, sizeof w);
+    w.out_tail = &w.out;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--fresh")) {
+            cfg.fresh = 1;
+        } else if (!strcmp(a, "--no-sandbox")) {
+            cfg.no_sandbox = 1;
+        } else if (!strcmp(a, "--verbose")) {
+            cfg.verbose = 1;
+        } else if (!v || strncmp(a, "--", 2)) {
+            fprintf(stderr, "kgym worker: %s: %s\n", a,
+                    strncmp(a, "--", 2) ? "unexpected argument"
+                                        : "needs a value");
+            usage(stderr);
+            return 2;
+        } else {
+            i++;
+            if (!strcmp(a, "--server"))
+                server = v;
+            else if (!strcmp(a, "--token-file"))
+                token_file = v;
+            else if (!strcmp(a, "--device"))
+                w.device = v;
+            else if (!strcmp(a, "--worker-id"))
+                wid = v;
+            else if (!strcmp(a, "--python"))
+                cfg.python = v;
+            else if (!strcmp(a, "--concurrency")) {
+                if (parse_int(a, v, 1, 64, &conc))
+                    return 2;
+            } else if (!strcmp(a, "--drain-timeout")) {
+                if (parse_int(a, v, 0, 86400, &drain_s))
+                    return 2;
+            } else {
+                fprintf(stderr, "kgym worker: unknown option %s\n", a);
+                usage(stderr);
+                return 2;
+            }
+        }
+    }
+    if (!w.device ||
+        (strcmp(w.device, "cpu") && strncmp(w.device, "cuda:", 5))) {
+        fprintf(stderr, "kgym worker: --device cpu|cuda:N is required\n");
+        return 2;
+    }
+    if (gethostname(w.host, sizeof w.host - 1) != 0 || !w.host[0])
+        snprintf(w.host, sizeof w.host, "localhost");
+    if (wid) {
+        if (!kg_task_id_valid(wid)) {
+            fprintf(stderr, "kgym worker: --worker-id: use 1..100 characters "
+                            "of [A-Za-z0-9._:-]\n");
+            return 2;
+        }
+        snprintf(w.id, sizeof w.id, "%s", wid);
+    } else {
+        snprintf(w.id, sizeof w.id, "%.60s-%s-%ld", w.host, w.device,
+                 (long)getpid());
+        sanitize_id(w.id);
+    }
+    w.concurrency = (int)conc;
+
+    kg_err err = {{0}};
+    if (kg_cli_connect(&w.http, server, token_file, &err)) {
+        fprintf(stderr, "kgym worker: %s\n", err.msg);
+        return 2;
+    }
+    kg_client_set_connect_timeout(w.http, 3000);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    cfg.device = w.device;
+    cfg.concurrency = w.concurrency;
+    cfg.root = root_dir(rootbuf, sizeof rootbuf);
+    cfg.worker_id = w.id;
+    logf_(&w, "starting: device %s, concurrency %d, %s", w.device,
+          w.concurrency, cfg.fresh ? "fresh interpreters" : "warm zygote");
+    if (kg_engine_new(&w.eng, &cfg, &err)) {
+        logf_(&w, "engine: %s", err.msg);
+        kg_client_free(w.http);
+        return 1;
+    }
+    int rc = run(&w, (double)drain_s);
+    kg_engine_free(w.eng);
+    while (w.jobs) {
+        struct job *j = w.jobs;
+        w.jobs = j->next;
+        free(j->task_id);
+        free(j);
+    }
+    while (w.out) {
+        struct outbox *o = w.out;
+        w.out = o->next;
+        json_decref(o->result);
+        free(o->task_id);
+        free(o);
+    }
+    kg_client_free(w.http);
+    logf_(&w, "stopped");
+    return rc;
+}
