@@ -14,8 +14,8 @@ CFLAGS  ?= -O2 -g
 override CFLAGS += $(WARN) -D_GNU_SOURCE -fPIC -Iinclude -Isrc $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 ifeq ($(PKG_LIBS),)
-# no pkg-config data (e.g. a GPU machine with carried headers): what kgym needs today
-PKG_LIBS := -ljansson -lseccomp
+# no pkg-config data (e.g. a GPU machine with carried headers and libraries)
+PKG_LIBS := -ljansson -lmicrohttpd -lcurl -lsqlite3 -lhiredis -lseccomp
 endif
 LDLIBS  := -Wl,--as-needed $(PKG_LIBS) -lm -lpthread
 
