@@ -375,6 +375,17 @@ int kg_store_worker_register(kg_store *s, const char *id, const char *device,
         return kg_errf(err, KG_EINVAL, "host: 1..%d characters", KG_MAX_HOST);
     if (strchr(device, '\t') || strchr(host, '\t'))
         return kg_errf(err, KG_EINVAL, "device and host: no tab characters");
+    /* A registration starts a new session of this id: what an earlier
+     * process of the same id still holds goes back to the queue now.
+     * Otherwise the new process's heartbeats would keep the dead one's
+     * leases alive and those tasks would never run. */
+    kg_err e2;
+    rc = s->ops->worker_unregister(s, id, &e2);
+    if (rc < 0 && rc != KG_ENOTFOUND) {
+        if (err)
+            *err = e2;
+        return rc;
+    }
     return s->ops->worker_register(s, id, device, host, err);
 }
 

@@ -299,7 +299,9 @@ typedef struct kg_worker {
  * Registers (or re-registers) worker id on (host, device). KG_ESTATE when
  * another live worker holds that (host, device). A dead worker's claim is
  * taken over (its leases are requeued by the next sweep). Counts as a
- * heartbeat.
+ * heartbeat. Re-registering an id starts a new session: tasks the id still
+ * held go back to pending at once (their attempt counts), as after
+ * kg_store_worker_unregister.
  */
 int kg_store_worker_register(kg_store *s, const char *id, const char *device,
                              const char *host, kg_err *err);

@@ -619,6 +619,28 @@ static void test_workers(void **state)
     assert_int_equal(c.workers_dead, 0);
 }
 
+/* Regression: a worker process restarted under the same id kept the dead
+ * process's lease alive through its heartbeats, so the task never ran. */
+static void test_reregister_releases_leases(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char id[128];
+    kg_task t;
+    assert_int_equal(submit(s, "r1", 1), 0);
+    reg(s, "w1", "cpu:0");
+    assert_string_equal(lease(s, "w1", id), "r1");
+    reg(s, "w1", "cpu:0"); /* the restarted process */
+    OK(kg_store_worker_heartbeat(s, "w1", &e_));
+    assert_int_equal(kg_store_get(s, "r1", 0, &t, &err), 0);
+    assert_int_equal(t.status, KG_TASK_PENDING);
+    kg_task_free(&t);
+    assert_string_equal(lease(s, "w1", id), "r1"); /* it runs again */
+    assert_int_equal(kg_store_get(s, "r1", 0, &t, &err), 0);
+    assert_int_equal(t.attempts, 2);
+    kg_task_free(&t);
+}
+
 static void test_dead_worker(void **state)
 {
     kg_store *s = ((fixture *)*state)->s;
@@ -928,6 +950,8 @@ static void test_open_errors(void **state)
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),         \
         cmocka_unit_test_setup_teardown(test_cache, setup, teardown),          \
         cmocka_unit_test_setup_teardown(test_workers, setup, teardown),        \
+        cmocka_unit_test_setup_teardown(test_reregister_releases_leases,       \
+                                        setup, teardown),                      \
         cmocka_unit_test_setup_teardown(test_dead_worker, setup, teardown),    \
         cmocka_unit_test_setup_teardown(test_sched_policy, setup, teardown),   \
         cmocka_unit_test_setup_teardown(test_sched_background, setup,          \
