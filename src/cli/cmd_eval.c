@@ -191,8 +191,6 @@ static void print_table(struct evalrun *run)
                 strcat(hacks, json_string_value(v));
             }
         }
-        double wall = num(json_object_get(r, "timings"), "total");
-        (void)wall;
         json_t *t = json_object_get(r, "timings");
         double tot = json_is_object(t) ? num(t, "total") : -1;
         printf("%-40.40s %-14s %9s %10s %10s %9s %8.2f  %s\n", nm,
