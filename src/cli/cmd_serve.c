@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "server/metrics.h"
 #include "server/sched.h"
 #include "server/store.h"
+#include "server/supervise.h"
 
 static void usage(FILE *f)
 {
@@ -47,7 +49,15 @@ static void usage(FILE *f)
             "  --worker-ttl-s S         a worker without heartbeat this long "
             "is dead (default 30)\n"
             "  --max-attempts N         leases a task may get (default 3)\n"
-            "  --workers auto|N         local workers (not yet)\n");
+            "  --workers auto|N         also run local workers and restart "
+            "them when they die:\n"
+            "                           auto = one per visible GPU, else "
+            "min(4, CPUs/2) cpu\n"
+            "                           workers; N = the first N GPUs, or N "
+            "cpu workers\n"
+            "  --worker-grace-s S       on stop, SIGKILL local workers still "
+            "draining after S\n"
+            "                           seconds (default 10)\n");
 }
 
 static int parse_pos(const char *opt, const char *v, long max, long *out)
@@ -91,12 +101,132 @@ static void check_mode(const char *path)
                 path);
 }
 
+/* 64 random hex digits: the local workers' token. */
+static int new_token(char out[65])
+{
+    unsigned char r[32];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+        return -1;
+    for (size_t i = 0; i < sizeof r; i++)
+        snprintf(out + 2 * i, 3, "%02x", r[i]);
+    explicit_bzero(r, sizeof r);
+    return 0;
+}
+
+/* What the supervisor's exit hook needs. */
+struct local_ctx {
+    kg_store *store;
+    kg_http *http;
+};
+
+/*
+ * A local worker exited (killed, crashed, or stopped): unregister it, so
+ * the tasks it held go back to pending now rather than after the worker
+ * ttl, and its device is free for the worker that replaces it.
+ */
+static void on_worker_exit(void *ctx, const char *worker_id)
+{
+    struct local_ctx *lc = ctx;
+    kg_err err;
+    int rc = kg_store_worker_unregister(lc->store, worker_id, &err);
+    if (rc == 0) {
+        fprintf(stderr,
+                "kgym serve: worker %s had not unregistered: released it "
+                "(what it held is pending again)\n",
+                worker_id);
+        kg_http_wake(lc->http, -1);
+    } else if (rc != KG_ENOTFOUND) {
+        fprintf(stderr,
+                "kgym serve: worker %s: could not release it (%s); the "
+                "sweep will, after the worker ttl\n",
+                worker_id, err.msg);
+    }
+}
+
+/*
+ * Local workers whose ids carry this host's local prefix but not this
+ * server's: left by an earlier `kgym serve` on this host that was killed.
+ * They are unregistered so their tasks are requeued and their devices
+ * free (a survivor still draining has its late result refused).
+ */
+static void release_stale(kg_store *store, const char *host_prefix)
+{
+    kg_worker *w = NULL;
+    size_t n = 0;
+    kg_err err;
+    if (kg_store_worker_list(store, &w, &n, &err)) {
+        fprintf(stderr, "kgym serve: listing workers: %s\n", err.msg);
+        return;
+    }
+    size_t len = strlen(host_prefix);
+    for (size_t i = 0; i < n; i++)
+        if (!strncmp(w[i].id, host_prefix, len) &&
+            kg_store_worker_unregister(store, w[i].id, &err) == 0)
+            fprintf(stderr,
+                    "kgym serve: released %s, a local worker of an earlier "
+                    "server\n",
+                    w[i].id);
+    free(w);
+}
+
+/* Starts the supervisor of the local workers (see supervise.h). */
+static int start_workers(struct local_ctx *lc, kg_super **super,
+                         kg_http *http, char (*devices)[KG_SUPER_DEVICE],
+                         int ndev, const char *token, const char *token_file,
+                         int grace_s)
+{
+    char exe[PATH_MAX], url[160], host[64], prefix[128];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k <= 0) {
+        fprintf(stderr, "kgym serve: cannot find the kgym binary: %s\n",
+                strerror(errno));
+        return -1;
+    }
+    exe[k] = 0;
+    /* a wildcard listen address is reached through loopback */
+    const char *addr = kg_http_address(http);
+    if (!strncmp(addr, "0.0.0.0:", 8))
+        snprintf(url, sizeof url, "http://127.0.0.1:%s", addr + 8);
+    else if (!strncmp(addr, "[::]:", 5))
+        snprintf(url, sizeof url, "http://[::1]:%s", addr + 5);
+    else
+        snprintf(url, sizeof url, "http://%s", addr);
+    if (gethostname(host, sizeof host - 1) || !host[0])
+        snprintf(host, sizeof host, "localhost");
+    host[40] = 0;
+    for (char *c = host; *c; c++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                    "0123456789._-",
+                    *c))
+            *c = '-';
+    snprintf(prefix, sizeof prefix, "%s-local-", host);
+    release_stale(lc->store, prefix);
+    snprintf(prefix, sizeof prefix, "%s-local-%ld-", host, (long)getpid());
+    kg_super_cfg cfg = {.exe = exe,
+                        .server_url = url,
+                        .token = token,
+                        .token_file = token ? NULL : token_file,
+                        .n = ndev,
+                        .devices = (const char(*)[KG_SUPER_DEVICE])devices,
+                        .id_prefix = prefix,
+                        .grace_ms = grace_s * 1000,
+                        .python = getenv("KGYM_PYTHON"),
+                        .on_exit = on_worker_exit,
+                        .ctx = lc};
+    kg_err err;
+    if (kg_super_start(super, &cfg, &err)) {
+        fprintf(stderr, "kgym serve: local workers: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 int kg_cli_serve(int argc, char **argv)
 {
     const char *listen = "127.0.0.1:10907", *store_url = NULL;
     const char *token_file = NULL, *worker_token_file = NULL;
     const char *data_dir = getenv("KGYM_DATA_DIR"), *workers = NULL;
-    long threads = 0, lease_s = 0, ttl_s = 0, max_attempts = 0;
+    long threads = 0, lease_s = 0, ttl_s = 0, max_attempts = 0, grace_s = 10;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -135,17 +265,23 @@ int kg_cli_serve(int argc, char **argv)
         } else if (!strcmp(a, "--max-attempts")) {
             if (parse_pos(a, v, 1000, &max_attempts))
                 return 2;
+        } else if (!strcmp(a, "--worker-grace-s")) {
+            if (parse_pos(a, v, 3600, &grace_s))
+                return 2;
         } else {
             fprintf(stderr, "kgym serve: unknown option %s\n", a);
             usage(stderr);
             return 2;
         }
     }
-    if (workers)
-        fprintf(stderr,
-                "kgym serve: --workers %s: not yet (start `kgym "
-                "worker` processes yourself for now)\n",
-                workers);
+    char devices[KG_SUPER_MAX][KG_SUPER_DEVICE];
+    int ndev = 0;
+    kg_err err;
+    if (workers &&
+        (ndev = kg_super_devices(workers, devices, KG_SUPER_MAX, &err)) < 0) {
+        fprintf(stderr, "kgym serve: %s\n", err.msg);
+        return 2;
+    }
     if (worker_token_file && !token_file) {
         fprintf(stderr, "kgym serve: --worker-token-file needs --token-file "
                         "(the clients' tokens)\n");
@@ -169,7 +305,6 @@ int kg_cli_serve(int argc, char **argv)
         store_url = dflt_store;
     }
 
-    kg_err err;
     kg_auth *auth = NULL;
     if (kg_auth_open(token_file, worker_token_file, &auth, &err)) {
         fprintf(stderr, "kgym serve: %s\n", err.msg);
@@ -177,6 +312,18 @@ int kg_cli_serve(int argc, char **argv)
     }
     check_mode(token_file);
     check_mode(worker_token_file);
+    /* local workers without a worker token file get a token of their own,
+     * kept in memory and handed to them over a pipe */
+    char local_token[65] = "";
+    if (ndev > 0 && !worker_token_file) {
+        if (new_token(local_token) ||
+            kg_auth_add_worker_token(auth, local_token, &err)) {
+            fprintf(stderr, "kgym serve: worker token: %s\n",
+                    local_token[0] ? err.msg : "no randomness");
+            kg_auth_free(auth);
+            return 1;
+        }
+    }
     int auth_on = kg_auth_enabled(auth);
     if (!auth_on && !kg_http_is_loopback(listen)) {
         fprintf(stderr,
@@ -202,6 +349,7 @@ int kg_cli_serve(int argc, char **argv)
     kg_metrics *metrics = NULL;
     kg_api *api = NULL;
     kg_http *http = NULL;
+    kg_super *super = NULL;
     kg_store_opts so;
     kg_store_opts_default(&so);
     if (lease_s)
@@ -249,6 +397,13 @@ int kg_cli_serve(int argc, char **argv)
                worker_token_file ? "" : " (the same file)");
     fflush(stdout);
 
+    struct local_ctx lc = {store, http};
+    if (ndev > 0 && start_workers(&lc, &super, http, devices, ndev,
+                                  local_token[0] ? local_token : NULL,
+                                  worker_token_file, (int)grace_s))
+        goto out;
+    kg_api_set_supervisor(api, super);
+
     for (;;) {
         int sig = 0;
         if (sigwait(&sigs, &sig))
@@ -266,7 +421,12 @@ int kg_cli_serve(int argc, char **argv)
     }
     rc = 0;
 out:
+    /* the workers first: they post their last results and unregister
+     * through the server, which still answers */
+    kg_super_stop(super);
+    explicit_bzero(local_token, sizeof local_token);
     kg_http_stop(http);
+    kg_super_free(super);
     kg_sched_stop(sched);
     kg_api_free(api);
     kg_metrics_free(metrics);

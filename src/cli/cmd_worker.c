@@ -23,6 +23,8 @@
 #define BACKOFF_MAX_MS 10000.0
 #define CALL_TIMEOUT_MS 10000L
 #define MAX_WAIT_S 20
+#define CANCEL_CHECK_MS 2000.0 /* heartbeat at least this often when busy */
+#define MAX_TOKEN 4096
 
 /* A leased task while the engine runs it. */
 struct job {
@@ -44,7 +46,8 @@ struct worker {
     kg_engine *eng;
     char id[KG_MAX_TASK_ID + 1];
     char host[128];
-    const char *device;
+    const char *device;        /* as registered: cpu, cpu:N or cuda:N */
+    char engine_device[64];    /* as the engine knows it: cpu or cuda:N */
     int concurrency, inflight;
     int registered, fatal;
     double hb_interval_ms, next_hb_ms;
@@ -90,7 +93,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: kgym worker --server URL [--token-file F] --device "
-            "cpu|cuda:N [options]\n"
+            "cpu[:N]|cuda:N [options]\n"
             "\n"
             "Registers with a kgym server (docs/api.md), leases tasks, "
             "evaluates them in\n"
@@ -105,8 +108,14 @@ static void usage(FILE *f)
             "  --server URL            default $KGYM_SERVER, else %s\n"
             "  --token-file F          worker token (default "
             "$KGYM_TOKEN_FILE)\n"
-            "  --device cpu|cuda:N     the device this worker owns "
-            "(required)\n"
+            "  --token-fd N            read the token from file descriptor N "
+            "instead\n"
+            "                          (how kgym serve --workers hands it "
+            "over)\n"
+            "  --device D              the device this worker owns "
+            "(required): cuda:N, or\n"
+            "                          cpu (cpu:N names one of several cpu "
+            "workers on a host)\n"
             "  --concurrency N         tasks in flight (default 1)\n"
             "  --worker-id ID          default HOST-DEVICE-PID\n"
             "  --drain-timeout S       longest wait for tasks in flight on "
@@ -238,16 +247,66 @@ static void do_register(struct worker *w)
     kg_client_resp_free(&r);
 }
 
+/* When the next heartbeat is due: every interval, and at least every
+ * CANCEL_CHECK_MS while tasks run (the heartbeat is how a cancellation
+ * reaches them). */
+static double next_heartbeat(const struct worker *w)
+{
+    double iv = w->hb_interval_ms;
+    if (w->inflight > 0 && iv > CANCEL_CHECK_MS)
+        iv = CANCEL_CHECK_MS;
+    return now_ms() + iv;
+}
+
+/*
+ * Stops the tasks the server says this worker no longer holds (cancelled,
+ * or the lease was lost and the task requeued): their evaluation is
+ * killed and no result is posted (it would be refused).
+ */
+static void stop_cancelled(struct worker *w, const json_t *ids)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(ids, i, v)
+    {
+        const char *tid = json_string_value(v);
+        struct job **pp = &w->jobs;
+        while (tid && *pp && strcmp((*pp)->task_id, tid))
+            pp = &(*pp)->next;
+        if (!tid || !*pp)
+            continue;
+        struct job *j = *pp;
+        int stopped = kg_engine_cancel(w->eng, j);
+        *pp = j->next;
+        w->inflight--;
+        logf_(w,
+              "task %s: cancelled on the server (or its lease was lost); "
+              "evaluation %s after %.1f s, no result posted",
+              j->task_id, stopped ? "stopped" : "already over",
+              (now_ms() - j->started_ms) / 1e3);
+        free(j->task_id);
+        free(j);
+    }
+}
+
 static void do_heartbeat(struct worker *w)
 {
     kg_client_resp r;
-    w->next_hb_ms = now_ms() + w->hb_interval_ms;
-    if (call(w, "heartbeat", "/worker/heartbeat", NULL, CALL_TIMEOUT_MS, &r)) {
+    w->next_hb_ms = next_heartbeat(w);
+    json_t *tasks = json_array();
+    for (struct job *j = w->jobs; j; j = j->next)
+        json_array_append_new(tasks, json_string(j->task_id));
+    if (call(w, "heartbeat", "/worker/heartbeat",
+             json_pack("{s:o}", "tasks", tasks), CALL_TIMEOUT_MS, &r)) {
         w->next_hb_ms = now_ms(); /* as soon as the server is back */
         return;
     }
     char e[300];
-    if (r.status == 404) {
+    if (r.status == 200) {
+        json_t *cancel = json_object_get(r.json, "cancel");
+        if (json_is_array(cancel))
+            stop_cancelled(w, cancel);
+    } else if (r.status == 404) {
         logf_(w, "heartbeat: the server does not know this worker; "
                  "registering again");
         w->registered = 0;
@@ -375,6 +434,8 @@ static int do_lease(struct worker *w, int wait_s)
                 w->jobs = j;
                 w->inflight++;
                 started = 1;
+                if (w->next_hb_ms > now_ms() + CANCEL_CHECK_MS)
+                    w->next_hb_ms = now_ms() + CANCEL_CHECK_MS;
                 logf_(w, "task %s: leased (attempt %d, backend %s)", tid,
                       j->attempt,
                       json_string_value(json_object_get(task, "backend")));
@@ -404,6 +465,54 @@ static void do_unregister(struct worker *w)
     else
         logf_(w, "unregister: %s", kg_client_error_text(&r, e, sizeof e));
     kg_client_resp_free(&r);
+}
+
+/*
+ * --device: "cuda:N" (N as CUDA_VISIBLE_DEVICES takes it: an index or a
+ * GPU-/MIG- UUID), "cpu", or "cpu:N" (one of several cpu workers on a host:
+ * the server lets one live worker hold a (host, device) pair). The engine
+ * gets "cpu" for every cpu form.
+ */
+static int parse_device(const char *d, char *engine, size_t n)
+{
+    if (!d || strlen(d) >= n)
+        return -1;
+    if (!strcmp(d, "cpu") || !strncmp(d, "cuda:", 5)) {
+        if (!strncmp(d, "cuda:", 5) && !d[5])
+            return -1;
+        snprintf(engine, n, "%s", d);
+        return 0;
+    }
+    if (strncmp(d, "cpu:", 4) || !d[4] || strspn(d + 4, "0123456789") !=
+                                               strlen(d + 4))
+        return -1;
+    snprintf(engine, n, "cpu");
+    return 0;
+}
+
+/* The token from file descriptor fd (its first line); fd is closed. */
+static int connect_fd(kg_client **out, const char *server, int fd,
+                      kg_err *err)
+{
+    FILE *f = fdopen(fd, "r");
+    if (!f)
+        return kg_errf(err, KG_EIO, "--token-fd %d: %s", fd, strerror(errno));
+    char tok[MAX_TOKEN + 2] = "";
+    int ok = fgets(tok, sizeof tok, f) != NULL;
+    fclose(f);
+    tok[strcspn(tok, "\r\n")] = 0;
+    int rc;
+    if (!ok || !tok[0])
+        rc = kg_errf(err, KG_EINVAL, "--token-fd %d: no token", fd);
+    else {
+        if (!server || !*server)
+            server = getenv("KGYM_SERVER");
+        rc = kg_client_new(out, server && *server ? server
+                                                  : KG_CLI_DEFAULT_SERVER,
+                           tok, err);
+    }
+    explicit_bzero(tok, sizeof tok);
+    return rc;
 }
 
 static int parse_int(const char *opt, const char *v, long lo, long hi,
@@ -496,7 +605,7 @@ int kg_cli_worker(int argc, char **argv)
     static struct worker w;
     const char *server = NULL, *token_file = NULL, *wid = NULL;
     char rootbuf[PATH_MAX];
-    long conc = 1, drain_s = 330;
+    long conc = 1, drain_s = 330, token_fd = -1;
     kg_engine_cfg cfg = {.concurrency = 1};
     memset(&w, 0, sizeof w);
     w.out_tail = &w.out;
@@ -525,7 +634,10 @@ int kg_cli_worker(int argc, char **argv)
                 server = v;
             else if (!strcmp(a, "--token-file"))
                 token_file = v;
-            else if (!strcmp(a, "--device"))
+            else if (!strcmp(a, "--token-fd")) {
+                if (parse_int(a, v, 0, 1 << 20, &token_fd))
+                    return 2;
+            } else if (!strcmp(a, "--device"))
                 w.device = v;
             else if (!strcmp(a, "--worker-id"))
                 wid = v;
@@ -544,9 +656,14 @@ int kg_cli_worker(int argc, char **argv)
             }
         }
     }
-    if (!w.device ||
-        (strcmp(w.device, "cpu") && strncmp(w.device, "cuda:", 5))) {
-        fprintf(stderr, "kgym worker: --device cpu|cuda:N is required\n");
+    if (parse_device(w.device, w.engine_device, sizeof w.engine_device)) {
+        fprintf(stderr, "kgym worker: --device %s: expected cpu, cpu:N or "
+                        "cuda:N (required)\n",
+                w.device ? w.device : "(missing)");
+        return 2;
+    }
+    if (token_fd >= 0 && token_file) {
+        fprintf(stderr, "kgym worker: --token-fd and --token-file: give one\n");
         return 2;
     }
     if (gethostname(w.host, sizeof w.host - 1) != 0 || !w.host[0])
@@ -566,7 +683,8 @@ int kg_cli_worker(int argc, char **argv)
     w.concurrency = (int)conc;
 
     kg_err err = {{0}};
-    if (kg_cli_connect(&w.http, server, token_file, &err)) {
+    if (token_fd >= 0 ? connect_fd(&w.http, server, (int)token_fd, &err)
+                      : kg_cli_connect(&w.http, server, token_file, &err)) {
         fprintf(stderr, "kgym worker: %s\n", err.msg);
         return 2;
     }
@@ -580,7 +698,7 @@ int kg_cli_worker(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    cfg.device = w.device;
+    cfg.device = w.engine_device;
     cfg.concurrency = w.concurrency;
     cfg.root = root_dir(rootbuf, sizeof rootbuf);
     cfg.worker_id = w.id;

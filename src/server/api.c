@@ -11,6 +11,7 @@
 #include "common/json_util.h"
 #include "common/request.h"
 #include "server/api.h"
+#include "server/supervise.h"
 
 /*
  * Tasks answered from the result cache. The store cannot yet create a task
@@ -32,6 +33,7 @@ struct kg_api {
     kg_sched *sched;
     kg_metrics *metrics;
     kg_http *http;
+    struct kg_super *super; /* local workers, or NULL */
     kg_store_opts opts;
     pthread_mutex_t hits_lock;
     uint64_t hits_clock;
@@ -72,6 +74,11 @@ void kg_api_free(kg_api *api)
 void kg_api_set_http(kg_api *api, kg_http *h)
 {
     api->http = h;
+}
+
+void kg_api_set_supervisor(kg_api *api, struct kg_super *sup)
+{
+    api->super = sup;
 }
 
 static uint32_t hash_id(const char *s)
@@ -750,6 +757,18 @@ static void h_cancel(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
 
 /* ---- operator views --------------------------------------------------- */
 
+/* What the supervisor of local workers sees, or NULL without one. */
+static json_t *local_workers_view(kg_api *api)
+{
+    if (!api->super)
+        return NULL;
+    kg_super_stats st;
+    kg_super_stats_get(api->super, &st);
+    return json_pack("{s:i, s:i, s:I, s:i}", "configured", st.configured,
+                     "running", st.running, "restarts",
+                     (json_int_t)st.restarts, "given_up", st.given_up);
+}
+
 static void h_health(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
 {
     (void)req;
@@ -759,11 +778,15 @@ static void h_health(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     if (rc) {
         store_error(rep, rc, &err);
         json_object_set_new(rep->json, "status", json_string("unavailable"));
-        return;
+    } else {
+        rep->status = 200;
+        rep->json =
+            json_pack("{s:s, s:s, s:s}", "status", "ok", "store",
+                      kg_store_backend(api->store), "version", KG_VERSION);
     }
-    rep->status = 200;
-    rep->json = json_pack("{s:s, s:s, s:s}", "status", "ok", "store",
-                          kg_store_backend(api->store), "version", KG_VERSION);
+    json_t *lw = local_workers_view(api);
+    if (lw)
+        json_object_set_new(rep->json, "local_workers", lw);
 }
 
 static void h_queue(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
@@ -835,6 +858,15 @@ static void h_metrics(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     kg_err err;
     s.store_up = kg_store_counts_get(api->store, &s.counts, &err) == 0;
     s.parked_polls = api->http ? kg_http_parked(api->http) : -1;
+    if (api->super) {
+        kg_super_stats st;
+        kg_super_stats_get(api->super, &st);
+        s.local.present = 1;
+        s.local.configured = st.configured;
+        s.local.running = st.running;
+        s.local.given_up = st.given_up;
+        s.local.restarts = st.restarts;
+    }
     size_t len = 0;
     char *text = kg_metrics_render(api->metrics, &s, &len);
     if (!text) {
@@ -940,12 +972,77 @@ static void h_unregister(kg_api *api, const kg_http_req *req,
     json_decref(in);
 }
 
+#define MAX_HB_TASKS 64 /* a worker's tasks in flight (its --concurrency) */
+
+/*
+ * Of the task ids a worker says it is running, those it no longer holds
+ * (cancelled, requeued after a lost lease, unknown): it should stop them.
+ * A task the store cannot be asked about now is left alone. Returns a new
+ * array, or NULL with rep filled when `tasks` is malformed.
+ */
+static json_t *not_held(kg_api *api, const char *wid, const json_t *tasks,
+                        kg_http_reply *rep)
+{
+    json_t *out = json_array();
+    if (!tasks || json_is_null(tasks))
+        return out;
+    if (!json_is_array(tasks)) {
+        json_decref(out);
+        kg_http_error(rep, 400, "invalid_field", "tasks",
+                      "field \"tasks\": must be an array of task ids");
+        return NULL;
+    }
+    if (json_array_size(tasks) > MAX_HB_TASKS) {
+        json_decref(out);
+        kg_http_error(rep, 422, "invalid_value", "tasks",
+                      "field \"tasks\": at most %d ids", MAX_HB_TASKS);
+        return NULL;
+    }
+    size_t i;
+    json_t *v;
+    json_array_foreach(tasks, i, v)
+    {
+        const char *id = json_string_value(v);
+        if (!id || !kg_task_id_valid(id)) {
+            json_decref(out);
+            kg_http_error(rep, json_is_string(v) ? 422 : 400,
+                          json_is_string(v) ? "invalid_value"
+                                            : "invalid_field",
+                          "tasks",
+                          "field \"tasks\": entry %zu is not a task id", i);
+            return NULL;
+        }
+        kg_task t;
+        kg_err err;
+        int rc = kg_store_get(api->store, id, 0, &t, &err);
+        if (rc == 0) {
+            if (t.status != KG_TASK_RUNNING || strcmp(t.worker, wid))
+                json_array_append_new(out, json_string(id));
+            kg_task_free(&t);
+        } else if (rc == KG_ENOTFOUND) {
+            json_array_append_new(out, json_string(id));
+        }
+    }
+    return out;
+}
+
+/*
+ * POST /worker/heartbeat {"worker_id", "tasks"?}: the worker is alive and
+ * its leases are extended; the reply's "cancel" lists the tasks of
+ * "tasks" it no longer holds, which is how a cancellation reaches a
+ * running evaluation.
+ */
 static void h_heartbeat(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
 {
     json_t *in;
     const char *wid;
     if (worker_body(req, &in, &wid, rep))
         return;
+    json_t *cancel = not_held(api, wid, json_object_get(in, "tasks"), rep);
+    if (!cancel) {
+        json_decref(in);
+        return;
+    }
     kg_err err;
     int rc = kg_store_worker_heartbeat(api->store, wid, &err);
     if (rc == KG_ENOTFOUND) {
@@ -954,9 +1051,11 @@ static void h_heartbeat(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
         store_error(rep, rc, &err);
     } else {
         rep->status = 200;
-        rep->json = json_pack("{s:s, s:I}", "worker_id", wid, "lease_ms",
-                              (json_int_t)api->opts.lease_ms);
+        rep->json = json_pack("{s:s, s:I, s:O}", "worker_id", wid, "lease_ms",
+                              (json_int_t)api->opts.lease_ms, "cancel",
+                              cancel);
     }
+    json_decref(cancel);
     json_decref(in);
 }
 

@@ -43,6 +43,11 @@ void kg_api_free(kg_api *api);
 /* Where to wake parked long polls when work arrives (may stay unset). */
 void kg_api_set_http(kg_api *api, kg_http *h);
 
+struct kg_super;
+/* The supervisor of local workers, shown by /health and /metrics (NULL:
+ * none). Set before serving requests, or cleared after the last. */
+void kg_api_set_supervisor(kg_api *api, struct kg_super *sup);
+
 /* Answers one routed, authenticated request (see http.h). */
 void kg_api_dispatch(kg_api *api, const kg_http_req *req, kg_http_reply *rep);
 

@@ -23,6 +23,8 @@ struct kg_auth {
     char *client_path, *worker_path; /* worker_path NULL: same as client */
     pthread_rwlock_t lock;
     struct tokset client, worker;
+    int has_extra;     /* a worker token added in memory (local workers) */
+    uint8_t extra[32]; /* its digest; survives reloads */
 };
 
 /* Reads one token file into *ts. Tokens are stored only as digests. */
@@ -146,9 +148,41 @@ int kg_auth_reload(kg_auth *a, kg_err *err)
     return 0;
 }
 
+int kg_auth_add_worker_token(kg_auth *a, const char *token, kg_err *err)
+{
+    size_t n = token ? strlen(token) : 0;
+    if (n < MIN_TOKEN_LEN || n > MAX_TOKEN_LEN)
+        return kg_errf(err, KG_EINVAL, "worker token: %d..%d characters",
+                       MIN_TOKEN_LEN, MAX_TOKEN_LEN);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)token[i] <= ' ' || (unsigned char)token[i] >= 127)
+            return kg_errf(err, KG_EINVAL,
+                           "worker token: a space or a non-printable "
+                           "character");
+    kg_sha256 h;
+    kg_sha256_init(&h);
+    kg_sha256_update(&h, token, n);
+    pthread_rwlock_wrlock(&a->lock);
+    kg_sha256_final(&h, a->extra);
+    a->has_extra = 1;
+    pthread_rwlock_unlock(&a->lock);
+    return 0;
+}
+
 int kg_auth_enabled(const kg_auth *a)
 {
     return a && (a->client_path || a->worker_path);
+}
+
+/* Clients are open when no token file is configured; workers when, in
+ * addition, no worker token was added in memory. */
+static int open_for(const kg_auth *a, int role)
+{
+    if (!a || role == KG_AUTH_NONE)
+        return 1;
+    if (a->client_path || a->worker_path)
+        return 0;
+    return !(role == KG_AUTH_WORKER && a->has_extra);
 }
 
 /* 1 when dig equals one of the set's digests; visits every entry and every
@@ -167,7 +201,7 @@ static int in_set(const struct tokset *ts, const uint8_t dig[32])
 
 int kg_auth_check(kg_auth *a, const char *authorization, int role)
 {
-    if (role == KG_AUTH_NONE || !kg_auth_enabled(a))
+    if (open_for(a, role))
         return 1;
     if (!authorization || strncasecmp(authorization, "Bearer ", 7) != 0)
         return 0;
@@ -188,8 +222,12 @@ int kg_auth_check(kg_auth *a, const char *authorization, int role)
     pthread_rwlock_rdlock(&a->lock);
     if (role & KG_AUTH_CLIENT)
         ok |= in_set(&a->client, dig);
-    if (role & KG_AUTH_WORKER)
+    if (role & KG_AUTH_WORKER) {
         ok |= in_set(&a->worker, dig);
+        struct tokset one = {.n = a->has_extra};
+        memcpy(one.dig[0], a->extra, 32);
+        ok |= in_set(&one, dig);
+    }
     pthread_rwlock_unlock(&a->lock);
     return ok;
 }
@@ -198,6 +236,6 @@ void kg_auth_counts(kg_auth *a, int *clients, int *workers)
 {
     pthread_rwlock_rdlock(&a->lock);
     *clients = a->client.n;
-    *workers = a->worker.n;
+    *workers = a->worker.n + a->has_extra;
     pthread_rwlock_unlock(&a->lock);
 }

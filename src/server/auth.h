@@ -39,13 +39,22 @@ void kg_auth_free(kg_auth *a);
 /* Re-reads the files; on error the old tokens stay in force. Thread-safe. */
 int kg_auth_reload(kg_auth *a, kg_err *err);
 
-/* 1 when at least one token is configured (auth is on). */
+/*
+ * Adds one worker token held in memory only (the token kgym serve hands its
+ * local workers). It stays valid across kg_auth_reload. Once added, worker
+ * endpoints need a worker token even when no token file is configured
+ * (clients stay open then). Thread-safe.
+ */
+int kg_auth_add_worker_token(kg_auth *a, const char *token, kg_err *err);
+
+/* 1 when a token file is configured (auth is on for clients). */
 int kg_auth_enabled(const kg_auth *a);
 
 /*
  * Checks an Authorization header value ("Bearer <token>", may be NULL)
  * against the role an endpoint needs. Returns 1 when allowed, 0 when not.
- * Always allowed when auth is off or role is KG_AUTH_NONE. Thread-safe.
+ * Always allowed for KG_AUTH_NONE, and when no token is configured for the
+ * role (see kg_auth_add_worker_token). Thread-safe.
  */
 int kg_auth_check(kg_auth *a, const char *authorization, int role);
 

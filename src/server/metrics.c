@@ -179,6 +179,21 @@ char *kg_metrics_render(kg_metrics *m, const kg_metrics_snapshot *s,
                 "kgym_long_polls_waiting %lld\n",
                 s->parked_polls);
 
+    if (s->local.present)
+        bprintf(&b,
+                "# HELP kgym_local_workers Workers started by this server "
+                "(--workers), by state\n"
+                "# TYPE kgym_local_workers gauge\n"
+                "kgym_local_workers{state=\"configured\"} %d\n"
+                "kgym_local_workers{state=\"running\"} %d\n"
+                "kgym_local_workers{state=\"given_up\"} %d\n"
+                "# HELP kgym_local_worker_restarts_total Local workers "
+                "restarted after they died\n"
+                "# TYPE kgym_local_worker_restarts_total counter\n"
+                "kgym_local_worker_restarts_total %lld\n",
+                s->local.configured, s->local.running, s->local.given_up,
+                s->local.restarts);
+
     bprintf(&b, "# HELP kgym_http_requests_total HTTP requests by route and "
                 "status\n# TYPE kgym_http_requests_total counter\n");
     for (int r = 0; r < KG_ROUTE_COUNT; r++)

@@ -55,6 +55,11 @@ typedef struct kg_metrics_snapshot {
     int store_up;           /* 1: counts is filled */
     kg_store_counts counts; /* the store's (see store.h) */
     long long parked_polls; /* long polls waiting now; < 0 unknown */
+    struct {                /* kgym serve --workers (supervise.h) */
+        int present;        /* 0: no local workers, nothing rendered */
+        int configured, running, given_up;
+        long long restarts;
+    } local;
 } kg_metrics_snapshot;
 
 /*

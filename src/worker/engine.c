@@ -1120,6 +1120,40 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
     return 0;
 }
 
+/* ---- cancellation (kgym worker, issue 6) --------------------------------
+ */
+
+int kg_engine_cancel(kg_engine *e, void *user)
+{
+    for (struct pending **pp = &e->head, *prev = NULL; *pp;
+         prev = *pp, pp = &(*pp)->next) {
+        struct pending *p = *pp;
+        if (p->user != user)
+            continue;
+        *pp = p->next;
+        if (e->tail == p)
+            e->tail = prev;
+        e->npending--;
+        json_decref(p->task);
+        free(p);
+        return 1;
+    }
+    for (int i = 0; i < e->cfg.concurrency; i++) {
+        struct slot *sl = &e->slots[i];
+        if (sl->state == S_FREE || sl->user != user)
+            continue;
+        /* as kg_engine_free does for one slot: the zygote's later exit
+         * reports name pids no slot holds any more, and are ignored */
+        if (sl->state == S_RUNNING) {
+            kill_child(&sl->judge);
+            kill_child(&sl->cand);
+        }
+        free_slot(e, sl);
+        return 1;
+    }
+    return 0;
+}
+
 const json_t *kg_engine_info(const kg_engine *e)
 {
     return e->zy ? kg_zygote_info(e->zy) : NULL;

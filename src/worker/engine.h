@@ -51,6 +51,15 @@ int kg_engine_submit(kg_engine *e, json_t *task, void *user, kg_err *err);
 int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
                    void *ctx, kg_err *err);
 
+/*
+ * Stops the task submitted with `user` (the same pointer as given to
+ * kg_engine_submit): a queued one is dropped, a running one has its judge
+ * and candidate killed with their process groups. done() is not called for
+ * it. Returns 1 when the task was found, 0 when not (already finished).
+ * Used by `kgym worker` when the server says a task was cancelled.
+ */
+int kg_engine_cancel(kg_engine *e, void *user);
+
 /* The zygote's ready message (torch/triton versions, import time), or
  * NULL in fresh mode. */
 const json_t *kg_engine_info(const kg_engine *e);

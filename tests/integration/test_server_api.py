@@ -363,6 +363,34 @@ def test_cancel(server):
     assert_error((code, _, body), 409, "worker_id")
 
 
+def test_heartbeat_tells_a_worker_which_tasks_it_no_longer_holds(server):
+    tid, other = uid(), uid()
+    server.request("POST", "/evaluate", task(task_id=tid))
+    wid = register(server)
+    lease_task(server, wid, tid)
+    hb = {"worker_id": wid, "tasks": [tid, other]}
+    code, _, body = server.worker("/worker/heartbeat", hb)
+    assert code == 200 and body["cancel"] == [other], body  # unknown: stop it
+    code, _, body = server.worker("/worker/heartbeat", {"worker_id": wid})
+    assert code == 200 and body["cancel"] == [], body
+    assert server.request("DELETE", f"/tasks/{tid}")[0] == 200
+    code, _, body = server.worker("/worker/heartbeat", hb)
+    assert code == 200 and sorted(body["cancel"]) == sorted([tid, other]), body
+    # a task held by another worker is not this one's either
+    tid2 = uid()
+    server.request("POST", "/evaluate", task(task_id=tid2))
+    w2 = register(server)
+    lease_task(server, w2, tid2)
+    code, _, body = server.worker("/worker/heartbeat", {"worker_id": wid, "tasks": [tid2]})
+    assert code == 200 and body["cancel"] == [tid2], body
+    code, _, body = server.worker("/worker/heartbeat", {"worker_id": w2, "tasks": [tid2]})
+    assert code == 200 and body["cancel"] == [], body
+    post_result(server, w2, tid2, "pass")
+    for bad, status in (("x", 400), ([1], 400), (["a/b"], 422), ([tid] * 65, 422)):
+        assert_error(server.worker("/worker/heartbeat", {"worker_id": wid, "tasks": bad}),
+                     status, "tasks")
+
+
 def test_long_poll_wakes_on_submission(server):
     wid = register(server)
     while server.worker("/worker/lease", {"worker_id": wid})[0] == 200:
@@ -629,12 +657,19 @@ def test_no_token_is_loopback_only():
         try:
             assert s.request("POST", "/evaluate", TASK, token=None)[0] == 202
             assert os.path.exists(os.path.join(tmp, "kgym.db"))
+            code, _, body = s.request("GET", "/health", token=None)
+            assert code == 200 and body["local_workers"]["configured"] >= 1, body
+            # clients stay open, but the local workers got a token of their
+            # own: nobody else may pose as a worker and post results
+            for tok in (None, WORKER_TOKEN):
+                assert_error(s.request("POST", "/worker/register", {"device": "cpu"},
+                                       token=tok), 401)
         finally:
             stop_server(s)
         with open(os.path.join(tmp, "serve.log")) as f:
             log = f.read()
         assert "no token configured: loopback only" in log
-        assert "--workers auto: not yet" in log
+        assert "stopping 1 local worker" in log or "stopping 2 local worker" in log, log
         p = subprocess.run([KGYM, "serve", "--token-file", os.path.join(tmp, "missing")],
                            capture_output=True, text=True, timeout=30)
         assert p.returncode == 2 and "missing" in p.stderr
