@@ -12,5 +12,6 @@ int kg_cli_status(int argc, char **argv);
 int kg_cli_result(int argc, char **argv);
 int kg_cli_wait(int argc, char **argv);
 int kg_cli_cancel(int argc, char **argv);
+int kg_cli_redteam(int argc, char **argv);
 
 #endif

@@ -23,6 +23,9 @@ static const struct subcommand commands[] = {
     {"result", kg_cli_result, "a finished task's result"},
     {"wait", kg_cli_wait, "wait for a task to finish and print its result"},
     {"cancel", kg_cli_cancel, "cancel a pending or running task"},
+    {"redteam", kg_cli_redteam,
+     "run the red-team corpus (cheats and honest candidates) and check every "
+     "verdict"},
     {"rl", kg_cli_rl,
      "RL math: reward|returns|advantages|mrs|prs|fastp|select (JSON stdin -> "
      "stdout)"},
