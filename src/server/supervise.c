@@ -404,7 +404,7 @@ static void stop_all(kg_super *s)
         }
     if (live)
         logf_(stderr, "stopping %d local worker(s) (SIGTERM; SIGKILL after "
-                      "%.0f s)",
+                      "%.1f s)",
               live, s->cfg.grace_ms / 1e3);
     double deadline = now_ms() + s->cfg.grace_ms;
     int killed = 0;
