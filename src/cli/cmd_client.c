@@ -2,10 +2,13 @@
  * `kgym submit`, `status`, `result`, `wait`, `cancel`. Exit codes: 0 done,
  * 1 the server could not be reached / the task is not finished / timed
  * out, 2 bad usage or a request the server refused (4xx). */
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -14,6 +17,7 @@
 #include "common/request.h"
 
 #define REQ_TIMEOUT_MS 30000L
+#define MAX_CANDS 1024
 
 /* Options every client command takes. */
 struct copts {
@@ -262,15 +266,20 @@ int kg_cli_wait(int argc, char **argv)
 static void submit_usage(FILE *f)
 {
     fprintf(f,
-            "usage: kgym submit --ref R.py --cand C.py [options]\n"
+            "usage: kgym submit --ref R.py --cand C.py [--cand C2.py | --cand "
+            "DIR ...] [options]\n"
             "\n"
-            "Submits one candidate to a kgym server and prints its task id; "
+            "Submits candidates to a kgym server and prints their task ids; "
             "with --wait,\n"
-            "waits and prints the result.\n"
+            "waits and prints the result (several candidates: a table, or "
+            "one JSON line\n"
+            "each with --json). A directory means every *.py in it.\n"
             "\n"
             "options:\n"
             "%s"
             "  --wait              wait for the result\n"
+            "  --table             print results as a table also for one "
+            "candidate\n"
             "  --wait-timeout S    give up waiting after S seconds "
             "(default: never)\n"
             "  --json              print the result (or the reply) as JSON\n"
@@ -282,14 +291,222 @@ static void submit_usage(FILE *f)
             COMMON_HELP);
 }
 
+/* One candidate of a submission and what became of it. */
+struct cand {
+    char *path;
+    char id[KG_MAX_TASK_ID + 1]; /* "" until accepted */
+    json_t *result;              /* the finished result, or NULL */
+    char *error;                 /* why it was refused, or NULL */
+};
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Adds path, or every *.py in it (sorted) when it is a directory. */
+static int add_cands(struct cand *cs, int *n, const char *path, kg_err *err)
+{
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return kg_errf(err, KG_ENOTFOUND, "--cand %s: %s", path,
+                       strerror(errno));
+    char *list[MAX_CANDS];
+    int k = 0;
+    if (!S_ISDIR(st.st_mode)) {
+        list[k++] = strdup(path);
+    } else {
+        DIR *d = opendir(path);
+        if (!d)
+            return kg_errf(err, KG_EIO, "--cand %s: %s", path,
+                           strerror(errno));
+        struct dirent *de;
+        while ((de = readdir(d)) && k < MAX_CANDS) {
+            size_t l = strlen(de->d_name);
+            if (l > 3 && !strcmp(de->d_name + l - 3, ".py")) {
+                char full[PATH_MAX];
+                snprintf(full, sizeof full, "%s/%s", path, de->d_name);
+                list[k++] = strdup(full);
+            }
+        }
+        closedir(d);
+        if (k == 0)
+            return kg_errf(err, KG_ENOTFOUND, "--cand %s: no .py files", path);
+        qsort(list, (size_t)k, sizeof list[0], cmp_str);
+    }
+    for (int i = 0; i < k; i++) {
+        if (*n >= MAX_CANDS || !list[i]) {
+            for (int j = i; j < k; j++)
+                free(list[j]);
+            return kg_errf(err, KG_EINVAL, "more than %d candidates",
+                           MAX_CANDS);
+        }
+        cs[(*n)++].path = list[i];
+    }
+    return 0;
+}
+
+/* "level1/1_GELU" for .../level1/1_GELU.py, else the file name. */
+static void problem_name(const char *path, char *out, size_t n)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dir = base;
+    if (base != path) {
+        dir = base - 1;
+        while (dir > path && dir[-1] != '/')
+            dir--;
+        if (strncmp(dir, "level", 5))
+            dir = base;
+    }
+    snprintf(out, n, "%s", dir);
+    size_t l = strlen(out);
+    if (l > 3 && !strcmp(out + l - 3, ".py"))
+        out[l - 3] = 0;
+}
+
+/* The table of several results: one line per candidate. */
+static void print_table(const char *ref, struct cand *cs, int n)
+{
+    char prob[128];
+    problem_name(ref, prob, sizeof prob);
+    printf("%-32s %-32s %-7s %-13s %9s %9s  %s\n", "problem", "candidate",
+           "backend", "verdict", "speedup", "coverage",
+           "hack_reasons / error");
+    for (int i = 0; i < n; i++) {
+        const json_t *r = cs[i].result;
+        const char *nm = strrchr(cs[i].path, '/');
+        nm = nm ? nm + 1 : cs[i].path;
+        char sp[32] = "-", cov[32] = "-", why[256] = "";
+        const char *verdict = cs[i].error ? "refused" : "-", *backend = "-";
+        if (r) {
+            verdict = json_string_value(json_object_get(r, "verdict"));
+            if (!verdict)
+                verdict = json_string_value(json_object_get(r, "status"));
+            backend = json_string_value(
+                json_object_get(json_object_get(r, "device"), "backend"));
+            if (num(r, "speedup") >= 0)
+                snprintf(sp, sizeof sp, "%.3fx", num(r, "speedup"));
+            json_t *c =
+                json_object_get(json_object_get(r, "profile"), "coverage");
+            if (json_is_number(c))
+                snprintf(cov, sizeof cov, "%.1f%%",
+                         100 * json_number_value(c));
+            size_t k;
+            json_t *v;
+            json_array_foreach(json_object_get(r, "hack_reasons"), k, v)
+            {
+                const char *h = json_string_value(v);
+                if (h && strlen(why) + strlen(h) + 2 < sizeof why) {
+                    if (k)
+                        strcat(why, ",");
+                    strcat(why, h);
+                }
+            }
+            const char *code =
+                json_string_value(json_object_get(r, "error_code"));
+            if (!why[0] && code)
+                snprintf(why, sizeof why, "%s", code);
+        } else if (cs[i].error) {
+            snprintf(why, sizeof why, "%s", cs[i].error);
+        }
+        printf("%-32.32s %-32.32s %-7s %-13s %9s %9s  %s\n", prob, nm,
+               backend ? backend : "-", verdict ? verdict : "?", sp, cov,
+               why);
+    }
+    fflush(stdout);
+}
+
+/*
+ * Polls GET /results/ID of every accepted candidate without a result
+ * until all have one (0), or timeout_s passes (1). A task the server
+ * refuses to show (4xx) is recorded as an error.
+ */
+static int wait_all(kg_client *c, struct cand *cs, int n, double timeout_s)
+{
+    double t0 = now_s(), pause = 0.1;
+    for (;;) {
+        int left = 0;
+        for (int i = 0; i < n; i++) {
+            if (!cs[i].id[0] || cs[i].result || cs[i].error)
+                continue;
+            char path[160];
+            snprintf(path, sizeof path, "/results/%s", cs[i].id);
+            kg_client_resp r;
+            kg_err err = {{0}};
+            int rc = kg_client_request(c, "GET", path, NULL, REQ_TIMEOUT_MS,
+                                       &r, &err);
+            if (rc == 0 && r.status == 200 && json_is_object(r.json)) {
+                cs[i].result = json_incref(r.json);
+            } else if (rc == 0 && r.status != 202 && r.status < 500) {
+                char e[400];
+                cs[i].error = strdup(kg_client_error_text(&r, e, sizeof e));
+            } else {
+                left++;
+                if (rc)
+                    fprintf(stderr, "kgym submit: %s (retrying)\n", err.msg);
+            }
+            kg_client_resp_free(&r);
+        }
+        if (!left)
+            return 0;
+        if (timeout_s > 0 && now_s() - t0 + pause > timeout_s) {
+            fprintf(stderr, "kgym submit: %d task(s) not finished after %.0f s\n",
+                    left, timeout_s);
+            return 1;
+        }
+        sleep_s(pause);
+        pause = pause * 1.5 > 1 ? 1 : pause * 1.5;
+    }
+}
+
+/*
+ * Submits one request (fields, with kernel_code set) for candidate cd.
+ * Returns 0 when accepted (cd->id set; cd->result too when the server
+ * answered with a finished result), 1 when the server could not be
+ * reached, 2 when it refused (cd->error set).
+ */
+static int submit_one(kg_client *c, const json_t *fields, struct cand *cd,
+                      json_t **reply)
+{
+    kg_client_resp r;
+    kg_err err = {{0}};
+    *reply = NULL;
+    if (kg_client_request(c, "POST", "/evaluate", fields, REQ_TIMEOUT_MS, &r,
+                          &err)) {
+        fprintf(stderr, "kgym submit: %s\n", err.msg);
+        return 1;
+    }
+    int code = 0;
+    const char *id = json_string_value(json_object_get(r.json, "task_id"));
+    json_t *res = json_object_get(r.json, "result");
+    if ((r.status != 200 && r.status != 202) || !id) {
+        char e[400];
+        code = refused("submit", &r);
+        cd->error = strdup(kg_client_error_text(&r, e, sizeof e));
+    } else {
+        snprintf(cd->id, sizeof cd->id, "%s", id);
+        if (json_is_object(res)) {
+            if (!json_object_get(res, "task_id"))
+                json_object_set_new(res, "task_id", json_string(id));
+            cd->result = json_incref(res);
+        }
+        *reply = json_incref(r.json);
+    }
+    kg_client_resp_free(&r);
+    return code;
+}
+
 int kg_cli_submit(int argc, char **argv)
 {
     struct copts o = {0};
-    const char *ref = NULL, *cand = NULL;
+    const char *ref = NULL;
+    static struct cand cs[MAX_CANDS];
+    int n = 0, code = 2, table = 0;
     json_t *fields = json_object();
     kg_err err = {{0}};
     kg_client *c = NULL;
-    int code = 2;
+    memset(cs, 0, sizeof cs);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -301,6 +518,8 @@ int kg_cli_submit(int argc, char **argv)
             o.wait = 1;
         } else if (!strcmp(a, "--json")) {
             o.json = 1;
+        } else if (!strcmp(a, "--table")) {
+            table = 1;
         } else if (strncmp(a, "--", 2) || !v) {
             fprintf(stderr, "kgym submit: %s: %s\n", a,
                     strncmp(a, "--", 2) ? "unexpected argument"
@@ -310,9 +529,12 @@ int kg_cli_submit(int argc, char **argv)
             i++;
             if (!strcmp(a, "--ref"))
                 ref = v;
-            else if (!strcmp(a, "--cand"))
-                cand = v;
-            else if (!strcmp(a, "--server"))
+            else if (!strcmp(a, "--cand")) {
+                if (add_cands(cs, &n, v, &err)) {
+                    fprintf(stderr, "kgym submit: %s\n", err.msg);
+                    goto out;
+                }
+            } else if (!strcmp(a, "--server"))
                 o.server = v;
             else if (!strcmp(a, "--token-file"))
                 o.token_file = v;
@@ -324,66 +546,113 @@ int kg_cli_submit(int argc, char **argv)
             }
         }
     }
-    if (!ref || !cand) {
+    if (!ref || n == 0) {
         submit_usage(stderr);
         goto out;
     }
-    const char *paths[2] = {ref, cand};
-    const char *keys[2] = {"reference_code", "kernel_code"};
-    for (int k = 0; k < 2; k++) {
-        char *code_text = kg_cli_read_file(paths[k], &err);
-        if (!code_text) {
+    int several = n > 1 || table;
+    if (several && json_object_get(fields, "task_id")) {
+        fprintf(stderr, "kgym submit: --task-id names one task; give one "
+                        "--cand with it\n");
+        goto out;
+    }
+    char *ref_text = kg_cli_read_file(ref, &err);
+    if (!ref_text) {
+        fprintf(stderr, "kgym submit: %s\n", err.msg);
+        goto out;
+    }
+    json_object_set_new(fields, "reference_code", json_string(ref_text));
+    free(ref_text);
+    if (!json_object_get(fields, "reference_code")) {
+        fprintf(stderr, "kgym submit: %s: not valid UTF-8\n", ref);
+        goto out;
+    }
+    /* read and check every candidate before anything is sent: the server
+     * validates too, but checking here names the flag or file early */
+    json_t *reqs[MAX_CANDS];
+    int nreq = 0;
+    for (int i = 0; i < n; i++) {
+        char *text = kg_cli_read_file(cs[i].path, &err);
+        json_t *req = json_copy(fields);
+        if (text)
+            json_object_set_new(req, "kernel_code", json_string(text));
+        free(text);
+        int vcode;
+        json_t *norm = NULL;
+        if (!text)
             fprintf(stderr, "kgym submit: %s\n", err.msg);
+        else if (!json_object_get(req, "kernel_code"))
+            fprintf(stderr, "kgym submit: %s: not valid UTF-8\n", cs[i].path);
+        else if (!(norm = kg_request_normalize(req, &vcode, NULL, &err)))
+            fprintf(stderr, "kgym submit: %s\n", err.msg);
+        json_decref(norm);
+        if (!norm) {
+            json_decref(req);
+            for (int j = 0; j < nreq; j++)
+                json_decref(reqs[j]);
             goto out;
         }
-        json_object_set_new(fields, keys[k], json_string(code_text));
-        free(code_text);
-        if (!json_object_get(fields, keys[k])) {
-            fprintf(stderr, "kgym submit: %s: not valid UTF-8\n", paths[k]);
-            goto out;
+        reqs[nreq++] = req;
+    }
+    if (connect_or_fail("submit", &o, &c)) {
+        for (int j = 0; j < nreq; j++)
+            json_decref(reqs[j]);
+        goto out;
+    }
+    code = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *reply;
+        int rc = submit_one(c, reqs[i], &cs[i], &reply);
+        json_decref(reqs[i]);
+        if (rc > code)
+            code = rc;
+        if (rc == 1) {
+            for (int j = i + 1; j < n; j++)
+                json_decref(reqs[j]);
+            goto out; /* the server is away: the rest would fail too */
         }
+        if (reply && !several) {
+            if (cs[i].result && (o.wait || o.json))
+                print_result(cs[i].result, o.json);
+            else if (cs[i].result || !o.wait)
+                o.json ? print_json(reply) : (void)printf("%s\n", cs[i].id);
+        } else if (reply && !o.wait) {
+            if (o.json)
+                print_json(reply);
+            else
+                printf("%s\t%s\n", cs[i].id, cs[i].path);
+        }
+        json_decref(reply);
     }
-    /* the server validates too; checking here names the flag early */
-    int vcode;
-    json_t *norm = kg_request_normalize(fields, &vcode, NULL, &err);
-    if (!norm) {
-        fprintf(stderr, "kgym submit: %s\n", err.msg);
+    fflush(stdout);
+    if (!o.wait)
+        goto out;
+    if (!several) {
+        if (cs[0].id[0] && !cs[0].result) {
+            fprintf(stderr, "kgym submit: %s queued; waiting\n", cs[0].id);
+            code = wait_result(c, "submit", cs[0].id, o.timeout_s, o.json);
+        }
         goto out;
     }
-    json_decref(norm);
-    if (connect_or_fail("submit", &o, &c))
-        goto out;
-    kg_client_resp r;
-    if (kg_client_request(c, "POST", "/evaluate", fields, REQ_TIMEOUT_MS, &r,
-                          &err)) {
-        fprintf(stderr, "kgym submit: %s\n", err.msg);
-        code = 1;
-        goto out;
-    }
-    const char *id = json_string_value(json_object_get(r.json, "task_id"));
-    json_t *res = json_object_get(r.json, "result");
-    if ((r.status != 200 && r.status != 202) || !id) {
-        code = refused("submit", &r);
-    } else if (res && json_is_object(res)) {
-        if (!json_object_get(res, "task_id"))
-            json_object_set_new(res, "task_id", json_string(id));
-        if (!o.wait && !o.json)
-            printf("%s\n", id);
-        else
-            print_result(res, o.json);
-        code = 0;
-    } else if (o.wait) {
-        fprintf(stderr, "kgym submit: %s queued; waiting\n", id);
-        code = wait_result(c, "submit", id, o.timeout_s, o.json);
+    int wrc = wait_all(c, cs, n, o.timeout_s);
+    if (o.json) {
+        for (int i = 0; i < n; i++)
+            if (cs[i].result)
+                print_json(cs[i].result);
     } else {
-        if (o.json)
-            print_json(r.json);
-        else
-            printf("%s\n", id);
-        code = 0;
+        print_table(ref, cs, n);
     }
-    kg_client_resp_free(&r);
+    for (int i = 0; i < n; i++)
+        if (cs[i].error && code < 2)
+            code = 2;
+    if (wrc && code == 0)
+        code = 1;
 out:
+    for (int i = 0; i < n; i++) {
+        free(cs[i].path);
+        free(cs[i].error);
+        json_decref(cs[i].result);
+    }
     kg_client_free(c);
     json_decref(fields);
     return code;
