@@ -415,9 +415,11 @@ def test_source_kernel_names_and_judge_side_attribution():
     assert p["summary"].endswith("Coverage: 40.00%")
 
 
-def test_send_deadline_when_the_peer_stops_reading():
+def test_send_deadline_when_the_peer_stops_reading(monkeypatch):
     import time
+    from kgym_harness import channel
     from kgym_harness.channel import ChannelTimeout
+    monkeypatch.setattr(channel, "SHM_MIN_BYTES", 1 << 40)  # bytes on the socket
     left, _right = _pair()
     left.deadline = time.monotonic() + 0.3
     with pytest.raises(ChannelTimeout):
