@@ -233,21 +233,95 @@ fail:
     return NULL;
 }
 
+/* Feeds n as 8 bytes, most significant first. */
+static void key_u64(kg_sha256 *h, uint64_t n)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(n >> (56 - 8 * i));
+    kg_sha256_update(h, b, 8);
+}
+
+/* A tag byte, then (for tags that have one) a length and the bytes. */
+static void key_bytes(kg_sha256 *h, char tag, const void *p, size_t n)
+{
+    kg_sha256_update(h, &tag, 1);
+    key_u64(h, n);
+    kg_sha256_update(h, p, n);
+}
+
+/*
+ * One value, tagged with its JSON type so that no two values encode
+ * alike: strings (the codes too) as their raw bytes with their length,
+ * numbers as 8 exact bytes (integer or IEEE double), true/false/absent as
+ * one byte. Objects and arrays (no field has them after normalization)
+ * as their sorted compact JSON text.
+ */
+static int key_value(kg_sha256 *h, const json_t *v, kg_err *err)
+{
+    char tag;
+    switch (v ? json_typeof(v) : JSON_NULL) {
+    case JSON_STRING:
+        key_bytes(h, 's', json_string_value(v), json_string_length(v));
+        return 0;
+    case JSON_INTEGER:
+        tag = 'i';
+        kg_sha256_update(h, &tag, 1);
+        key_u64(h, (uint64_t)json_integer_value(v));
+        return 0;
+    case JSON_REAL: {
+        double d = json_real_value(v);
+        uint64_t bits;
+        memcpy(&bits, &d, sizeof bits);
+        tag = 'r';
+        kg_sha256_update(h, &tag, 1);
+        key_u64(h, bits);
+        return 0;
+    }
+    case JSON_TRUE:
+    case JSON_FALSE:
+        tag = json_is_true(v) ? 't' : 'f';
+        kg_sha256_update(h, &tag, 1);
+        return 0;
+    case JSON_NULL:
+        tag = v ? 'n' : 'a'; /* null, absent */
+        kg_sha256_update(h, &tag, 1);
+        return 0;
+    default: {
+        char *t = json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT);
+        if (!t)
+            return kg_errf(err, KG_ENOMEM, "out of memory");
+        key_bytes(h, 'j', t, strlen(t));
+        free(t);
+        return 0;
+    }
+    }
+}
+
+/*
+ * SHA-256 of a canonical encoding of the fields marked in_cache_key, in
+ * the order of FIELDS: a version label, then per field its name and its
+ * value (key_value). Every byte of each code is hashed once, straight
+ * from the request: no JSON text is built.
+ */
 int kg_request_cache_key(const json_t *req, char out[65], kg_err *err)
 {
-    json_t *k = json_object();
-    if (!k)
-        return kg_errf(err, KG_ENOMEM, "out of memory");
+    static const char label[] = "kgym cache key v2";
+    kg_sha256 h;
+    uint8_t dig[32];
+    if (!json_is_object(req))
+        return kg_errf(err, KG_EINVAL, "cache key: request is no object");
+    kg_sha256_init(&h);
+    kg_sha256_update(&h, label, sizeof label);
     for (size_t i = 0; i < NFIELDS; i++) {
-        json_t *v = json_object_get(req, FIELDS[i].name);
-        if (FIELDS[i].in_cache_key && v)
-            json_object_set(k, FIELDS[i].name, v);
+        if (!FIELDS[i].in_cache_key)
+            continue;
+        kg_sha256_update(&h, FIELDS[i].name, strlen(FIELDS[i].name) + 1);
+        int rc = key_value(&h, json_object_get(req, FIELDS[i].name), err);
+        if (rc < 0)
+            return rc;
     }
-    char *s = json_dumps(k, JSON_SORT_KEYS | JSON_COMPACT);
-    json_decref(k);
-    if (!s)
-        return kg_errf(err, KG_ENOMEM, "out of memory");
-    kg_sha256_hex(s, strlen(s), out);
-    free(s);
+    kg_sha256_final(&h, dig);
+    kg_sha256_tohex(dig, out);
     return 0;
 }

@@ -32,8 +32,12 @@ int kg_task_id_valid(const char *id);
 
 /*
  * Hex SHA-256 of everything that changes an evaluation's outcome (codes,
- * backend, trials, tolerances, reference backend, strict, seed when the
- * client gave one): the result cache key. out must hold 65 bytes.
+ * backend, entry point, trials, warm-up, tolerances, strict, reference
+ * backend, profiling, hack checks, seed when the client gave one, speedup
+ * recheck bound): the result cache key of a normalized request. Not
+ * covered: task_id, timeout, priority, force_refresh. Hashes the fields
+ * in a fixed order straight into SHA-256 (no JSON text). out must hold 65
+ * bytes.
  */
 int kg_request_cache_key(const json_t *req, char out[65], kg_err *err);
 

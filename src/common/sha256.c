@@ -47,6 +47,92 @@ static void compress(uint32_t h[8], const uint8_t blk[64])
     h[4] += e, h[5] += f, h[6] += g, h[7] += hh;
 }
 
+/*
+ * The same compression with the x86 SHA extensions (SHA-NI), for n
+ * blocks: ~10x the portable code. The state lives in two registers as
+ * ABEF and CDGH; each _mm_sha256rnds2_epu32 does two rounds. Message
+ * words are built four at a time: X[j] = msg2(msg1(X[j-4], X[j-3]) +
+ * (the words 7 back: X[j-2] shifted by one with X[j-1]), X[j-1]).
+ */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+__attribute__((target("sha,sse4.1,ssse3"))) static void
+compress_ni(uint32_t h[8], const uint8_t *p, size_t n)
+{
+    const __m128i bswap =
+        _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
+    __m128i t = _mm_loadu_si128((const __m128i *)&h[0]);  /* A B C D */
+    __m128i s1 = _mm_loadu_si128((const __m128i *)&h[4]); /* E F G H */
+    t = _mm_shuffle_epi32(t, 0xB1);                       /* B A D C */
+    s1 = _mm_shuffle_epi32(s1, 0x1B);                     /* H G F E */
+    __m128i s0 = _mm_alignr_epi8(t, s1, 8);               /* F E B A */
+    s1 = _mm_blend_epi16(s1, t, 0xF0);                    /* H G D C */
+    for (; n > 0; n--, p += 64) {
+        __m128i save0 = s0, save1 = s1, x[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            x[i] = _mm_shuffle_epi8(
+                _mm_loadu_si128((const __m128i *)(p + 16 * i)), bswap);
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) {
+            __m128i m = _mm_add_epi32(
+                x[j & 3], _mm_loadu_si128((const __m128i *)&K[4 * j]));
+            s1 = _mm_sha256rnds2_epu32(s1, s0, m);
+            if (j >= 3 && j <= 14) { /* X[j+1] */
+                __m128i w7 = _mm_alignr_epi8(x[j & 3], x[(j + 3) & 3], 4);
+                x[(j + 1) & 3] = _mm_sha256msg2_epu32(
+                    _mm_add_epi32(x[(j + 1) & 3], w7), x[j & 3]);
+            }
+            m = _mm_shuffle_epi32(m, 0x0E);
+            s0 = _mm_sha256rnds2_epu32(s0, s1, m);
+            if (j >= 1 && j <= 12) /* first half of X[j+3] */
+                x[(j + 3) & 3] = _mm_sha256msg1_epu32(x[(j + 3) & 3], x[j & 3]);
+        }
+        s0 = _mm_add_epi32(s0, save0);
+        s1 = _mm_add_epi32(s1, save1);
+    }
+    t = _mm_shuffle_epi32(s0, 0x1B);  /* A B E F */
+    s1 = _mm_shuffle_epi32(s1, 0xB1); /* G H C D */
+    _mm_storeu_si128((__m128i *)&h[0], _mm_blend_epi16(t, s1, 0xF0));
+    _mm_storeu_si128((__m128i *)&h[4], _mm_alignr_epi8(s1, t, 8));
+}
+
+/* 1 when this CPU has SHA-NI, SSE4.1 and SSSE3. */
+static int have_ni(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 19)) ||
+        !(c & (1u << 9)))
+        return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    return (b >> 29) & 1;
+}
+#else
+static void compress_ni(uint32_t h[8], const uint8_t *p, size_t n)
+{
+    (void)h, (void)p, (void)n;
+}
+
+static int have_ni(void)
+{
+    return 0;
+}
+#endif
+
+/* n whole blocks at p. */
+static void blocks(kg_sha256 *s, const uint8_t *p, size_t n)
+{
+    if (s->accel) {
+        compress_ni(s->h, p, n);
+        return;
+    }
+    for (; n > 0; n--, p += 64)
+        compress(s->h, p);
+}
+
 void kg_sha256_init(kg_sha256 *s)
 {
     static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372,
@@ -55,33 +141,44 @@ void kg_sha256_init(kg_sha256 *s)
     memcpy(s->h, iv, sizeof iv);
     s->len = 0;
     s->nbuf = 0;
+    s->accel = have_ni();
 }
 
 void kg_sha256_update(kg_sha256 *s, const void *data, size_t n)
 {
     const uint8_t *p = data;
     s->len += n;
-    while (n > 0) {
+    if (s->nbuf > 0) {
         size_t take = 64 - s->nbuf < n ? 64 - s->nbuf : n;
         memcpy(s->buf + s->nbuf, p, take);
         s->nbuf += take, p += take, n -= take;
-        if (s->nbuf == 64) {
-            compress(s->h, s->buf);
-            s->nbuf = 0;
-        }
+        if (s->nbuf < 64)
+            return;
+        blocks(s, s->buf, 1);
+        s->nbuf = 0;
     }
+    /* whole blocks straight from the input, no copy */
+    blocks(s, p, n / 64);
+    p += n / 64 * 64;
+    n %= 64;
+    memcpy(s->buf, p, n);
+    s->nbuf = n;
 }
 
 void kg_sha256_final(kg_sha256 *s, uint8_t out[32])
 {
     uint64_t bits = s->len * 8;
-    uint8_t pad = 0x80, zero = 0, lenb[8];
-    kg_sha256_update(s, &pad, 1);
-    while (s->nbuf != 56)
-        kg_sha256_update(s, &zero, 1);
+    s->buf[s->nbuf++] = 0x80;
+    if (s->nbuf > 56) { /* no room for the length: one more block */
+        memset(s->buf + s->nbuf, 0, 64 - s->nbuf);
+        blocks(s, s->buf, 1);
+        s->nbuf = 0;
+    }
+    memset(s->buf + s->nbuf, 0, 56 - s->nbuf);
     for (int i = 0; i < 8; i++)
-        lenb[i] = (uint8_t)(bits >> (56 - 8 * i));
-    kg_sha256_update(s, lenb, 8);
+        s->buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+    blocks(s, s->buf, 1);
+    s->nbuf = 0;
     for (int i = 0; i < 8; i++) {
         out[4 * i] = (uint8_t)(s->h[i] >> 24);
         out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);

@@ -1,4 +1,8 @@
-/* sha256.h - SHA-256 (FIPS 180-4), for cache keys and source hashes. */
+/*
+ * sha256.h - SHA-256 (FIPS 180-4), for cache keys and source hashes.
+ * Portable C, and the x86 SHA instructions when the CPU has them (chosen
+ * at run time by kg_sha256_init).
+ */
 #ifndef KGYM_SHA256_H
 #define KGYM_SHA256_H
 
@@ -10,6 +14,8 @@ typedef struct kg_sha256 {
     uint64_t len; /* bytes hashed so far */
     uint8_t buf[64];
     size_t nbuf;
+    int accel; /* 1: the CPU's SHA instructions (set by init; a test may
+                  clear it after init to run the portable code) */
 } kg_sha256;
 
 void kg_sha256_init(kg_sha256 *s);

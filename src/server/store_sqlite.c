@@ -1,33 +1,25 @@
 /*
  * store_sqlite.c - the embedded task store: one SQLite file in WAL mode.
  *
- * Concurrency: every write goes through one writer connection behind a
- * mutex (SQLite serialises writers anyway; a mutex queues them fairly
- * instead of letting them sleep in the busy handler). Reads (get, cache,
- * counts, workers) use a pool of reader connections, which WAL lets run
- * beside the writer. One process per database file: the queue order
- * counter lives in the writer (see next_qseq).
- *
- * Durability: journal_mode=WAL. synchronous=FULL (default) fsyncs the WAL
- * at every commit, so a write that returned survives kill -9 and power
- * loss; synchronous=NORMAL survives kill -9 of the process only.
+ * The tables and the statements of every store call live here; the
+ * connections, the group commit and the reader pool in sqldb.c. Every
+ * write is one function run by kg_sqldb_write, which returns once it is
+ * on disk (synchronous=full, the default; see sqldb.h) and lets writes
+ * that arrive together share one transaction and one fsync. Reads run on
+ * a pool of reader connections beside the writer (WAL). One process per
+ * database file: the queue order counter lives in the writer (next_qseq).
  *
  * Counters for metrics are kept by triggers in the same transactions as
  * the changes they count, so they never drift from the tasks table.
  */
-#include <pthread.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/sqldb.h"
 #include "server/store_impl.h"
 
 enum {
-    ST_BEGIN,
-    ST_COMMIT,
-    ST_ROLLBACK,
-    ST_EXISTS,
     ST_INSERT,
     ST_RESET,
     ST_GET,
@@ -56,6 +48,7 @@ enum {
     ST_WORKER_DEL,
     ST_HELD,
     ST_WORKER_LIST,
+    ST_MAX_QSEQ,
     ST_N
 };
 
@@ -66,13 +59,10 @@ enum {
     "submitted, started, finished, deadline"
 
 static const char *const SQL[ST_N] = {
-    [ST_BEGIN] = "BEGIN IMMEDIATE",
-    [ST_COMMIT] = "COMMIT",
-    [ST_ROLLBACK] = "ROLLBACK",
-    [ST_EXISTS] = "SELECT status FROM tasks WHERE id = ?1",
+    /* a new task; an existing id changes nothing (sqlite3_changes = 0) */
     [ST_INSERT] =
         "INSERT INTO tasks(id, priority, status, qseq, cache_key, submitted) "
-        "VALUES(?1, ?2, 0, ?3, ?4, ?5)",
+        "VALUES(?1, ?2, 0, ?3, ?4, ?5) ON CONFLICT(id) DO NOTHING",
     [ST_RESET] =
         "UPDATE tasks SET priority = ?2, status = 0, qseq = ?3, "
         "cache_key = ?4, submitted = ?5, "
@@ -128,8 +118,8 @@ static const char *const SQL[ST_N] = {
         "DELETE FROM workers WHERE host = ?2 AND device = ?3 AND id != ?1",
     [ST_WORKER_UPSERT] =
         "INSERT INTO workers(id, device, host, registered, last_seen) "
-        "VALUES(?1, ?2, ?3, ?4, ?4) ON CONFLICT(id) DO UPDATE SET device = ?2, "
-        "host = ?3, last_seen = ?4",
+        "VALUES(?1, ?3, ?2, ?4, ?4) ON CONFLICT(id) DO UPDATE SET device = ?3, "
+        "host = ?2, last_seen = ?4",
     [ST_EXTEND] = "UPDATE tasks SET deadline = ?2 WHERE status = 1 AND "
                   "worker = ?1",
     [ST_WORKER_DEL] = "DELETE FROM workers WHERE id = ?1",
@@ -138,6 +128,7 @@ static const char *const SQL[ST_N] = {
         "SELECT id, device, host, registered, last_seen, (SELECT count(*) "
         "FROM tasks WHERE status = 1 AND worker = workers.id) FROM workers "
         "ORDER BY id",
+    [ST_MAX_QSEQ] = "SELECT coalesce(max(qseq), 0) FROM tasks",
 };
 
 /*
@@ -188,141 +179,33 @@ static const char SCHEMA[] =
     " device TEXT NOT NULL, host TEXT NOT NULL, registered INTEGER NOT NULL,"
     " last_seen INTEGER NOT NULL);";
 
-typedef struct conn {
-    sqlite3 *db;
-    sqlite3_stmt *st[ST_N];
-} conn;
-
 typedef struct sq_store {
     kg_store base;
     char path[4096];
-    pthread_mutex_t wmu; /* the writer and next_qseq */
-    conn w;
-    int64_t next_qseq;   /* queue position of the next (re)queued task */
-    pthread_mutex_t pmu; /* the reader pool */
-    pthread_cond_t pcv;
-    conn *readers;
-    int nreaders;
-    int *idle; /* stack of idle reader indices */
-    int nidle;
+    kg_sqldb *db;
+    int64_t next_qseq; /* queue position of the next (re)queued task; the
+                          writer's (touched only inside a write) */
 } sq_store;
 
-static int db_err(sqlite3 *db, kg_err *err, const char *what)
+/* ---- small helpers (c is the connection a write or read was given) ---- */
+
+static void bind_str(sqlite3_stmt *st, int col, const char *v)
 {
-    int code = sqlite3_errcode(db);
-    int kc = KG_EIO;
-    if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
-        kc = KG_EUNAVAIL;
-    else if (code == SQLITE_NOMEM)
-        kc = KG_ENOMEM;
-    return kg_errf(err, kc, "sqlite %s: %s", what, sqlite3_errmsg(db));
+    sqlite3_bind_text(st, col, v, -1, SQLITE_STATIC);
 }
 
-/* The cached statement `which` of c, reset and unbound; NULL on error. */
-static sqlite3_stmt *stmt(conn *c, int which, kg_err *err)
+/* Binds v's JSON text (NULL binds NULL). */
+static int bind_json(sqlite3_stmt *st, int col, const json_t *v, kg_err *err)
 {
-    sqlite3_stmt *st = c->st[which];
-    if (!st) {
-        if (sqlite3_prepare_v3(c->db, SQL[which], -1, SQLITE_PREPARE_PERSISTENT,
-                               &st, NULL) != SQLITE_OK) {
-            db_err(c->db, err, "prepare");
-            return NULL;
-        }
-        c->st[which] = st;
-    } else {
-        sqlite3_reset(st);
-        sqlite3_clear_bindings(st);
+    if (!v) {
+        sqlite3_bind_null(st, col);
+        return 0;
     }
-    return st;
-}
-
-static void conn_close(conn *c)
-{
-    for (int i = 0; i < ST_N; i++)
-        sqlite3_finalize(c->st[i]);
-    sqlite3_close(c->db);
-    memset(c, 0, sizeof *c);
-}
-
-static int conn_open(conn *c, const char *path, const char *pragmas,
-                     kg_err *err)
-{
-    memset(c, 0, sizeof *c);
-    int flags =
-        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
-    if (sqlite3_open_v2(path, &c->db, flags, NULL) != SQLITE_OK) {
-        int rc = kg_errf(err, KG_EIO, "sqlite open %s: %s", path,
-                         c->db ? sqlite3_errmsg(c->db) : "out of memory");
-        conn_close(c);
-        return rc;
-    }
-    sqlite3_busy_timeout(c->db, 5000);
-    char *msg = NULL;
-    if (sqlite3_exec(c->db, pragmas, NULL, NULL, &msg) != SQLITE_OK) {
-        int rc = kg_errf(err, KG_EIO, "sqlite %s: %s", path,
-                         msg ? msg : "setup failed");
-        sqlite3_free(msg);
-        conn_close(c);
-        return rc;
-    }
+    char *t = kg_store_json_text(v);
+    if (!t)
+        return kg_errf(err, KG_ENOMEM, "out of memory");
+    sqlite3_bind_text(st, col, t, -1, free);
     return 0;
-}
-
-static conn *reader_get(sq_store *s)
-{
-    pthread_mutex_lock(&s->pmu);
-    while (s->nidle == 0)
-        pthread_cond_wait(&s->pcv, &s->pmu);
-    conn *c = &s->readers[s->idle[--s->nidle]];
-    pthread_mutex_unlock(&s->pmu);
-    return c;
-}
-
-static void reader_put(sq_store *s, conn *c)
-{
-    pthread_mutex_lock(&s->pmu);
-    s->idle[s->nidle++] = (int)(c - s->readers);
-    pthread_cond_signal(&s->pcv);
-    pthread_mutex_unlock(&s->pmu);
-}
-
-/* Runs a statement that returns no rows. */
-static int step_done(conn *c, sqlite3_stmt *st, kg_err *err)
-{
-    int r = sqlite3_step(st);
-    if (r != SQLITE_DONE && r != SQLITE_ROW)
-        return db_err(c->db, err, "step");
-    if (r == SQLITE_ROW)
-        while ((r = sqlite3_step(st)) == SQLITE_ROW)
-            ;
-    sqlite3_reset(st);
-    return r == SQLITE_DONE ? 0 : db_err(c->db, err, "step");
-}
-
-static int w_exec(sq_store *s, int which, kg_err *err)
-{
-    sqlite3_stmt *st = stmt(&s->w, which, err);
-    return st ? step_done(&s->w, st, err) : KG_EIO;
-}
-
-static int w_begin(sq_store *s, kg_err *err)
-{
-    return w_exec(s, ST_BEGIN, err);
-}
-
-/* Commits; on failure the transaction is rolled back. */
-static int w_commit(sq_store *s, kg_err *err)
-{
-    int rc = w_exec(s, ST_COMMIT, err);
-    if (rc < 0 && !sqlite3_get_autocommit(s->w.db))
-        w_exec(s, ST_ROLLBACK, NULL);
-    return rc;
-}
-
-static void w_rollback(sq_store *s)
-{
-    if (!sqlite3_get_autocommit(s->w.db))
-        w_exec(s, ST_ROLLBACK, NULL);
 }
 
 static void copy_col(char *dst, size_t size, sqlite3_stmt *st, int col)
@@ -331,7 +214,21 @@ static void copy_col(char *dst, size_t size, sqlite3_stmt *st, int col)
     snprintf(dst, size, "%s", t ? (const char *)t : "");
 }
 
-/* A task row (TASK_COLS) into *out; json members per what. */
+/* Parses JSON column col of st into *out (NULL column: NULL). */
+static int col_json(sqlite3_stmt *st, int col, json_t **out, const char *id,
+                    const char *what, kg_err *err)
+{
+    const char *t = (const char *)sqlite3_column_text(st, col);
+    *out = NULL;
+    if (!t)
+        return 0;
+    *out = kg_store_json_parse(t, (size_t)sqlite3_column_bytes(st, col));
+    return *out ? 0
+                : kg_errf(err, KG_EPARSE, "task %s: stored %s is corrupt", id,
+                          what);
+}
+
+/* A task row (TASK_COLS, then request and result per what) into *out. */
 static int fill_task(sqlite3_stmt *st, unsigned what, kg_task *out, kg_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -346,375 +243,363 @@ static int fill_task(sqlite3_stmt *st, unsigned what, kg_task *out, kg_err *err)
     out->started_ms = sqlite3_column_int64(st, 8);
     out->finished_ms = sqlite3_column_int64(st, 9);
     out->lease_deadline_ms = sqlite3_column_int64(st, 10);
-    for (int k = 0; k < 2; k++) {
-        if (!(what & (k == 0 ? KG_GET_REQUEST : KG_GET_RESULT)))
-            continue;
-        const char *t = (const char *)sqlite3_column_text(st, 11 + k);
-        if (!t)
-            continue;
-        json_t *j =
-            kg_store_json_parse(t, (size_t)sqlite3_column_bytes(st, 11 + k));
-        if (!j) {
-            kg_task_free(out);
-            return kg_errf(err, KG_EPARSE, "task %s: stored %s is corrupt",
-                           out->id, k == 0 ? "request" : "result");
-        }
-        if (k == 0)
-            out->request = j;
-        else
-            out->result = j;
-    }
-    return 0;
+    int rc = 0;
+    if (what & KG_GET_REQUEST)
+        rc = col_json(st, 11, &out->request, out->id, "request", err);
+    if (rc == 0 && (what & KG_GET_RESULT))
+        rc = col_json(st, 12, &out->result, out->id, "result", err);
+    if (rc < 0)
+        kg_task_free(out);
+    return rc;
 }
 
-static int bind_json(sqlite3_stmt *st, int col, const json_t *v, kg_err *err)
+/* Runs statement which with (id, text) bound to ?1, ?2; 0 or < 0. */
+static int exec_id(kg_sqlconn *c, int which, const char *id, const char *text,
+                   kg_err *err)
 {
-    if (!v) {
-        sqlite3_bind_null(st, col);
-        return 0;
-    }
-    char *t = kg_store_json_text(v);
-    if (!t)
-        return kg_errf(err, KG_ENOMEM, "out of memory");
-    sqlite3_bind_text(st, col, t, -1, free);
-    return 0;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, which, err);
+    if (!st)
+        return KG_EIO;
+    bind_str(st, 1, id);
+    if (text)
+        bind_str(st, 2, text);
+    return kg_sqlconn_exec(c, st, err);
 }
 
-/* task_data.result of id (writer held); result may be NULL (no change). */
-static int set_result(sq_store *s, const char *id, const json_t *result,
+/* Runs statement which with id bound to ?1 and the integer v to ?2. */
+static int exec_id_int(kg_sqlconn *c, int which, const char *id, int64_t v,
+                       kg_err *err)
+{
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, which, err);
+    if (!st)
+        return KG_EIO;
+    bind_str(st, 1, id);
+    sqlite3_bind_int64(st, 2, v);
+    return kg_sqlconn_exec(c, st, err);
+}
+
+/* task_data.result of id; result may be NULL (no change). */
+static int set_result(kg_sqlconn *c, const char *id, const json_t *result,
                       kg_err *err)
 {
     if (!result)
         return 0;
-    sqlite3_stmt *st = stmt(&s->w, ST_RESULT_SET, err);
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_RESULT_SET, err);
     if (!st)
         return KG_EIO;
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    bind_str(st, 1, id);
     int rc = bind_json(st, 2, result, err);
-    return rc < 0 ? rc : step_done(&s->w, st, err);
+    return rc < 0 ? rc : kg_sqlconn_exec(c, st, err);
 }
 
-/* The stored request of id into *out (writer held). */
-static int get_request(sq_store *s, const char *id, json_t **out, kg_err *err)
+/* Status of task id: >= 0, or KG_ENOTFOUND, or < 0 on error. */
+static int task_status(kg_sqlconn *c, const char *id, kg_err *err)
 {
-    sqlite3_stmt *st = stmt(&s->w, ST_DATA_REQUEST, err);
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_STATUS, err);
     if (!st)
         return KG_EIO;
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-    int r = sqlite3_step(st), rc = 0;
-    if (r == SQLITE_ROW) {
-        *out = kg_store_json_parse((const char *)sqlite3_column_text(st, 0),
-                                   (size_t)sqlite3_column_bytes(st, 0));
-        if (!*out)
-            rc = kg_errf(err, KG_EPARSE, "task %s: stored request is corrupt",
-                         id);
-    } else {
-        rc = r == SQLITE_DONE ? kg_errf(err, KG_EIO, "task %s: no request", id)
-                              : db_err(s->w.db, err, "lease");
-    }
+    bind_str(st, 1, id);
+    int r = kg_sqlconn_row(c, st, err);
+    if (r <= 0)
+        return r < 0 ? r : kg_errf(err, KG_ENOTFOUND, "no task %s", id);
+    int status = sqlite3_column_int(st, 0);
     sqlite3_reset(st);
-    return rc;
+    return status;
+}
+
+/* After a guarded update changed nothing: KG_ENOTFOUND or KG_ESTATE. */
+static int not_held(kg_sqlconn *c, const char *id, const char *worker_id,
+                    kg_err *err)
+{
+    int status = task_status(c, id, err);
+    if (status < 0)
+        return status;
+    return kg_errf(err, KG_ESTATE, "task %s is %s and not held by worker %s",
+                   id, kg_task_status_name(status), worker_id);
+}
+
+/* Marks worker id seen now. 1 if it exists, KG_ENOTFOUND if not. */
+static int touch_worker(kg_sqlconn *c, const char *id, int64_t now, kg_err *err)
+{
+    int rc = exec_id_int(c, ST_TOUCH, id, now, err);
+    if (rc < 0)
+        return rc;
+    return kg_sqlconn_changes(c) > 0
+               ? 1
+               : kg_errf(err, KG_ENOTFOUND, "worker %s is not registered", id);
+}
+
+/* The ids of rows of statement st (already bound): a malloc'd array of
+ *n ids (caller frees), in the order of the rows. */
+static int collect_ids(kg_sqlconn *c, sqlite3_stmt *st,
+                       char (**out)[KG_MAX_TASK_ID + 1], size_t *n, kg_err *err)
+{
+    char(*ids)[KG_MAX_TASK_ID + 1] = NULL;
+    size_t cap = 0;
+    int r;
+    *n = 0;
+    while ((r = kg_sqlconn_row(c, st, err)) == 1) {
+        if (*n == cap) {
+            size_t nc = cap ? 2 * cap : 8;
+            void *ni = realloc(ids, nc * sizeof *ids);
+            if (!ni) {
+                sqlite3_reset(st);
+                r = kg_errf(err, KG_ENOMEM, "out of memory");
+                break;
+            }
+            ids = ni;
+            cap = nc;
+        }
+        copy_col(ids[*n], sizeof ids[*n], st, 0);
+        (*n)++;
+    }
+    if (r < 0) {
+        free(ids);
+        *n = 0;
+        return r;
+    }
+    *out = ids;
+    return 0;
+}
+
+/* ---- submissions ------------------------------------------------------- */
+
+struct submit_args {
+    sq_store *s;
+    const kg_submit *t;
+    size_t n;
+    int *created;
+    int64_t now;
+};
+
+/* Task t as new (or as a replacement): its row and its request. */
+static int put_task(kg_sqlconn *c, sq_store *s, int which, const kg_submit *t,
+                    int64_t now, kg_err *err)
+{
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, which, err);
+    if (!st)
+        return KG_EIO;
+    bind_str(st, 1, t->id);
+    sqlite3_bind_int(st, 2, t->priority);
+    sqlite3_bind_int64(st, 3, s->next_qseq);
+    bind_str(st, 4, t->cache_key ? t->cache_key : "");
+    sqlite3_bind_int64(st, 5, now);
+    int rc = kg_sqlconn_exec(c, st, err);
+    if (rc < 0)
+        return rc;
+    if (kg_sqlconn_changes(c) == 0)
+        return 1; /* the id exists (ST_INSERT only) */
+    s->next_qseq++;
+    if (!(st = kg_sqlconn_stmt(c, ST_DATA_PUT, err)))
+        return KG_EIO;
+    bind_str(st, 1, t->id);
+    if ((rc = bind_json(st, 2, t->request, err)) < 0)
+        return rc;
+    return kg_sqlconn_exec(c, st, err);
+}
+
+static int w_submit(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct submit_args *a = arg;
+    for (size_t i = 0; i < a->n; i++) {
+        const kg_submit *t = &a->t[i];
+        int rc = put_task(c, a->s, ST_INSERT, t, a->now, err);
+        if (rc == 1) {
+            /* exists: left alone unless finished and to be replaced */
+            int status = task_status(c, t->id, err);
+            if (status < 0)
+                return status;
+            rc = t->replace_finished && status >= KG_TASK_COMPLETED
+                     ? put_task(c, a->s, ST_RESET, t, a->now, err)
+                     : 1;
+        }
+        if (rc < 0)
+            return rc;
+        a->created[i] = rc;
+    }
+    return 0;
 }
 
 static int sq_submit_batch(kg_store *base, const kg_submit *t, size_t n,
                            int *created, kg_err *err)
 {
     sq_store *s = (sq_store *)base;
-    int64_t now = kg_store_now_ms();
-    pthread_mutex_lock(&s->wmu);
-    int64_t qseq0 = s->next_qseq;
-    int rc = w_begin(s, err);
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        sqlite3_stmt *st = stmt(&s->w, ST_EXISTS, err);
-        if (!st) {
-            rc = KG_EIO;
-            break;
-        }
-        sqlite3_bind_text(st, 1, t[i].id, -1, SQLITE_STATIC);
-        int r = sqlite3_step(st);
-        if (r != SQLITE_ROW && r != SQLITE_DONE) {
-            rc = db_err(s->w.db, err, "submit");
-            break;
-        }
-        int which = ST_INSERT;
-        if (r == SQLITE_ROW) {
-            int status = sqlite3_column_int(st, 0);
-            if (!t[i].replace_finished || status < KG_TASK_COMPLETED) {
-                created[i] = 1;
-                sqlite3_reset(st);
-                continue;
-            }
-            which = ST_RESET;
-        }
-        sqlite3_reset(st);
-        created[i] = 0;
-        if (!(st = stmt(&s->w, which, err))) {
-            rc = KG_EIO;
-            break;
-        }
-        sqlite3_bind_text(st, 1, t[i].id, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 2, t[i].priority);
-        sqlite3_bind_int64(st, 3, s->next_qseq++);
-        sqlite3_bind_text(st, 4, t[i].cache_key ? t[i].cache_key : "", -1,
-                          SQLITE_STATIC);
-        sqlite3_bind_int64(st, 5, now);
-        if ((rc = step_done(&s->w, st, err)) < 0)
-            break;
-        if (!(st = stmt(&s->w, ST_DATA_PUT, err))) {
-            rc = KG_EIO;
-            break;
-        }
-        sqlite3_bind_text(st, 1, t[i].id, -1, SQLITE_STATIC);
-        if ((rc = bind_json(st, 2, t[i].request, err)) < 0)
-            break;
-        rc = step_done(&s->w, st, err);
-    }
-    if (rc == 0)
-        rc = w_commit(s, err);
-    else
-        w_rollback(s);
-    if (rc < 0)
-        s->next_qseq = qseq0;
-    pthread_mutex_unlock(&s->wmu);
+    struct submit_args a = {s, t, n, created, kg_store_now_ms()};
+    return kg_sqldb_write(s->db, w_submit, &a, err);
+}
+
+/* ---- reads ------------------------------------------------------------- */
+
+struct get_args {
+    const char *id;
+    unsigned what;
+    kg_task *out;
+};
+
+static int r_get(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct get_args *a = arg;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_GET, err);
+    if (!st)
+        return KG_EIO;
+    bind_str(st, 1, a->id);
+    int r = kg_sqlconn_row(c, st, err);
+    if (r <= 0)
+        return r < 0 ? r : kg_errf(err, KG_ENOTFOUND, "no task %s", a->id);
+    int rc = fill_task(st, a->what, a->out, err);
+    sqlite3_reset(st);
     return rc;
 }
 
 static int sq_get(kg_store *base, const char *id, unsigned what, kg_task *out,
                   kg_err *err)
 {
-    sq_store *s = (sq_store *)base;
-    conn *c = reader_get(s);
-    int rc;
-    sqlite3_stmt *st = stmt(c, ST_GET, err);
-    if (!st) {
-        rc = KG_EIO;
-    } else {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        int r = sqlite3_step(st);
-        if (r == SQLITE_ROW)
-            rc = fill_task(st, what, out, err);
-        else if (r == SQLITE_DONE)
-            rc = kg_errf(err, KG_ENOTFOUND, "no task %s", id);
-        else
-            rc = db_err(c->db, err, "get");
-        sqlite3_reset(st);
-    }
-    reader_put(s, c);
-    return rc;
+    struct get_args a = {id, what, out};
+    return kg_sqldb_read(((sq_store *)base)->db, r_get, &a, err);
 }
 
-/* Marks worker id seen now (writer held). 1 if it exists, 0 if not. */
-static int touch_worker(sq_store *s, const char *id, int64_t now, kg_err *err)
+/* ---- the lease and its end --------------------------------------------- */
+
+struct lease_args {
+    const char *worker;
+    int64_t now, lease_ms;
+    kg_task *out;
+};
+
+static int w_lease(kg_sqlconn *c, void *arg, kg_err *err)
 {
-    sqlite3_stmt *st = stmt(&s->w, ST_TOUCH, err);
+    struct lease_args *a = arg;
+    int rc = touch_worker(c, a->worker, a->now, err);
+    if (rc < 0)
+        return rc;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_LEASE, err);
     if (!st)
         return KG_EIO;
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, now);
-    int rc = step_done(&s->w, st, err);
-    return rc < 0 ? rc : sqlite3_changes(s->w.db) > 0;
+    bind_str(st, 1, a->worker);
+    sqlite3_bind_int64(st, 2, a->now);
+    sqlite3_bind_int64(st, 3, a->lease_ms);
+    int r = kg_sqlconn_row(c, st, err);
+    if (r <= 0)
+        return r; /* 0: nothing to lease */
+    rc = fill_task(st, 0, a->out, err);
+    if (rc == 0)
+        rc = kg_sqlconn_exec(c, st, err); /* RETURNING: run it to the end */
+    else
+        sqlite3_reset(st);
+    if (rc < 0)
+        return rc;
+    if (!(st = kg_sqlconn_stmt(c, ST_DATA_REQUEST, err)))
+        return KG_EIO;
+    bind_str(st, 1, a->out->id);
+    if ((r = kg_sqlconn_row(c, st, err)) <= 0)
+        return r < 0 ? r
+                     : kg_errf(err, KG_EIO, "task %s: no request", a->out->id);
+    rc = col_json(st, 0, &a->out->request, a->out->id, "request", err);
+    sqlite3_reset(st);
+    return rc < 0 ? rc : 1;
 }
 
 static int sq_lease(kg_store *base, const char *worker_id, kg_task *out,
                     kg_err *err)
 {
-    sq_store *s = (sq_store *)base;
-    int64_t now = kg_store_now_ms();
-    pthread_mutex_lock(&s->wmu);
-    int rc = w_begin(s, err);
-    if (rc == 0) {
-        rc = touch_worker(s, worker_id, now, err);
-        if (rc == 0)
-            rc = kg_errf(err, KG_ENOTFOUND, "worker %s is not registered",
-                         worker_id);
-    }
-    if (rc == 1) {
-        sqlite3_stmt *st = stmt(&s->w, ST_LEASE, err);
-        if (!st) {
-            rc = KG_EIO;
-        } else {
-            sqlite3_bind_text(st, 1, worker_id, -1, SQLITE_STATIC);
-            sqlite3_bind_int64(st, 2, now);
-            sqlite3_bind_int64(st, 3, base->opts.lease_ms);
-            int r = sqlite3_step(st);
-            if (r == SQLITE_ROW) {
-                rc = fill_task(st, 0, out, err);
-                if (rc == 0)
-                    rc = 1;
-                while ((r = sqlite3_step(st)) == SQLITE_ROW)
-                    ;
-            } else {
-                rc = 0;
-            }
-            if (r != SQLITE_DONE)
-                rc = db_err(s->w.db, err, "lease");
-            sqlite3_reset(st);
-            if (rc == 1) {
-                int g = get_request(s, out->id, &out->request, err);
-                if (g < 0)
-                    rc = g;
-            }
-            if (rc < 0)
-                kg_task_free(out);
-        }
-    }
-    if (rc >= 0) {
-        int c = w_commit(s, err);
-        if (c < 0) {
-            kg_task_free(out);
-            rc = c;
-        }
-    } else {
-        w_rollback(s);
-    }
-    pthread_mutex_unlock(&s->wmu);
+    struct lease_args a = {worker_id, kg_store_now_ms(), base->opts.lease_ms,
+                           out};
+    int rc = kg_sqldb_write(((sq_store *)base)->db, w_lease, &a, err);
+    if (rc < 0)
+        kg_task_free(out);
     return rc;
 }
 
-/* After a guarded update changed nothing: KG_ENOTFOUND or KG_ESTATE. */
-static int not_held(sq_store *s, const char *id, const char *worker_id,
-                    kg_err *err)
+/* complete, retry and cancel: one guarded update of the task, then the
+   result (complete, retry) */
+struct end_args {
+    sq_store *s;
+    const char *id, *worker;
+    int status, verdict;
+    const json_t *result;
+    int64_t now, avoid_until;
+};
+
+static int w_complete(kg_sqlconn *c, void *arg, kg_err *err)
 {
-    sqlite3_stmt *st = stmt(&s->w, ST_STATUS, err);
+    struct end_args *a = arg;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_COMPLETE, err);
     if (!st)
         return KG_EIO;
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    int r = sqlite3_step(st);
-    int status = r == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
-    sqlite3_reset(st);
-    if (r != SQLITE_ROW && r != SQLITE_DONE)
-        return db_err(s->w.db, err, "status");
-    if (status < 0)
-        return kg_errf(err, KG_ENOTFOUND, "no task %s", id);
-    return kg_errf(err, KG_ESTATE, "task %s is %s and not held by worker %s",
-                   id, kg_task_status_name(status), worker_id);
+    bind_str(st, 1, a->id);
+    bind_str(st, 2, a->worker);
+    sqlite3_bind_int(st, 3, a->status);
+    sqlite3_bind_int(st, 5, a->verdict);
+    sqlite3_bind_int64(st, 6, a->now);
+    int rc = kg_sqlconn_exec(c, st, err);
+    if (rc < 0)
+        return rc;
+    if (kg_sqlconn_changes(c) == 0)
+        return not_held(c, a->id, a->worker, err);
+    return set_result(c, a->id, a->result, err);
 }
 
 static int sq_complete(kg_store *base, const char *id, const char *worker_id,
                        int status, const json_t *result, int verdict,
                        kg_err *err)
 {
-    sq_store *s = (sq_store *)base;
-    pthread_mutex_lock(&s->wmu);
-    sqlite3_stmt *st = NULL;
-    int rc = w_begin(s, err);
-    if (rc == 0 && !(st = stmt(&s->w, ST_COMPLETE, err)))
-        rc = KG_EIO;
-    if (rc == 0) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, worker_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 3, status);
-        sqlite3_bind_int(st, 5, verdict);
-        sqlite3_bind_int64(st, 6, kg_store_now_ms());
-        rc = step_done(&s->w, st, err);
-        if (rc == 0 && sqlite3_changes(s->w.db) == 0)
-            rc = not_held(s, id, worker_id, err);
-        else if (rc == 0)
-            rc = set_result(s, id, result, err);
-    }
-    if (rc == 0)
-        rc = w_commit(s, err);
-    else
-        w_rollback(s);
-    pthread_mutex_unlock(&s->wmu);
-    return rc;
+    struct end_args a = {.id = id,
+                         .worker = worker_id,
+                         .status = status,
+                         .verdict = verdict,
+                         .result = result,
+                         .now = kg_store_now_ms()};
+    return kg_sqldb_write(((sq_store *)base)->db, w_complete, &a, err);
+}
+
+static int w_retry(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct end_args *a = arg;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_RETRY, err);
+    if (!st)
+        return KG_EIO;
+    bind_str(st, 1, a->id);
+    bind_str(st, 2, a->worker);
+    sqlite3_bind_int64(st, 4, a->avoid_until);
+    sqlite3_bind_int64(st, 5, a->s->next_qseq);
+    int rc = kg_sqlconn_exec(c, st, err);
+    if (rc < 0)
+        return rc;
+    if (kg_sqlconn_changes(c) == 0)
+        return not_held(c, a->id, a->worker, err);
+    a->s->next_qseq++;
+    return set_result(c, a->id, a->result, err);
 }
 
 static int sq_retry(kg_store *base, const char *id, const char *worker_id,
                     const json_t *result, int64_t avoid_ms, kg_err *err)
 {
     sq_store *s = (sq_store *)base;
-    pthread_mutex_lock(&s->wmu);
-    sqlite3_stmt *st = NULL;
-    int rc = w_begin(s, err);
-    if (rc == 0 && !(st = stmt(&s->w, ST_RETRY, err)))
-        rc = KG_EIO;
-    if (rc == 0) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, worker_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 4, kg_store_now_ms() + avoid_ms);
-        sqlite3_bind_int64(st, 5, s->next_qseq);
-        rc = step_done(&s->w, st, err);
-        if (rc == 0 && sqlite3_changes(s->w.db) == 0)
-            rc = not_held(s, id, worker_id, err);
-        else if (rc == 0)
-            rc = set_result(s, id, result, err);
-    }
-    if (rc == 0)
-        rc = w_commit(s, err);
-    else
-        w_rollback(s);
-    if (rc == 0)
-        s->next_qseq++;
-    pthread_mutex_unlock(&s->wmu);
-    return rc;
+    struct end_args a = {.s = s,
+                         .id = id,
+                         .worker = worker_id,
+                         .result = result,
+                         .avoid_until = kg_store_now_ms() + avoid_ms};
+    return kg_sqldb_write(s->db, w_retry, &a, err);
+}
+
+static int w_cancel(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct end_args *a = arg;
+    int rc = exec_id_int(c, ST_CANCEL, a->id, a->now, err);
+    if (rc < 0 || kg_sqlconn_changes(c) > 0)
+        return rc;
+    rc = task_status(c, a->id, err);
+    return rc < 0 ? rc : 1; /* already finished */
 }
 
 static int sq_cancel(kg_store *base, const char *id, kg_err *err)
 {
-    sq_store *s = (sq_store *)base;
-    pthread_mutex_lock(&s->wmu);
-    int rc;
-    sqlite3_stmt *st = stmt(&s->w, ST_CANCEL, err);
-    if (!st) {
-        rc = KG_EIO;
-    } else {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, kg_store_now_ms());
-        rc = step_done(&s->w, st, err);
-        if (rc == 0 && sqlite3_changes(s->w.db) == 0) {
-            rc = not_held(s, id, "-", err);
-            if (rc == KG_ESTATE)
-                rc = 1;
-        }
-    }
-    pthread_mutex_unlock(&s->wmu);
-    return rc;
+    struct end_args a = {.id = id, .now = kg_store_now_ms()};
+    return kg_sqldb_write(((sq_store *)base)->db, w_cancel, &a, err);
 }
 
-static int counter_add(sq_store *s, const char *name, long long n, kg_err *err)
-{
-    sqlite3_stmt *st = stmt(&s->w, ST_COUNTER_ADD, err);
-    if (!st)
-        return KG_EIO;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, n);
-    return step_done(&s->w, st, err);
-}
-
-/* One expired task (writer held, in a transaction): requeue or fail. */
-static int expire_one(sq_store *s, const char *id, int attempts,
-                      const char *worker, int max_attempts, int64_t now,
-                      kg_requeue_counts *out, kg_err *err)
-{
-    sqlite3_stmt *st;
-    int rc;
-    if (attempts >= max_attempts) {
-        json_t *res = kg_store_expired_result(id, attempts, worker);
-        if (!res)
-            return kg_errf(err, KG_ENOMEM, "out of memory");
-        if (!(st = stmt(&s->w, ST_EXPIRE_FAIL, err))) {
-            json_decref(res);
-            return KG_EIO;
-        }
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(st, 3, now);
-        rc = step_done(&s->w, st, err);
-        if (rc == 0)
-            rc = set_result(s, id, res, err);
-        json_decref(res);
-        if (rc == 0)
-            out->failed++;
-        return rc;
-    }
-    if (!(st = stmt(&s->w, ST_REQUEUE, err)))
-        return KG_EIO;
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, s->next_qseq++);
-    if ((rc = step_done(&s->w, st, err)) == 0)
-        out->requeued++;
-    return rc;
-}
+/* ---- the sweep --------------------------------------------------------- */
 
 typedef struct expired_row {
     char id[KG_MAX_TASK_ID + 1];
@@ -722,353 +607,372 @@ typedef struct expired_row {
     int attempts;
 } expired_row;
 
+struct sweep_args {
+    sq_store *s;
+    int max_attempts;
+    int64_t now, alive_after;
+    kg_requeue_counts *out;
+};
+
+/* Running tasks to take back: lease ran out, holder dead or gone. */
+static int expired_rows(kg_sqlconn *c, const struct sweep_args *a,
+                        expired_row **out, size_t *n, kg_err *err)
+{
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_EXPIRED, err);
+    if (!st)
+        return KG_EIO;
+    sqlite3_bind_int64(st, 1, a->now);
+    sqlite3_bind_int64(st, 2, a->alive_after);
+    expired_row *rows = NULL;
+    size_t cap = 0;
+    int r;
+    *n = 0;
+    while ((r = kg_sqlconn_row(c, st, err)) == 1) {
+        if (*n == cap) {
+            size_t nc = cap ? 2 * cap : 16;
+            expired_row *nr = realloc(rows, nc * sizeof *rows);
+            if (!nr) {
+                sqlite3_reset(st);
+                r = kg_errf(err, KG_ENOMEM, "out of memory");
+                break;
+            }
+            rows = nr;
+            cap = nc;
+        }
+        copy_col(rows[*n].id, sizeof rows[*n].id, st, 0);
+        rows[*n].attempts = sqlite3_column_int(st, 1);
+        copy_col(rows[*n].worker, sizeof rows[*n].worker, st, 2);
+        (*n)++;
+    }
+    if (r < 0) {
+        free(rows);
+        *n = 0;
+        return r;
+    }
+    *out = rows;
+    return 0;
+}
+
+/* One expired task: back to pending, or failed past the retry limit. */
+static int expire_one(kg_sqlconn *c, const struct sweep_args *a,
+                      const expired_row *row, kg_err *err)
+{
+    if (row->attempts < a->max_attempts) {
+        int rc = exec_id_int(c, ST_REQUEUE, row->id, a->s->next_qseq++, err);
+        if (rc == 0)
+            a->out->requeued++;
+        return rc;
+    }
+    json_t *res = kg_store_expired_result(row->id, row->attempts, row->worker);
+    if (!res)
+        return kg_errf(err, KG_ENOMEM, "out of memory");
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_EXPIRE_FAIL, err);
+    int rc = KG_EIO;
+    if (st) {
+        bind_str(st, 1, row->id);
+        sqlite3_bind_int64(st, 3, a->now);
+        rc = kg_sqlconn_exec(c, st, err);
+    }
+    if (rc == 0)
+        rc = set_result(c, row->id, res, err);
+    json_decref(res);
+    if (rc == 0)
+        a->out->failed++;
+    return rc;
+}
+
+static int w_sweep(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct sweep_args *a = arg;
+    *a->out = (kg_requeue_counts){0, 0, 0};
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_DEAD_HOLDERS, err);
+    if (!st)
+        return KG_EIO;
+    sqlite3_bind_int64(st, 1, a->alive_after);
+    int rc = kg_sqlconn_row(c, st, err);
+    if (rc < 0)
+        return rc;
+    if (rc == 1) {
+        a->out->dead_workers = sqlite3_column_int(st, 0);
+        sqlite3_reset(st);
+    }
+    /* collect first: the updates below move rows out of the scan */
+    expired_row *rows = NULL;
+    size_t n = 0;
+    if ((rc = expired_rows(c, a, &rows, &n, err)) < 0)
+        return rc;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = expire_one(c, a, &rows[i], err);
+    free(rows);
+    if (rc == 0 && n > 0)
+        rc = exec_id_int(c, ST_COUNTER_ADD, "lease_expiries", (int64_t)n, err);
+    return rc;
+}
+
 static int sq_requeue_expired(kg_store *base, int max_attempts,
                               kg_requeue_counts *out, kg_err *err)
 {
     sq_store *s = (sq_store *)base;
     int64_t now = kg_store_now_ms();
-    int64_t alive_after = now - base->opts.worker_ttl_ms;
-    expired_row *rows = NULL;
-    size_t n = 0, cap = 0;
-    pthread_mutex_lock(&s->wmu);
-    int64_t qseq0 = s->next_qseq;
-    int rc = w_begin(s, err);
-    sqlite3_stmt *st = NULL;
-    if (rc == 0 && !(st = stmt(&s->w, ST_DEAD_HOLDERS, err)))
-        rc = KG_EIO;
-    if (rc == 0) {
-        sqlite3_bind_int64(st, 1, alive_after);
-        if (sqlite3_step(st) == SQLITE_ROW)
-            out->dead_workers = sqlite3_column_int(st, 0);
-        sqlite3_reset(st);
-        if (!(st = stmt(&s->w, ST_EXPIRED, err)))
-            rc = KG_EIO;
-    }
-    if (rc == 0) {
-        /* collect first: the updates below move rows out of the scan */
-        sqlite3_bind_int64(st, 1, now);
-        sqlite3_bind_int64(st, 2, alive_after);
-        int r;
-        while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-            if (n == cap) {
-                size_t nc = cap ? 2 * cap : 16;
-                expired_row *nr = realloc(rows, nc * sizeof *rows);
-                if (!nr) {
-                    rc = kg_errf(err, KG_ENOMEM, "out of memory");
-                    break;
-                }
-                rows = nr;
-                cap = nc;
-            }
-            copy_col(rows[n].id, sizeof rows[n].id, st, 0);
-            rows[n].attempts = sqlite3_column_int(st, 1);
-            copy_col(rows[n].worker, sizeof rows[n].worker, st, 2);
-            n++;
-        }
-        if (rc == 0 && r != SQLITE_DONE)
-            rc = db_err(s->w.db, err, "requeue");
-        sqlite3_reset(st);
-    }
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        rc = expire_one(s, rows[i].id, rows[i].attempts, rows[i].worker,
-                        max_attempts, now, out, err);
-    if (rc == 0 && n > 0)
-        rc = counter_add(s, "lease_expiries", (long long)n, err);
-    if (rc == 0)
-        rc = w_commit(s, err);
-    else
-        w_rollback(s);
-    if (rc < 0) {
-        s->next_qseq = qseq0;
-        out->requeued = out->failed = out->dead_workers = 0;
-    }
-    pthread_mutex_unlock(&s->wmu);
-    free(rows);
+    struct sweep_args a = {s, max_attempts, now, now - base->opts.worker_ttl_ms,
+                           out};
+    int rc = kg_sqldb_write(s->db, w_sweep, &a, err);
+    if (rc < 0)
+        *out = (kg_requeue_counts){0, 0, 0};
     return rc;
+}
+
+/* ---- result cache ------------------------------------------------------ */
+
+struct cache_args {
+    const char *key;
+    const json_t *put;
+    json_t **got;
+};
+
+static int r_cache_get(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct cache_args *a = arg;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_CACHE_GET, err);
+    if (!st)
+        return KG_EIO;
+    bind_str(st, 1, a->key);
+    int r = kg_sqlconn_row(c, st, err);
+    if (r <= 0)
+        return r;
+    *a->got = kg_store_json_parse((const char *)sqlite3_column_text(st, 0),
+                                  (size_t)sqlite3_column_bytes(st, 0));
+    sqlite3_reset(st);
+    return *a->got ? 1 : kg_errf(err, KG_EPARSE, "cache entry is corrupt");
 }
 
 static int sq_cache_get(kg_store *base, const char *key, json_t **result,
                         kg_err *err)
 {
-    sq_store *s = (sq_store *)base;
-    conn *c = reader_get(s);
-    int rc;
-    sqlite3_stmt *st = stmt(c, ST_CACHE_GET, err);
-    if (!st) {
-        rc = KG_EIO;
-    } else {
-        sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-        int r = sqlite3_step(st);
-        if (r == SQLITE_ROW) {
-            *result =
-                kg_store_json_parse((const char *)sqlite3_column_text(st, 0),
-                                    (size_t)sqlite3_column_bytes(st, 0));
-            rc =
-                *result ? 1 : kg_errf(err, KG_EPARSE, "cache entry is corrupt");
-        } else if (r == SQLITE_DONE) {
-            rc = 0;
-        } else {
-            rc = db_err(c->db, err, "cache");
-        }
-        sqlite3_reset(st);
-    }
-    reader_put(s, c);
-    return rc;
+    struct cache_args a = {key, NULL, result};
+    return kg_sqldb_read(((sq_store *)base)->db, r_cache_get, &a, err);
+}
+
+static int w_cache_put(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct cache_args *a = arg;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_CACHE_PUT, err);
+    if (!st)
+        return KG_EIO;
+    bind_str(st, 1, a->key);
+    sqlite3_bind_int64(st, 3, kg_store_now_ms());
+    int rc = bind_json(st, 2, a->put, err);
+    return rc < 0 ? rc : kg_sqlconn_exec(c, st, err);
 }
 
 static int sq_cache_put(kg_store *base, const char *key, const json_t *result,
                         kg_err *err)
 {
-    sq_store *s = (sq_store *)base;
-    pthread_mutex_lock(&s->wmu);
-    int rc;
-    sqlite3_stmt *st = stmt(&s->w, ST_CACHE_PUT, err);
-    if (!st) {
-        rc = KG_EIO;
-    } else {
-        sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, kg_store_now_ms());
-        rc = bind_json(st, 2, result, err);
-        if (rc == 0)
-            rc = step_done(&s->w, st, err);
+    struct cache_args a = {key, result, NULL};
+    return kg_sqldb_write(((sq_store *)base)->db, w_cache_put, &a, err);
+}
+
+/* ---- metrics ----------------------------------------------------------- */
+
+struct counts_args {
+    int64_t alive_after;
+    kg_store_counts *out;
+};
+
+static void count_row(kg_store_counts *out, const char *name, long long v)
+{
+    int i = name[0] && name[1] ? atoi(name + 1) : -1;
+    if (name[0] == 's' && i >= 0 && i < KG_NSTATUS)
+        out->by_status[i] = v;
+    else if (name[0] == 'p' && i >= 0 && i < KG_NPRIO)
+        out->pending[i] = v;
+    else if (name[0] == 'v' && i >= 0 && i < KG_NVERDICT)
+        out->by_verdict[i] = v;
+    else if (!strcmp(name, "lease_expiries"))
+        out->lease_expiries = v;
+}
+
+static int r_counts(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct counts_args *a = arg;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_COUNTS, err);
+    if (!st)
+        return KG_EIO;
+    int r;
+    while ((r = kg_sqlconn_row(c, st, err)) == 1) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        if (name)
+            count_row(a->out, name, sqlite3_column_int64(st, 1));
     }
-    pthread_mutex_unlock(&s->wmu);
-    return rc;
+    if (r < 0)
+        return r;
+    if (!(st = kg_sqlconn_stmt(c, ST_WORKER_COUNTS, err)))
+        return KG_EIO;
+    sqlite3_bind_int64(st, 1, a->alive_after);
+    if ((r = kg_sqlconn_row(c, st, err)) <= 0)
+        return r < 0 ? r : kg_errf(err, KG_EIO, "sqlite counts: no row");
+    a->out->workers_alive = sqlite3_column_int64(st, 0);
+    a->out->workers_dead = sqlite3_column_int64(st, 1);
+    sqlite3_reset(st);
+    return 0;
 }
 
 static int sq_counts(kg_store *base, kg_store_counts *out, kg_err *err)
 {
-    sq_store *s = (sq_store *)base;
-    conn *c = reader_get(s);
-    int rc = 0, r;
-    sqlite3_stmt *st = stmt(c, ST_COUNTS, err);
-    if (!st) {
-        rc = KG_EIO;
-        goto done;
+    struct counts_args a = {kg_store_now_ms() - base->opts.worker_ttl_ms, out};
+    return kg_sqldb_read(((sq_store *)base)->db, r_counts, &a, err);
+}
+
+/* ---- workers ----------------------------------------------------------- */
+
+struct worker_args {
+    sq_store *s;
+    const char *id, *device, *host;
+    int64_t now, alive_after, lease_ms;
+    kg_worker *list;
+    size_t n;
+};
+
+static int w_register(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct worker_args *a = arg;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_DEV_OWNER, err);
+    if (!st)
+        return KG_EIO;
+    bind_str(st, 1, a->id);
+    bind_str(st, 2, a->host);
+    bind_str(st, 3, a->device);
+    sqlite3_bind_int64(st, 4, a->alive_after);
+    int r = kg_sqlconn_row(c, st, err);
+    if (r < 0)
+        return r;
+    if (r == 1) {
+        int rc = kg_errf(
+            err, KG_ESTATE, "device %s on host %s is held by live worker %s",
+            a->device, a->host, (const char *)sqlite3_column_text(st, 0));
+        sqlite3_reset(st);
+        return rc;
     }
-    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *name = (const char *)sqlite3_column_text(st, 0);
-        long long v = sqlite3_column_int64(st, 1);
-        int i = name && name[1] ? atoi(name + 1) : -1;
-        if (!name)
-            continue;
-        if (name[0] == 's' && i >= 0 && i < KG_NSTATUS)
-            out->by_status[i] = v;
-        else if (name[0] == 'p' && i >= 0 && i < KG_NPRIO)
-            out->pending[i] = v;
-        else if (name[0] == 'v' && i >= 0 && i < KG_NVERDICT)
-            out->by_verdict[i] = v;
-        else if (!strcmp(name, "lease_expiries"))
-            out->lease_expiries = v;
+    /* a dead worker's claim is taken over; the sweep requeues its tasks */
+    for (int which = ST_DEV_DROP; which <= ST_WORKER_UPSERT; which++) {
+        if (!(st = kg_sqlconn_stmt(c, which, err)))
+            return KG_EIO;
+        bind_str(st, 1, a->id);
+        bind_str(st, 2, a->host);
+        bind_str(st, 3, a->device);
+        if (which == ST_WORKER_UPSERT)
+            sqlite3_bind_int64(st, 4, a->now);
+        if ((r = kg_sqlconn_exec(c, st, err)) < 0)
+            return r;
     }
-    sqlite3_reset(st);
-    if (r != SQLITE_DONE) {
-        rc = db_err(c->db, err, "counts");
-        goto done;
-    }
-    if (!(st = stmt(c, ST_WORKER_COUNTS, err))) {
-        rc = KG_EIO;
-        goto done;
-    }
-    sqlite3_bind_int64(st, 1, kg_store_now_ms() - base->opts.worker_ttl_ms);
-    if ((r = sqlite3_step(st)) == SQLITE_ROW) {
-        out->workers_alive = sqlite3_column_int64(st, 0);
-        out->workers_dead = sqlite3_column_int64(st, 1);
-    } else {
-        rc = db_err(c->db, err, "counts");
-    }
-    sqlite3_reset(st);
-done:
-    reader_put(s, c);
-    return rc;
+    return 0;
 }
 
 static int sq_worker_register(kg_store *base, const char *id,
                               const char *device, const char *host, kg_err *err)
 {
-    sq_store *s = (sq_store *)base;
     int64_t now = kg_store_now_ms();
-    pthread_mutex_lock(&s->wmu);
-    int rc = w_begin(s, err);
-    sqlite3_stmt *st = NULL;
-    if (rc == 0 && !(st = stmt(&s->w, ST_DEV_OWNER, err)))
-        rc = KG_EIO;
-    if (rc == 0) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, host, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, device, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 4, now - base->opts.worker_ttl_ms);
-        int r = sqlite3_step(st);
-        if (r == SQLITE_ROW)
-            rc =
-                kg_errf(err, KG_ESTATE,
-                        "device %s on host %s is held by live worker %s",
-                        device, host, (const char *)sqlite3_column_text(st, 0));
-        else if (r != SQLITE_DONE)
-            rc = db_err(s->w.db, err, "register");
-        sqlite3_reset(st);
-    }
-    /* a dead worker's claim is taken over; the sweep requeues its tasks */
-    for (int which = ST_DEV_DROP; rc == 0 && which <= ST_WORKER_UPSERT;
-         which++) {
-        if (!(st = stmt(&s->w, which, err))) {
-            rc = KG_EIO;
-            break;
-        }
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, which == ST_DEV_DROP ? 3 : 2, device, -1,
-                          SQLITE_STATIC);
-        sqlite3_bind_text(st, which == ST_DEV_DROP ? 2 : 3, host, -1,
-                          SQLITE_STATIC);
-        if (which == ST_WORKER_UPSERT)
-            sqlite3_bind_int64(st, 4, now);
-        rc = step_done(&s->w, st, err);
-    }
-    if (rc == 0)
-        rc = w_commit(s, err);
-    else
-        w_rollback(s);
-    pthread_mutex_unlock(&s->wmu);
-    return rc;
+    struct worker_args a = {.id = id,
+                            .device = device,
+                            .host = host,
+                            .now = now,
+                            .alive_after = now - base->opts.worker_ttl_ms};
+    return kg_sqldb_write(((sq_store *)base)->db, w_register, &a, err);
+}
+
+static int w_heartbeat(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct worker_args *a = arg;
+    int rc = touch_worker(c, a->id, a->now, err);
+    if (rc < 0)
+        return rc;
+    return exec_id_int(c, ST_EXTEND, a->id, a->now + a->lease_ms, err);
 }
 
 static int sq_worker_heartbeat(kg_store *base, const char *id, kg_err *err)
 {
-    sq_store *s = (sq_store *)base;
-    int64_t now = kg_store_now_ms();
-    pthread_mutex_lock(&s->wmu);
-    int rc = w_begin(s, err);
-    if (rc == 0) {
-        rc = touch_worker(s, id, now, err);
-        if (rc == 0)
-            rc = kg_errf(err, KG_ENOTFOUND, "worker %s is not registered", id);
-    }
-    if (rc == 1) {
-        sqlite3_stmt *st = stmt(&s->w, ST_EXTEND, err);
-        if (!st) {
-            rc = KG_EIO;
-        } else {
-            sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-            sqlite3_bind_int64(st, 2, now + base->opts.lease_ms);
-            rc = step_done(&s->w, st, err);
-        }
-    }
-    if (rc == 0)
-        rc = w_commit(s, err);
-    else
-        w_rollback(s);
-    pthread_mutex_unlock(&s->wmu);
+    struct worker_args a = {
+        .id = id, .now = kg_store_now_ms(), .lease_ms = base->opts.lease_ms};
+    return kg_sqldb_write(((sq_store *)base)->db, w_heartbeat, &a, err);
+}
+
+static int w_unregister(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct worker_args *a = arg;
+    int rc = exec_id(c, ST_WORKER_DEL, a->id, NULL, err);
+    if (rc < 0)
+        return rc;
+    if (kg_sqlconn_changes(c) == 0)
+        return kg_errf(err, KG_ENOTFOUND, "worker %s is not registered", a->id);
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_HELD, err);
+    if (!st)
+        return KG_EIO;
+    bind_str(st, 1, a->id);
+    char(*held)[KG_MAX_TASK_ID + 1] = NULL;
+    size_t n = 0;
+    if ((rc = collect_ids(c, st, &held, &n, err)) < 0)
+        return rc;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = exec_id_int(c, ST_REQUEUE, held[i], a->s->next_qseq++, err);
+    free(held);
     return rc;
 }
 
 static int sq_worker_unregister(kg_store *base, const char *id, kg_err *err)
 {
     sq_store *s = (sq_store *)base;
-    char(*held)[KG_MAX_TASK_ID + 1] = NULL;
-    size_t n = 0, cap = 0;
-    pthread_mutex_lock(&s->wmu);
-    int64_t qseq0 = s->next_qseq;
-    int rc = w_begin(s, err);
-    sqlite3_stmt *st = NULL;
-    if (rc == 0 && !(st = stmt(&s->w, ST_WORKER_DEL, err)))
-        rc = KG_EIO;
-    if (rc == 0) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        rc = step_done(&s->w, st, err);
-        if (rc == 0 && sqlite3_changes(s->w.db) == 0)
-            rc = kg_errf(err, KG_ENOTFOUND, "worker %s is not registered", id);
-    }
-    if (rc == 0 && !(st = stmt(&s->w, ST_HELD, err)))
-        rc = KG_EIO;
-    if (rc == 0) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        int r;
-        while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-            if (n == cap) {
-                size_t nc = cap ? 2 * cap : 8;
-                void *nh = realloc(held, nc * sizeof *held);
-                if (!nh) {
-                    rc = kg_errf(err, KG_ENOMEM, "out of memory");
-                    break;
-                }
-                held = nh;
-                cap = nc;
-            }
-            copy_col(held[n], sizeof held[n], st, 0);
-            n++;
-        }
-        if (rc == 0 && r != SQLITE_DONE)
-            rc = db_err(s->w.db, err, "unregister");
-        sqlite3_reset(st);
-    }
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        if (!(st = stmt(&s->w, ST_REQUEUE, err))) {
-            rc = KG_EIO;
-            break;
-        }
-        sqlite3_bind_text(st, 1, held[i], -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, s->next_qseq++);
-        rc = step_done(&s->w, st, err);
-    }
-    if (rc == 0)
-        rc = w_commit(s, err);
-    else
-        w_rollback(s);
-    if (rc < 0)
-        s->next_qseq = qseq0;
-    pthread_mutex_unlock(&s->wmu);
-    free(held);
-    return rc;
+    struct worker_args a = {.s = s, .id = id};
+    return kg_sqldb_write(s->db, w_unregister, &a, err);
 }
 
-static int sq_worker_list(kg_store *base, kg_worker **out, size_t *n,
-                          kg_err *err)
+static int r_worker_list(kg_sqlconn *c, void *arg, kg_err *err)
 {
-    sq_store *s = (sq_store *)base;
-    int64_t alive_after = kg_store_now_ms() - base->opts.worker_ttl_ms;
-    conn *c = reader_get(s);
-    kg_worker *v = NULL;
-    size_t cnt = 0, cap = 0;
-    int rc = 0, r;
-    sqlite3_stmt *st = stmt(c, ST_WORKER_LIST, err);
-    if (!st) {
-        rc = KG_EIO;
-        goto done;
-    }
-    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-        if (cnt == cap) {
+    struct worker_args *a = arg;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_WORKER_LIST, err);
+    if (!st)
+        return KG_EIO;
+    size_t cap = 0;
+    int r;
+    while ((r = kg_sqlconn_row(c, st, err)) == 1) {
+        if (a->n == cap) {
             size_t nc = cap ? 2 * cap : 8;
-            kg_worker *nv = realloc(v, nc * sizeof *v);
+            kg_worker *nv = realloc(a->list, nc * sizeof *nv);
             if (!nv) {
-                rc = kg_errf(err, KG_ENOMEM, "out of memory");
-                break;
+                sqlite3_reset(st);
+                return kg_errf(err, KG_ENOMEM, "out of memory");
             }
-            v = nv;
+            a->list = nv;
             cap = nc;
         }
-        kg_worker *w = &v[cnt++];
+        kg_worker *w = &a->list[a->n++];
         memset(w, 0, sizeof *w);
         copy_col(w->id, sizeof w->id, st, 0);
         copy_col(w->device, sizeof w->device, st, 1);
         copy_col(w->host, sizeof w->host, st, 2);
         w->registered_ms = sqlite3_column_int64(st, 3);
         w->last_seen_ms = sqlite3_column_int64(st, 4);
-        w->alive = w->last_seen_ms > alive_after;
+        w->alive = w->last_seen_ms > a->alive_after;
         w->running = sqlite3_column_int(st, 5);
     }
-    if (rc == 0 && r != SQLITE_DONE)
-        rc = db_err(c->db, err, "workers");
-    sqlite3_reset(st);
-done:
-    reader_put(s, c);
+    return r;
+}
+
+static int sq_worker_list(kg_store *base, kg_worker **out, size_t *n,
+                          kg_err *err)
+{
+    struct worker_args a = {.alive_after =
+                                kg_store_now_ms() - base->opts.worker_ttl_ms};
+    int rc = kg_sqldb_read(((sq_store *)base)->db, r_worker_list, &a, err);
     if (rc < 0) {
-        free(v);
+        free(a.list);
         return rc;
     }
-    *out = v;
-    *n = cnt;
+    *out = a.list;
+    *n = a.n;
     return 0;
 }
+
+/* ---- the handle -------------------------------------------------------- */
 
 static int sq_describe(kg_store *base, char *buf, size_t size, kg_err *err)
 {
@@ -1076,22 +980,14 @@ static int sq_describe(kg_store *base, char *buf, size_t size, kg_err *err)
     (void)err;
     snprintf(buf, size,
              "sqlite %s (SQLite %s), journal_mode=wal synchronous=%s", s->path,
-             sqlite3_libversion(),
-             base->opts.sqlite_sync_full ? "full" : "normal");
+             sqlite3_libversion(), kg_sqldb_sync_name(s->db));
     return 0;
 }
 
 static void sq_close(kg_store *base)
 {
     sq_store *s = (sq_store *)base;
-    for (int i = 0; i < s->nreaders; i++)
-        conn_close(&s->readers[i]);
-    conn_close(&s->w);
-    free(s->readers);
-    free(s->idle);
-    pthread_mutex_destroy(&s->wmu);
-    pthread_mutex_destroy(&s->pmu);
-    pthread_cond_destroy(&s->pcv);
+    kg_sqldb_close(s->db);
     free(s);
 }
 
@@ -1115,6 +1011,21 @@ static const struct kg_store_ops SQLITE_OPS = {
     .worker_list = sq_worker_list,
 };
 
+/* The queue position after the last one stored (a read at open). */
+static int r_max_qseq(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    int64_t *next = arg;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_MAX_QSEQ, err);
+    if (!st)
+        return KG_EIO;
+    int r = kg_sqlconn_row(c, st, err);
+    if (r <= 0)
+        return r < 0 ? r : kg_errf(err, KG_EIO, "sqlite open: no max(qseq)");
+    *next = sqlite3_column_int64(st, 0) + 1;
+    sqlite3_reset(st);
+    return 0;
+}
+
 int kg_store_sqlite_open(kg_store **out, const char *path,
                          const kg_store_opts *opts, kg_err *err)
 {
@@ -1124,48 +1035,13 @@ int kg_store_sqlite_open(kg_store **out, const char *path,
     s->base.ops = &SQLITE_OPS;
     s->base.opts = *opts;
     snprintf(s->path, sizeof s->path, "%s", path);
-    pthread_mutex_init(&s->wmu, NULL);
-    pthread_mutex_init(&s->pmu, NULL);
-    pthread_cond_init(&s->pcv, NULL);
-    char pragmas[256];
-    snprintf(pragmas, sizeof pragmas,
-             "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s;",
-             opts->sqlite_sync_full ? "FULL" : "NORMAL");
-    int rc = conn_open(&s->w, path, pragmas, err);
-    char *msg = NULL;
-    if (rc == 0 && sqlite3_exec(s->w.db, SCHEMA, NULL, NULL, &msg) != SQLITE_OK)
-        rc = kg_errf(err, KG_EIO, "sqlite %s: schema: %s", path,
-                     msg ? msg : "failed");
-    sqlite3_free(msg);
-    if (rc == 0) {
-        sqlite3_stmt *st;
-        if (sqlite3_prepare_v2(s->w.db,
-                               "SELECT coalesce(max(qseq), 0) FROM tasks", -1,
-                               &st, NULL) != SQLITE_OK)
-            rc = db_err(s->w.db, err, "open");
-        else {
-            if (sqlite3_step(st) == SQLITE_ROW)
-                s->next_qseq = sqlite3_column_int64(st, 0) + 1;
-            else
-                rc = db_err(s->w.db, err, "open");
-            sqlite3_finalize(st);
-        }
-    }
-    if (rc == 0) {
-        s->readers = calloc((size_t)opts->pool_size, sizeof *s->readers);
-        s->idle = calloc((size_t)opts->pool_size, sizeof *s->idle);
-        if (!s->readers || !s->idle)
-            rc = kg_errf(err, KG_ENOMEM, "out of memory");
-    }
-    for (int i = 0; rc == 0 && i < opts->pool_size; i++) {
-        rc = conn_open(&s->readers[i], path, "PRAGMA query_only=1;", err);
-        if (rc == 0) {
-            s->idle[s->nidle++] = i;
-            s->nreaders++;
-        }
-    }
+    int rc = kg_sqldb_open(&s->db, path, opts->sqlite_sync_full,
+                           opts->pool_size, SQL, ST_N, SCHEMA, err);
+    if (rc == 0)
+        rc = kg_sqldb_read(s->db, r_max_qseq, &s->next_qseq, err);
     if (rc < 0) {
-        sq_close(&s->base);
+        kg_sqldb_close(s->db);
+        free(s);
         return rc;
     }
     *out = &s->base;

@@ -48,6 +48,57 @@ static void test_sha256_vectors(void **state)
         "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
+/* A deterministic test pattern. */
+static void pattern(uint8_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        b[i] = (uint8_t)((i * 7 + 3) % 251);
+}
+
+/*
+ * The SHA instructions (when this CPU has them) and the portable code
+ * agree with Python's hashlib, for every length around the block and
+ * padding boundaries and for input fed in odd pieces.
+ */
+static void test_sha256_paths(void **state)
+{
+    (void)state;
+    size_t n = 100000;
+    uint8_t *b = malloc(n), dig[32], d2[32];
+    assert_non_null(b);
+    pattern(b, n);
+    char hex[65];
+    for (int accel = 0; accel < 2; accel++) {
+        kg_sha256 s, all;
+        kg_sha256_init(&s);
+        if (!accel)
+            s.accel = 0;
+        kg_sha256_update(&s, b, n);
+        kg_sha256_final(&s, dig);
+        kg_sha256_tohex(dig, hex);
+        /* hashlib.sha256(bytes((i*7+3)%251 for i in range(100000))) */
+        assert_string_equal(hex, "5889ab642baa09c41570b8888cbf45f3762152cea24"
+                                 "90ea6b150208a99c92b10");
+        /* sha256 over the digests of the prefixes of length 0..299 */
+        kg_sha256_init(&all);
+        for (size_t len = 0; len < 300; len++) {
+            kg_sha256_init(&s);
+            if (!accel)
+                s.accel = 0;
+            /* in pieces of 1, 2, 3... bytes */
+            for (size_t off = 0, k = 1; off < len; off += k, k++)
+                kg_sha256_update(&s, b + off, off + k > len ? len - off : k);
+            kg_sha256_final(&s, d2);
+            kg_sha256_update(&all, d2, 32);
+        }
+        kg_sha256_final(&all, dig);
+        kg_sha256_tohex(dig, hex);
+        assert_string_equal(hex, "9cd337883924caeaa48d05fbfe7491a714417cfe00c"
+                                 "dd25f93d8f25b9a02638a");
+    }
+    free(b);
+}
+
 static json_t *parse(const char *s)
 {
     json_error_t je;
@@ -184,10 +235,96 @@ static void test_cache_key(void **state)
     json_decref(a_in), json_decref(b_in), json_decref(c_in), json_decref(d_in);
 }
 
+/* The key of a request body (normalized first) into out. */
+static void key_of(const char *body, char out[65])
+{
+    json_t *in = parse(body);
+    kg_err err = {{0}};
+    int code = 0;
+    json_t *n = kg_request_normalize(in, &code, NULL, &err);
+    if (!n)
+        print_error("%s: %s\n", body, err.msg);
+    assert_non_null(n);
+    assert_int_equal(kg_request_cache_key(n, out, &err), 0);
+    assert_int_equal(strlen(out), 64);
+    json_decref(n);
+    json_decref(in);
+}
+
+#define BASE "\"reference_code\": \"ab\", \"kernel_code\": \"c\""
+
+/*
+ * The key is stable (field order, defaults spelled out or not, a fixed
+ * value pinned so an accidental change of the encoding shows) and changes
+ * with every field that changes an evaluation's outcome, and only with
+ * those.
+ */
+static void test_cache_key_fields(void **state)
+{
+    (void)state;
+    char base[65], k[65];
+    key_of("{" BASE "}", base);
+    /* pinned (computed independently with Python's hashlib and struct
+       from the encoding in request.c); changing the encoding orphans
+       every stored cache entry */
+    assert_string_equal(
+        base,
+        "80613182cf67b4f4cf667ab41cbbce27f261d14567b605c91fcfbd1cc0618a07");
+    key_of("{\"kernel_code\": \"c\", \"reference_code\": \"ab\"}", k);
+    assert_string_equal(k, base);
+    key_of("{" BASE ", \"backend\": \"triton\", \"num_perf_trials\": 100, "
+           "\"atol\": 0.01, \"seed\": null}",
+           k);
+    assert_string_equal(k, base);
+    /* not outcome-changing */
+    static const char *const same[] = {"\"task_id\": \"t1\"", "\"timeout\": 20",
+                                       "\"priority\": \"high\"",
+                                       "\"force_refresh\": true"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{" BASE ", %s}", same[i]);
+        key_of(body, k);
+        assert_string_equal(k, base);
+    }
+    /* outcome-changing: each one alone gives a key of its own */
+    static const char *const diff[] = {
+        "{\"reference_code\": \"ab2\", \"kernel_code\": \"c\"}",
+        "{\"reference_code\": \"ab\", \"kernel_code\": \"c2\"}",
+        /* the boundary between the codes moves */
+        "{\"reference_code\": \"a\", \"kernel_code\": \"bc\"}",
+        "{" BASE ", \"backend\": \"cpu\"}",
+        "{" BASE ", \"entry_point\": \"Other\"}",
+        "{" BASE ", \"num_correct_trials\": 6}",
+        "{" BASE ", \"num_perf_trials\": 101}",
+        "{" BASE ", \"num_warmup\": 4}",
+        "{" BASE ", \"atol\": 0.02}",
+        "{" BASE ", \"rtol\": 0.02}",
+        "{" BASE ", \"strict\": true, \"atol\": 0.01, \"rtol\": 0.01}",
+        "{" BASE ", \"reference_backend\": \"torch_compile\"}",
+        "{" BASE ", \"enable_profiling\": false}",
+        "{" BASE ", \"run_hack_checks\": false}",
+        "{" BASE ", \"seed\": 0}",
+        "{" BASE ", \"seed\": 1}",
+        "{" BASE ", \"speedup_recheck_bound\": 11}",
+    };
+    size_t nd = sizeof diff / sizeof diff[0];
+    char keys[sizeof diff / sizeof diff[0]][65];
+    for (size_t i = 0; i < nd; i++) {
+        key_of(diff[i], keys[i]);
+        if (!strcmp(keys[i], base))
+            print_error("same key as the base: %s\n", diff[i]);
+        assert_string_not_equal(keys[i], base);
+        for (size_t j = 0; j < i; j++)
+            assert_string_not_equal(keys[i], keys[j]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sha256_vectors),
+        cmocka_unit_test(test_sha256_paths),
+        cmocka_unit_test(test_cache_key_fields),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_cache_key),

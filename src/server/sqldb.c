@@ -1,0 +1,558 @@
+/*
+ * sqldb.c - SQLite connections for the task store: a writer with group
+ * commit, a pool of readers, cached statements (sqldb.h).
+ *
+ * Group commit. Every write runs under the writer lock inside the open
+ * transaction (BEGIN IMMEDIATE by the first write to arrive), in a
+ * savepoint of its own. Then it waits until its transaction is durable:
+ *
+ *   open txn --COMMIT (no fsync, synchronous=NORMAL)--> committed --
+ *   fdatasync(WAL), without the lock--> durable
+ *
+ * Only one fsync runs at a time. A write that finds none running commits
+ * the open transaction and runs the fsync itself; a write that finds one
+ * running waits, and when it ends the first waiter to wake commits what
+ * gathered meanwhile and runs the next fsync for all of it. So an idle
+ * store answers one write after one commit and one fsync, and a busy one
+ * answers a whole group per fsync. Each waiter is a record on its
+ * caller's stack, on the list of its transaction; whoever commits or
+ * syncs a list sets done (and the error, if any) on every record of it.
+ *
+ * Why the fsync is kgym's and not SQLite's: with synchronous=FULL SQLite
+ * syncs inside COMMIT, holding the only writer, so no write could gather
+ * while the disk works. synchronous=NORMAL plus an fdatasync of the WAL
+ * after the commit is what FULL does (in WAL mode FULL adds exactly one
+ * sync of the WAL per commit); the WAL header and checkpoints are synced
+ * by SQLite itself in both modes. The directory is synced once at open so
+ * the WAL's name survives a power cut too.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/sqldb.h"
+
+/* How writes reach the disk. */
+enum {
+    SYNC_GROUP,  /* synchronous=NORMAL + our fdatasync of the WAL */
+    SYNC_SQLITE, /* synchronous=FULL: SQLite syncs in COMMIT (fallback) */
+    SYNC_NONE,   /* synchronous=NORMAL, no sync per commit */
+};
+
+/* The writer's own statements. */
+enum { TX_BEGIN, TX_COMMIT, TX_ROLLBACK, TX_SAVE, TX_RELEASE, TX_UNDO, TX_N };
+static const char *const TX_SQL[TX_N] = {
+    [TX_BEGIN] = "BEGIN IMMEDIATE", [TX_COMMIT] = "COMMIT",
+    [TX_ROLLBACK] = "ROLLBACK",     [TX_SAVE] = "SAVEPOINT w",
+    [TX_RELEASE] = "RELEASE w",     [TX_UNDO] = "ROLLBACK TO w",
+};
+
+/* One write waiting for its transaction to be durable. */
+struct waiter {
+    struct waiter *next;
+    int committed; /* its transaction is committed (not yet synced) */
+    int done;      /* durable, or failed with rc */
+    int rc;
+    kg_err *err; /* the caller's; may be NULL */
+};
+
+/* A list of waiters with a tail pointer, in arrival order. */
+struct wlist {
+    struct waiter *head, **tail;
+};
+
+struct kg_sqldb {
+    char path[4096];
+    int mode;  /* SYNC_* */
+    int walfd; /* the WAL, for SYNC_GROUP; -1 otherwise */
+    const char *const *sql;
+    int nsql;
+
+    pthread_mutex_t wmu; /* the writer and everything down to stats */
+    pthread_cond_t wcv;  /* a commit or an fsync finished */
+    kg_sqlconn w;
+    sqlite3_stmt *tx[TX_N];
+    int txn_open;
+    struct wlist open;     /* writes in the open transaction */
+    struct wlist unsynced; /* committed, waiting for the next fsync */
+    int syncing;           /* an fsync is running (without wmu) */
+    int broken;            /* an fsync failed: no more writes */
+    int test_delay_ms;     /* kg_sqldb_test_slow_sync */
+    char broken_msg[KG_ERR_MAX];
+    uint64_t seq, committed_seq; /* write numbers */
+    kg_sqldb_stats stats;
+
+    pthread_mutex_t pmu; /* the reader pool */
+    pthread_cond_t pcv;
+    kg_sqlconn *readers;
+    int nreaders;
+    int *idle; /* stack of idle reader indices */
+    int nidle;
+};
+
+/* ---- connections and statements ---------------------------------------- */
+
+int kg_sqlconn_err(kg_sqlconn *c, kg_err *err, const char *what)
+{
+    int code = sqlite3_errcode(c->db);
+    int kc = KG_EIO;
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
+        kc = KG_EUNAVAIL;
+    else if (code == SQLITE_NOMEM)
+        kc = KG_ENOMEM;
+    return kg_errf(err, kc, "sqlite %s: %s", what, sqlite3_errmsg(c->db));
+}
+
+sqlite3_stmt *kg_sqlconn_stmt(kg_sqlconn *c, int which, kg_err *err)
+{
+    sqlite3_stmt *st = c->st[which];
+    if (!st) {
+        if (sqlite3_prepare_v3(c->db, c->sql[which], -1,
+                               SQLITE_PREPARE_PERSISTENT, &st,
+                               NULL) != SQLITE_OK) {
+            kg_sqlconn_err(c, err, "prepare");
+            return NULL;
+        }
+        c->st[which] = st;
+    } else {
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+    }
+    return st;
+}
+
+int kg_sqlconn_row(kg_sqlconn *c, sqlite3_stmt *st, kg_err *err)
+{
+    int r = sqlite3_step(st);
+    if (r == SQLITE_ROW)
+        return 1;
+    int rc = r == SQLITE_DONE ? 0 : kg_sqlconn_err(c, err, "step");
+    sqlite3_reset(st);
+    return rc;
+}
+
+int kg_sqlconn_exec(kg_sqlconn *c, sqlite3_stmt *st, kg_err *err)
+{
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW)
+        ;
+    int rc = r == SQLITE_DONE ? 0 : kg_sqlconn_err(c, err, "step");
+    sqlite3_reset(st);
+    return rc;
+}
+
+int kg_sqlconn_changes(kg_sqlconn *c)
+{
+    return sqlite3_changes(c->db);
+}
+
+static void conn_close(kg_sqlconn *c)
+{
+    for (int i = 0; c->st && i < c->nsql; i++)
+        sqlite3_finalize(c->st[i]);
+    free(c->st);
+    sqlite3_close(c->db);
+    memset(c, 0, sizeof *c);
+}
+
+static int conn_open(kg_sqlconn *c, const kg_sqldb *d, const char *pragmas,
+                     kg_err *err)
+{
+    memset(c, 0, sizeof *c);
+    c->sql = d->sql;
+    c->nsql = d->nsql;
+    if (!(c->st = calloc((size_t)d->nsql, sizeof *c->st)))
+        return kg_errf(err, KG_ENOMEM, "out of memory");
+    int flags =
+        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+    if (sqlite3_open_v2(d->path, &c->db, flags, NULL) != SQLITE_OK) {
+        int rc = kg_errf(err, KG_EIO, "sqlite open %s: %s", d->path,
+                         c->db ? sqlite3_errmsg(c->db) : "out of memory");
+        conn_close(c);
+        return rc;
+    }
+    sqlite3_busy_timeout(c->db, 5000);
+    char *msg = NULL;
+    if (sqlite3_exec(c->db, pragmas, NULL, NULL, &msg) != SQLITE_OK) {
+        int rc = kg_errf(err, KG_EIO, "sqlite %s: %s", d->path,
+                         msg ? msg : "setup failed");
+        sqlite3_free(msg);
+        conn_close(c);
+        return rc;
+    }
+    return 0;
+}
+
+/* ---- the writer --------------------------------------------------------- */
+
+static int tx(kg_sqldb *d, int which, kg_err *err)
+{
+    return kg_sqlconn_exec(&d->w, d->tx[which], err);
+}
+
+/* Marks every waiter of l done with rc (message msg when rc < 0). */
+static void finish(kg_sqldb *d, struct wlist *l, int rc, const char *msg)
+{
+    for (struct waiter *w = l->head; w; w = w->next) {
+        if (rc < 0)
+            kg_errf(w->err, rc, "%s", msg);
+        w->rc = rc;
+        w->done = 1;
+    }
+    l->head = NULL;
+    l->tail = &l->head;
+    pthread_cond_broadcast(&d->wcv);
+}
+
+/* Appends l to the end of into; l becomes empty. */
+static void wlist_move(struct wlist *into, struct wlist *l)
+{
+    if (!l->head)
+        return;
+    *into->tail = l->head;
+    into->tail = l->tail;
+    l->head = NULL;
+    l->tail = &l->head;
+}
+
+/*
+ * Commits the open transaction (wmu held). Its writes become committed
+ * (SYNC_GROUP: they now wait for an fsync) or done; on failure they are
+ * all done with the error.
+ */
+static void commit_open(kg_sqldb *d)
+{
+    kg_err e;
+    int rc = d->broken ? kg_errf(&e, KG_EIO, "%s", d->broken_msg)
+                       : tx(d, TX_COMMIT, &e);
+    if (rc < 0 && !sqlite3_get_autocommit(d->w.db))
+        tx(d, TX_ROLLBACK, NULL);
+    d->txn_open = 0;
+    if (rc < 0) {
+        finish(d, &d->open, rc == KG_EUNAVAIL ? rc : KG_EIO, e.msg);
+        return;
+    }
+    d->stats.commits++;
+    d->committed_seq = d->seq;
+    if (d->mode != SYNC_GROUP) {
+        d->stats.durable_seq = d->committed_seq;
+        finish(d, &d->open, 0, NULL);
+        return;
+    }
+    for (struct waiter *w = d->open.head; w; w = w->next)
+        w->committed = 1;
+    wlist_move(&d->unsynced, &d->open);
+}
+
+/*
+ * One fsync of the WAL for everything committed so far (wmu held on entry
+ * and exit, released around the fsync).
+ */
+static void sync_round(kg_sqldb *d)
+{
+    struct wlist batch = {d->unsynced.head, d->unsynced.tail};
+    if (!batch.head)
+        batch.tail = &batch.head;
+    d->unsynced.head = NULL;
+    d->unsynced.tail = &d->unsynced.head;
+    uint64_t target = d->committed_seq;
+    int delay_ms = d->test_delay_ms;
+    d->syncing = 1;
+    pthread_mutex_unlock(&d->wmu);
+    int r = fdatasync(d->walfd);
+    int e = errno;
+    if (delay_ms > 0) {
+        struct timespec ts = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(&d->wmu);
+    d->syncing = 0;
+    d->stats.syncs++;
+    if (r != 0 && !d->broken) {
+        d->broken = 1;
+        snprintf(d->broken_msg, sizeof d->broken_msg,
+                 "sqlite %.60s: fsync of the WAL failed (%.40s); writes since "
+                 "the last good fsync may be lost, restart the server",
+                 d->path, strerror(e));
+    }
+    if (r != 0) {
+        finish(d, &batch, KG_EIO, d->broken_msg);
+        return;
+    }
+    if (target > d->stats.durable_seq)
+        d->stats.durable_seq = target;
+    finish(d, &batch, 0, NULL);
+}
+
+/*
+ * The writes of the open transaction lost their changes because SQLite
+ * rolled the whole transaction back after an error (wmu held).
+ */
+static void lost_txn(kg_sqldb *d, const kg_err *why)
+{
+    char msg[KG_ERR_MAX];
+    snprintf(msg, sizeof msg, "transaction rolled back: %.200s", why->msg);
+    d->txn_open = 0;
+    finish(d, &d->open, KG_EIO, msg);
+}
+
+int kg_sqldb_write(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err)
+{
+    kg_err e2;
+    if (!err)
+        err = &e2;
+    pthread_mutex_lock(&d->wmu);
+    int rc = 0;
+    if (d->broken) {
+        rc = kg_errf(err, KG_EIO, "%s", d->broken_msg);
+        goto out;
+    }
+    if (!d->txn_open) {
+        if ((rc = tx(d, TX_BEGIN, err)) < 0)
+            goto out;
+        d->txn_open = 1;
+    }
+    if ((rc = tx(d, TX_SAVE, err)) < 0) {
+        if (sqlite3_get_autocommit(d->w.db))
+            lost_txn(d, err);
+        goto out;
+    }
+    d->seq++;
+    rc = fn(&d->w, arg, err);
+    if (rc >= 0 && tx(d, TX_RELEASE, err) < 0)
+        rc = KG_EIO;
+    if (rc < 0) {
+        if (sqlite3_get_autocommit(d->w.db)) {
+            lost_txn(d, err);
+        } else {
+            tx(d, TX_UNDO, NULL);
+            tx(d, TX_RELEASE, NULL);
+            if (!d->open.head) { /* nobody else in it: end it */
+                tx(d, TX_ROLLBACK, NULL);
+                d->txn_open = 0;
+            }
+        }
+        goto out;
+    }
+    d->stats.writes++;
+    struct waiter w = {NULL, 0, 0, 0, err};
+    *d->open.tail = &w;
+    d->open.tail = &w.next;
+    while (!w.done) {
+        if (d->syncing) {
+            pthread_cond_wait(&d->wcv, &d->wmu);
+            continue;
+        }
+        if (!w.committed)
+            commit_open(d);
+        if (!w.done)
+            sync_round(d);
+    }
+    if (w.rc < 0)
+        rc = w.rc;
+out:
+    pthread_mutex_unlock(&d->wmu);
+    return rc;
+}
+
+void kg_sqldb_test_slow_sync(kg_sqldb *d, int ms)
+{
+    pthread_mutex_lock(&d->wmu);
+    d->test_delay_ms = ms;
+    pthread_mutex_unlock(&d->wmu);
+}
+
+uint64_t kg_sqldb_write_seq(kg_sqldb *d)
+{
+    return d->seq;
+}
+
+void kg_sqldb_stats_get(kg_sqldb *d, kg_sqldb_stats *out)
+{
+    pthread_mutex_lock(&d->wmu);
+    *out = d->stats;
+    pthread_mutex_unlock(&d->wmu);
+}
+
+/* ---- readers ------------------------------------------------------------ */
+
+int kg_sqldb_read(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err)
+{
+    pthread_mutex_lock(&d->pmu);
+    while (d->nidle == 0)
+        pthread_cond_wait(&d->pcv, &d->pmu);
+    int i = d->idle[--d->nidle];
+    pthread_mutex_unlock(&d->pmu);
+    int rc = fn(&d->readers[i], arg, err);
+    pthread_mutex_lock(&d->pmu);
+    d->idle[d->nidle++] = i;
+    pthread_cond_signal(&d->pcv);
+    pthread_mutex_unlock(&d->pmu);
+    return rc;
+}
+
+/* ---- open and close ----------------------------------------------------- */
+
+const char *kg_sqldb_sync_name(const kg_sqldb *d)
+{
+    switch (d->mode) {
+    case SYNC_GROUP:
+        return "full (group commit)";
+    case SYNC_SQLITE:
+        return "full";
+    default:
+        return "normal";
+    }
+}
+
+/* fsync of the directory holding path, so a new file's name is durable. */
+static int sync_dir(const char *path, kg_err *err)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return kg_errf(err, KG_EIO, "fsync of directory %s: %s", dir,
+                       strerror(e));
+    }
+    close(fd);
+    return 0;
+}
+
+/* The journal mode the writer runs in; 1 when it is WAL. */
+static int in_wal_mode(kg_sqldb *d)
+{
+    sqlite3_stmt *st;
+    int wal = 0;
+    if (sqlite3_prepare_v2(d->w.db, "PRAGMA journal_mode", -1, &st, NULL) ==
+        SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            const char *m = (const char *)sqlite3_column_text(st, 0);
+            wal = m && !strcmp(m, "wal");
+        }
+        sqlite3_finalize(st);
+    }
+    return wal;
+}
+
+/*
+ * Chooses how commits reach the disk: SYNC_GROUP when the WAL file can be
+ * opened for our own fdatasync, else SQLite's synchronous=FULL.
+ */
+static int setup_sync(kg_sqldb *d, int sync_full, kg_err *err)
+{
+    d->walfd = -1;
+    if (!sync_full) {
+        d->mode = SYNC_NONE;
+        return 0;
+    }
+    char wal[4200];
+    snprintf(wal, sizeof wal, "%s-wal", d->path);
+    if (in_wal_mode(d))
+        d->walfd = open(wal, O_RDONLY | O_CLOEXEC);
+    if (d->walfd < 0) {
+        d->mode = SYNC_SQLITE;
+        char *msg = NULL;
+        if (sqlite3_exec(d->w.db, "PRAGMA synchronous=FULL", NULL, NULL,
+                         &msg) != SQLITE_OK) {
+            int rc = kg_errf(err, KG_EIO, "sqlite %s: %s", d->path,
+                             msg ? msg : "synchronous=FULL failed");
+            sqlite3_free(msg);
+            return rc;
+        }
+        return 0;
+    }
+    d->mode = SYNC_GROUP;
+    if (fdatasync(d->walfd) != 0)
+        return kg_errf(err, KG_EIO, "fsync of %s: %s", wal, strerror(errno));
+    return sync_dir(d->path, err);
+}
+
+void kg_sqldb_close(kg_sqldb *d)
+{
+    if (!d)
+        return;
+    for (int i = 0; i < d->nreaders; i++)
+        conn_close(&d->readers[i]);
+    for (int i = 0; i < TX_N; i++)
+        sqlite3_finalize(d->tx[i]);
+    conn_close(&d->w);
+    if (d->walfd >= 0)
+        close(d->walfd);
+    free(d->readers);
+    free(d->idle);
+    pthread_mutex_destroy(&d->wmu);
+    pthread_cond_destroy(&d->wcv);
+    pthread_mutex_destroy(&d->pmu);
+    pthread_cond_destroy(&d->pcv);
+    free(d);
+}
+
+int kg_sqldb_open(kg_sqldb **out, const char *path, int sync_full, int nreaders,
+                  const char *const *sql, int nsql, const char *schema,
+                  kg_err *err)
+{
+    *out = NULL;
+    kg_sqldb *d = calloc(1, sizeof *d);
+    if (!d)
+        return kg_errf(err, KG_ENOMEM, "out of memory");
+    snprintf(d->path, sizeof d->path, "%s", path);
+    d->sql = sql;
+    d->nsql = nsql;
+    d->walfd = -1;
+    d->open.tail = &d->open.head;
+    d->unsynced.tail = &d->unsynced.head;
+    pthread_mutex_init(&d->wmu, NULL);
+    pthread_cond_init(&d->wcv, NULL);
+    pthread_mutex_init(&d->pmu, NULL);
+    pthread_cond_init(&d->pcv, NULL);
+    int rc = conn_open(
+        &d->w, d, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", err);
+    char *msg = NULL;
+    if (rc == 0 && schema &&
+        sqlite3_exec(d->w.db, schema, NULL, NULL, &msg) != SQLITE_OK)
+        rc = kg_errf(err, KG_EIO, "sqlite %s: schema: %s", path,
+                     msg ? msg : "failed");
+    sqlite3_free(msg);
+    for (int i = 0; rc == 0 && i < TX_N; i++)
+        if (sqlite3_prepare_v3(d->w.db, TX_SQL[i], -1,
+                               SQLITE_PREPARE_PERSISTENT, &d->tx[i],
+                               NULL) != SQLITE_OK)
+            rc = kg_sqlconn_err(&d->w, err, "prepare");
+    if (rc == 0)
+        rc = setup_sync(d, sync_full, err);
+    if (rc == 0) {
+        d->readers = calloc((size_t)nreaders, sizeof *d->readers);
+        d->idle = calloc((size_t)nreaders, sizeof *d->idle);
+        if (!d->readers || !d->idle)
+            rc = kg_errf(err, KG_ENOMEM, "out of memory");
+    }
+    for (int i = 0; rc == 0 && i < nreaders; i++) {
+        rc = conn_open(&d->readers[i], d, "PRAGMA query_only=1;", err);
+        if (rc == 0) {
+            d->idle[d->nidle++] = i;
+            d->nreaders++;
+        }
+    }
+    if (rc < 0) {
+        kg_sqldb_close(d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
