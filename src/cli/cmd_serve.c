@@ -389,12 +389,18 @@ int kg_cli_serve(int argc, char **argv)
     kg_auth_counts(auth, &nc, &nw);
     if (!auth_on)
         fprintf(stderr, "kgym serve: warning: no token configured: loopback "
-                        "only, and anyone on this machine can submit\n");
+                        "only, and anyone on this machine can submit%s\n",
+                local_token[0] ? " (the local workers have a token of their "
+                                 "own: no one else may act as a worker)"
+                               : "");
     printf("kgym serve: listening on http://%s\n", kg_http_address(http));
     printf("kgym serve: store %s\n", desc[0] ? desc : store_url);
     if (auth_on)
         printf("kgym serve: %d client token(s), %d worker token(s)%s\n", nc, nw,
-               worker_token_file ? "" : " (the same file)");
+               worker_token_file ? ""
+               : local_token[0]   ? " (the client file's and the local "
+                                    "workers' own)"
+                                  : " (the same file)");
     fflush(stdout);
 
     struct local_ctx lc = {store, http};

@@ -981,9 +981,10 @@ static void h_unregister(kg_api *api, const kg_http_req *req,
  * array, or NULL with rep filled when `tasks` is malformed.
  */
 static json_t *not_held(kg_api *api, const char *wid, const json_t *tasks,
-                        kg_http_reply *rep)
+                        int *held, kg_http_reply *rep)
 {
     json_t *out = json_array();
+    *held = 0;
     if (!tasks || json_is_null(tasks))
         return out;
     if (!json_is_array(tasks)) {
@@ -1018,12 +1019,52 @@ static json_t *not_held(kg_api *api, const char *wid, const json_t *tasks,
         if (rc == 0) {
             if (t.status != KG_TASK_RUNNING || strcmp(t.worker, wid))
                 json_array_append_new(out, json_string(id));
+            else
+                ++*held;
             kg_task_free(&t);
         } else if (rc == KG_ENOTFOUND) {
             json_array_append_new(out, json_string(id));
         }
     }
     return out;
+}
+
+/*
+ * A worker that reports its tasks (`held` of them are running under it in
+ * the store) but holds more there lost a lease reply: the lease was made
+ * but the reply never reached it (the server was killed after the write, or
+ * Redis ran a lease script after the server had given up on it). Its
+ * heartbeats would keep such a lease alive forever. The store cannot list
+ * a worker's tasks, so the worker starts a new session instead
+ * (re-registration puts every task it held back to pending, as after a
+ * restart). Returns 1 when that happened. A worker never asks for a lease
+ * while it sends a heartbeat, so no lease reply can be on its way.
+ */
+static int release_unknown(kg_api *api, const char *wid, int held)
+{
+    kg_worker *w = NULL;
+    size_t n = 0;
+    kg_err err;
+    if (kg_store_worker_list(api->store, &w, &n, &err))
+        return 0; /* the next heartbeat asks again */
+    int done = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(w[i].id, wid) || w[i].running <= held)
+            continue;
+        if (kg_store_worker_register(api->store, wid, w[i].device, w[i].host,
+                                     &err) == 0) {
+            fprintf(stderr,
+                    "kgym serve: worker %s holds %d task(s) in the store but "
+                    "reports %d: a lease reply was lost; its tasks are "
+                    "pending again\n",
+                    wid, w[i].running, held);
+            kg_http_wake(api->http, -1);
+            done = 1;
+        }
+        break;
+    }
+    free(w);
+    return done;
 }
 
 /*
@@ -1038,13 +1079,20 @@ static void h_heartbeat(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     const char *wid;
     if (worker_body(req, &in, &wid, rep))
         return;
-    json_t *cancel = not_held(api, wid, json_object_get(in, "tasks"), rep);
+    json_t *tasks = json_object_get(in, "tasks");
+    int held;
+    json_t *cancel = not_held(api, wid, tasks, &held, rep);
     if (!cancel) {
         json_decref(in);
         return;
     }
     kg_err err;
     int rc = kg_store_worker_heartbeat(api->store, wid, &err);
+    if (rc == 0 && json_is_array(tasks) && release_unknown(api, wid, held)) {
+        /* everything it held is pending again: stop all of it */
+        json_decref(cancel);
+        cancel = json_copy(tasks);
+    }
     if (rc == KG_ENOTFOUND) {
         unknown_worker(rep, wid);
     } else if (rc) {

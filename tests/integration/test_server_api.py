@@ -386,6 +386,23 @@ def test_heartbeat_tells_a_worker_which_tasks_it_no_longer_holds(server):
     code, _, body = server.worker("/worker/heartbeat", {"worker_id": w2, "tasks": [tid2]})
     assert code == 200 and body["cancel"] == [], body
     post_result(server, w2, tid2, "pass")
+    # a worker that holds a lease it does not report never got the lease's
+    # reply: the task goes back to pending (else its heartbeats would keep
+    # the lease alive for ever)
+    tid3 = uid()
+    server.request("POST", "/evaluate", task(task_id=tid3))
+    lease_task(server, w2, tid3)
+    code, _, body = server.worker("/worker/heartbeat", {"worker_id": w2, "tasks": []})
+    assert code == 200 and body["cancel"] == [], body
+    code, _, st = server.request("GET", f"/status/{tid3}")
+    assert st["status"] == "pending" and st["attempts"] == 1, st
+    code, _, body = server.worker("/worker/heartbeat", {"worker_id": w2})
+    assert code == 200, body  # a worker that reports nothing: no such check
+    lease_task(server, w2, tid3)
+    code, _, body = server.worker("/worker/heartbeat", {"worker_id": w2})
+    code, _, st = server.request("GET", f"/status/{tid3}")
+    assert st["status"] == "running" and st["attempts"] == 2, st
+    post_result(server, w2, tid3, "pass")
     for bad, status in (("x", 400), ([1], 400), (["a/b"], 422), ([tid] * 65, 422)):
         assert_error(server.worker("/worker/heartbeat", {"worker_id": wid, "tasks": bad}),
                      status, "tasks")
