@@ -1,9 +1,10 @@
 /*
  * store_bench.c - throughput of the task store (src/server/store.h) for
- * both backends: submissions one by one, submissions in batches, leases
- * by concurrent workers, completions. Redis runs as a private
- * redis-server (tests/unit/redis_helper.h) with each appendfsync policy;
- * SQLite in a temp file with synchronous FULL and NORMAL.
+ * both backends: submissions one by one (from one thread, then from 16
+ * at once, where the SQLite group commit shares fsyncs), in batches of
+ * 100, status reads, then 64 workers leasing and completing everything. Redis
+ * runs as a private redis-server (tests/unit/redis_helper.h) with each
+ * appendfsync policy; SQLite in a temp file with synchronous FULL and NORMAL.
  *
  * Not built by make. Build and run from the repository root:
  *   make build/libkgym-app.a build/libkgym.a &&
@@ -23,7 +24,8 @@
 #include "server/store.h"
 
 #define BATCH 100
-#define NWORKERS 8
+#define NSUBMITTERS 16 /* concurrent one-by-one submitters */
+#define NWORKERS 64    /* concurrent lease + complete workers */
 
 static double now_s(void)
 {
@@ -46,6 +48,34 @@ static void die(const char *what, int rc, const kg_err *e)
 {
     fprintf(stderr, "%s: %s %s\n", what, kg_strerror(rc), e->msg);
     exit(1);
+}
+
+/* n single submissions with ids <prefix>-<first>... */
+static void submit_range(kg_store *s, const char *prefix, int first, int n)
+{
+    kg_err e;
+    for (int i = first; i < first + n; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "%s-%d", prefix, i);
+        json_t *req = request(i);
+        kg_submit t = {id, i % 3, req, NULL, 0};
+        int rc = kg_store_submit(s, &t, &e);
+        if (rc < 0)
+            die("submit", rc, &e);
+        json_decref(req);
+    }
+}
+
+struct submitter {
+    kg_store *s;
+    int first, n;
+};
+
+static void *submit_loop(void *arg)
+{
+    struct submitter *a = arg;
+    submit_range(a->s, "par", a->first, a->n);
+    return NULL;
 }
 
 struct worker {
@@ -85,18 +115,21 @@ static void bench(const char *label, const char *url, int n)
         die("open", rc, &e);
     char desc[256];
     kg_store_describe(s, desc, sizeof desc, &e);
-    /* one by one */
+    /* one by one, one thread */
     double t0 = now_s();
-    for (int i = 0; i < n; i++) {
-        char id[32];
-        snprintf(id, sizeof id, "one-%d", i);
-        json_t *req = request(i);
-        kg_submit t = {id, i % 3, req, NULL, 0};
-        if ((rc = kg_store_submit(s, &t, &e)) < 0)
-            die("submit", rc, &e);
-        json_decref(req);
-    }
+    submit_range(s, "one", 0, n);
     double one = n / (now_s() - t0);
+    /* one by one, NSUBMITTERS threads: the group commit's case */
+    pthread_t th[NWORKERS];
+    struct submitter sub[NSUBMITTERS];
+    t0 = now_s();
+    for (int k = 0; k < NSUBMITTERS; k++) {
+        sub[k] = (struct submitter){s, k * n, n / NSUBMITTERS};
+        pthread_create(&th[k], NULL, submit_loop, &sub[k]);
+    }
+    for (int k = 0; k < NSUBMITTERS; k++)
+        pthread_join(th[k], NULL);
+    double par = NSUBMITTERS * (n / NSUBMITTERS) / (now_s() - t0);
     /* batches */
     int nb = n * 10;
     kg_submit v[BATCH];
@@ -127,7 +160,6 @@ static void bench(const char *label, const char *url, int n)
     double gets = n / (now_s() - t0);
     /* NWORKERS concurrent workers lease + complete everything */
     struct worker w[NWORKERS];
-    pthread_t th[NWORKERS];
     for (int k = 0; k < NWORKERS; k++) {
         char dev[16];
         w[k] = (struct worker){s, "", 0};
@@ -145,10 +177,11 @@ static void bench(const char *label, const char *url, int n)
         total += w[k].n;
     }
     double leases = total / (now_s() - t0);
-    printf("%-28s submit %7.0f/s  batch(%d) %7.0f/s  get %7.0f/s  "
-           "lease+complete (%d workers) %6.0f/s  [%d tasks]\n",
-           label, one, BATCH, batch, gets, NWORKERS, leases, total);
-    printf("%-28s (%s)\n", "", desc);
+    printf("%-27s submit %5.0f/s  x%d threads %5.0f/s  batch(%d) %5.0f/s  "
+           "get %6.0f/s  lease+complete x%d %5.0f/s  [%d tasks]\n",
+           label, one, NSUBMITTERS, par, BATCH, batch, gets, NWORKERS, leases,
+           total);
+    printf("%-27s (%s)\n", "", desc);
     kg_store_close(s);
 }
 

@@ -57,6 +57,7 @@ static void compress(uint32_t h[8], const uint8_t blk[64])
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 
 __attribute__((target("sha,sse4.1,ssse3"))) static void
 compress_ni(uint32_t h[8], const uint8_t *p, size_t n)
@@ -99,8 +100,9 @@ compress_ni(uint32_t h[8], const uint8_t *p, size_t n)
     _mm_storeu_si128((__m128i *)&h[4], _mm_alignr_epi8(s1, t, 8));
 }
 
-/* 1 when this CPU has SHA-NI, SSE4.1 and SSSE3. */
-static int have_ni(void)
+/* 1 when this CPU has SHA-NI, SSE4.1 and SSSE3 (asked once: cpuid is
+   slow, above all in a virtual machine, where it traps). */
+static int cpu_has_ni(void)
 {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 19)) ||
@@ -109,6 +111,17 @@ static int have_ni(void)
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
         return 0;
     return (b >> 29) & 1;
+}
+
+static int have_ni(void)
+{
+    static atomic_int known = -1;
+    int v = atomic_load_explicit(&known, memory_order_relaxed);
+    if (v < 0) {
+        v = cpu_has_ni();
+        atomic_store_explicit(&known, v, memory_order_relaxed);
+    }
+    return v;
 }
 #else
 static void compress_ni(uint32_t h[8], const uint8_t *p, size_t n)

@@ -93,6 +93,14 @@ struct kg_sqldb {
     int nreaders;
     int *idle; /* stack of idle reader indices */
     int nidle;
+
+    /* the checkpointer: a thread with a connection of its own */
+    pthread_mutex_t cmu; /* the fields below */
+    pthread_cond_t ccv;
+    sqlite3 *cdb;
+    pthread_t cthread;
+    int cstarted, cwanted, cstop;
+    uint64_t checkpoints;
 };
 
 /* ---- connections and statements ---------------------------------------- */
@@ -317,25 +325,27 @@ int kg_sqldb_write(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err)
             goto out;
         d->txn_open = 1;
     }
-    if ((rc = tx(d, TX_SAVE, err)) < 0) {
+    /* alone in the transaction: a failure rolls the whole of it back;
+       else a savepoint keeps the others' changes */
+    int alone = !d->open.head;
+    if (!alone && (rc = tx(d, TX_SAVE, err)) < 0) {
         if (sqlite3_get_autocommit(d->w.db))
             lost_txn(d, err);
         goto out;
     }
     d->seq++;
     rc = fn(&d->w, arg, err);
-    if (rc >= 0 && tx(d, TX_RELEASE, err) < 0)
+    if (rc >= 0 && !alone && tx(d, TX_RELEASE, err) < 0)
         rc = KG_EIO;
     if (rc < 0) {
         if (sqlite3_get_autocommit(d->w.db)) {
             lost_txn(d, err);
+        } else if (alone) {
+            tx(d, TX_ROLLBACK, NULL);
+            d->txn_open = 0;
         } else {
             tx(d, TX_UNDO, NULL);
             tx(d, TX_RELEASE, NULL);
-            if (!d->open.head) { /* nobody else in it: end it */
-                tx(d, TX_ROLLBACK, NULL);
-                d->txn_open = 0;
-            }
         }
         goto out;
     }
@@ -377,6 +387,9 @@ void kg_sqldb_stats_get(kg_sqldb *d, kg_sqldb_stats *out)
     pthread_mutex_lock(&d->wmu);
     *out = d->stats;
     pthread_mutex_unlock(&d->wmu);
+    pthread_mutex_lock(&d->cmu);
+    out->checkpoints = d->checkpoints;
+    pthread_mutex_unlock(&d->cmu);
 }
 
 /* ---- readers ------------------------------------------------------------ */
@@ -394,6 +407,95 @@ int kg_sqldb_read(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err)
     pthread_cond_signal(&d->pcv);
     pthread_mutex_unlock(&d->pmu);
     return rc;
+}
+
+/* ---- checkpoints ------------------------------------------------------- */
+
+/*
+ * Checkpoints (copying the WAL back into the database file) run on a
+ * thread of their own with a connection of its own, not inside a COMMIT
+ * of the writer as SQLite's automatic checkpoint would: a PASSIVE
+ * checkpoint does not block writers, so no write waits for one. SQLite
+ * syncs the WAL before and the database file after each checkpoint.
+ */
+#define CHECKPOINT_PAGES 1000 /* WAL size that asks for one (4 MiB) */
+/* Under a steady stream of writes a background checkpoint may never catch
+   up with the end of the WAL, and the WAL only starts over from its
+   beginning once one has; past this size the writer checkpoints itself,
+   in its commit, as SQLite would (32 MiB, rare). */
+#define CHECKPOINT_PAGES_MAX (8 * CHECKPOINT_PAGES)
+
+/* After every commit of the writer (wmu held): the WAL holds pages. */
+static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    kg_sqldb *d = arg;
+    if (pages >= CHECKPOINT_PAGES_MAX) {
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL,
+                                  NULL);
+        return SQLITE_OK;
+    }
+    if (pages >= CHECKPOINT_PAGES) {
+        pthread_mutex_lock(&d->cmu);
+        d->cwanted = 1;
+        pthread_cond_signal(&d->ccv);
+        pthread_mutex_unlock(&d->cmu);
+    }
+    return SQLITE_OK;
+}
+
+static void *checkpointer_main(void *arg)
+{
+    kg_sqldb *d = arg;
+    pthread_mutex_lock(&d->cmu);
+    for (;;) {
+        while (!d->cwanted && !d->cstop)
+            pthread_cond_wait(&d->ccv, &d->cmu);
+        if (d->cstop)
+            break;
+        d->cwanted = 0;
+        pthread_mutex_unlock(&d->cmu);
+        int log = 0, done = 0;
+        int r = sqlite3_wal_checkpoint_v2(
+            d->cdb, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+        pthread_mutex_lock(&d->cmu);
+        if (r == SQLITE_OK)
+            d->checkpoints++;
+    }
+    pthread_mutex_unlock(&d->cmu);
+    return NULL;
+}
+
+/* Starts the checkpointer and turns SQLite's own checkpoints off. */
+static int start_checkpointer(kg_sqldb *d, kg_err *err)
+{
+    int flags =
+        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+    if (sqlite3_open_v2(d->path, &d->cdb, flags, NULL) != SQLITE_OK)
+        return kg_errf(err, KG_EIO, "sqlite open %s (checkpointer): %s",
+                       d->path,
+                       d->cdb ? sqlite3_errmsg(d->cdb) : "out of memory");
+    sqlite3_busy_timeout(d->cdb, 5000);
+    sqlite3_exec(d->cdb, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL);
+    if (pthread_create(&d->cthread, NULL, checkpointer_main, d) != 0)
+        return kg_errf(err, KG_ENOMEM, "sqlite %s: no checkpoint thread",
+                       d->path);
+    d->cstarted = 1;
+    sqlite3_wal_hook(d->w.db, wal_hook, d);
+    return 0;
+}
+
+static void stop_checkpointer(kg_sqldb *d)
+{
+    if (d->cstarted) {
+        pthread_mutex_lock(&d->cmu);
+        d->cstop = 1;
+        pthread_cond_signal(&d->ccv);
+        pthread_mutex_unlock(&d->cmu);
+        pthread_join(d->cthread, NULL);
+        d->cstarted = 0;
+    }
+    sqlite3_close(d->cdb);
+    d->cdb = NULL;
 }
 
 /* ---- open and close ----------------------------------------------------- */
@@ -463,6 +565,9 @@ static int setup_sync(kg_sqldb *d, int sync_full, kg_err *err)
     }
     char wal[4200];
     snprintf(wal, sizeof wal, "%s-wal", d->path);
+    /* a read opens (and creates) the WAL */
+    sqlite3_exec(d->w.db, "SELECT count(*) FROM sqlite_master", NULL, NULL,
+                 NULL);
     if (in_wal_mode(d))
         d->walfd = open(wal, O_RDONLY | O_CLOEXEC);
     if (d->walfd < 0) {
@@ -487,6 +592,7 @@ void kg_sqldb_close(kg_sqldb *d)
 {
     if (!d)
         return;
+    stop_checkpointer(d);
     for (int i = 0; i < d->nreaders; i++)
         conn_close(&d->readers[i]);
     for (int i = 0; i < TX_N; i++)
@@ -500,6 +606,8 @@ void kg_sqldb_close(kg_sqldb *d)
     pthread_cond_destroy(&d->wcv);
     pthread_mutex_destroy(&d->pmu);
     pthread_cond_destroy(&d->pcv);
+    pthread_mutex_destroy(&d->cmu);
+    pthread_cond_destroy(&d->ccv);
     free(d);
 }
 
@@ -521,6 +629,8 @@ int kg_sqldb_open(kg_sqldb **out, const char *path, int sync_full, int nreaders,
     pthread_cond_init(&d->wcv, NULL);
     pthread_mutex_init(&d->pmu, NULL);
     pthread_cond_init(&d->pcv, NULL);
+    pthread_mutex_init(&d->cmu, NULL);
+    pthread_cond_init(&d->ccv, NULL);
     int rc = conn_open(
         &d->w, d, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", err);
     char *msg = NULL;
@@ -536,6 +646,8 @@ int kg_sqldb_open(kg_sqldb **out, const char *path, int sync_full, int nreaders,
             rc = kg_sqlconn_err(&d->w, err, "prepare");
     if (rc == 0)
         rc = setup_sync(d, sync_full, err);
+    if (rc == 0)
+        rc = start_checkpointer(d, err);
     if (rc == 0) {
         d->readers = calloc((size_t)nreaders, sizeof *d->readers);
         d->idle = calloc((size_t)nreaders, sizeof *d->idle);

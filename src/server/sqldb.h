@@ -86,6 +86,7 @@ typedef struct kg_sqldb_stats {
     uint64_t commits; /* transactions committed (each holds >= 1 write) */
     uint64_t syncs;   /* fsyncs of the WAL by kgym (0 unless group commit) */
     uint64_t durable_seq; /* every write numbered up to this is durable */
+    uint64_t checkpoints; /* by the background checkpointer */
 } kg_sqldb_stats;
 
 void kg_sqldb_stats_get(kg_sqldb *d, kg_sqldb_stats *out);

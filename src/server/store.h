@@ -16,9 +16,10 @@
  *   (the reply was lost); every write is idempotent by task id, so the
  *   client may retry.
  * - Thread safety: a kg_store is safe for concurrent use by any number of
- *   threads (SQLite: one writer connection behind a mutex plus a pool of
- *   reader connections; Redis: a pool of hiredis connections, one per
- *   call in flight). kg_store_close must not race with other calls.
+ *   threads (SQLite: one writer connection with group commit, so writes
+ *   from many threads share commits and fsyncs, plus a pool of reader
+ *   connections; Redis: a pool of hiredis connections, one per call in
+ *   flight). kg_store_close must not race with other calls.
  * - Times are milliseconds since the Unix epoch (int64_t), 0 = unset.
  *   SQLite uses the process's clock, Redis the Redis server's (TIME), so
  *   every machine sharing one Redis agrees on lease deadlines.

@@ -70,14 +70,14 @@ static const char *const SQL[ST_N] = {
         "avoid_until = 0, started = 0, finished = 0, deadline = 0 "
         "WHERE id = ?1",
     [ST_GET] = "SELECT " TASK_COLS ", request, result FROM tasks JOIN "
-               "task_data USING (id) WHERE id = ?1",
+               "task_data ON rid = tasks.rowid WHERE id = ?1",
     [ST_TOUCH] = "UPDATE workers SET last_seen = ?2 WHERE id = ?1",
     /* the atomic claim: one statement picks and takes the task */
     [ST_LEASE] =
         "UPDATE tasks SET status = 1, worker = ?1, attempts = attempts + 1, "
         "started = ?2, deadline = ?2 + ?3 WHERE id = (SELECT id FROM tasks "
         "WHERE status = 0 AND NOT (avoid_worker = ?1 AND avoid_until > ?2) "
-        "ORDER BY priority, qseq LIMIT 1) RETURNING " TASK_COLS,
+        "ORDER BY priority, qseq LIMIT 1) RETURNING " TASK_COLS ", rowid",
     [ST_COMPLETE] = "UPDATE tasks SET status = ?3, verdict = ?5, "
                     "finished = ?6, deadline = 0 WHERE id = ?1 AND status = 1 "
                     "AND worker = ?2",
@@ -86,7 +86,7 @@ static const char *const SQL[ST_N] = {
                  "WHERE id = ?1 AND status = 1 AND worker = ?2",
     [ST_CANCEL] = "UPDATE tasks SET status = 4, finished = ?2, deadline = 0 "
                   "WHERE id = ?1 AND status IN (0, 1)",
-    [ST_STATUS] = "SELECT status FROM tasks WHERE id = ?1",
+    [ST_STATUS] = "SELECT status, rowid FROM tasks WHERE id = ?1",
     /* running tasks whose lease ran out or whose holder is dead or gone */
     [ST_EXPIRED] = "SELECT id, attempts, worker FROM tasks WHERE status = 1 "
                    "AND (deadline <= ?1 OR NOT EXISTS (SELECT 1 FROM workers "
@@ -101,10 +101,11 @@ static const char *const SQL[ST_N] = {
         "EXISTS (SELECT 1 FROM workers w WHERE w.id = tasks.worker AND "
         "w.last_seen > ?1)",
     [ST_COUNTER_ADD] = "UPDATE counters SET n = n + ?2 WHERE name = ?1",
-    [ST_DATA_PUT] = "INSERT INTO task_data(id, request) VALUES(?1, ?2) ON "
-                    "CONFLICT(id) DO UPDATE SET request = ?2, result = NULL",
-    [ST_DATA_REQUEST] = "SELECT request FROM task_data WHERE id = ?1",
-    [ST_RESULT_SET] = "UPDATE task_data SET result = ?2 WHERE id = ?1",
+    [ST_DATA_PUT] = "INSERT INTO task_data(rid, request) VALUES(?1, ?2) ON "
+                    "CONFLICT(rid) DO UPDATE SET request = ?2, result = NULL",
+    [ST_DATA_REQUEST] = "SELECT request FROM task_data WHERE rid = ?1",
+    [ST_RESULT_SET] = "UPDATE task_data SET result = ?2 WHERE rid = "
+                      "(SELECT rowid FROM tasks WHERE id = ?1)",
     [ST_CACHE_GET] = "SELECT result FROM cache WHERE key = ?1",
     [ST_CACHE_PUT] = "INSERT INTO cache(key, result, created) VALUES(?1, ?2, "
                      "?3) ON CONFLICT(key) DO UPDATE SET result = ?2, "
@@ -132,12 +133,17 @@ static const char *const SQL[ST_N] = {
 };
 
 /*
- * The schema. Request and result (KiB each) live in task_data, written
- * once each, so the many small updates of a task's life (lease, heartbeat,
- * requeue) rewrite a row of a hundred bytes, not its sources.
- * counters rows: s<status>, p<priority> (pending only), v<verdict>
- * (completed or failed tasks), lease_expiries.
+ * The schema (user_version 2). Request and result (KiB each) live in
+ * task_data, written once each, so the many small updates of a task's
+ * life (lease, heartbeat, requeue) rewrite a row of a hundred bytes, not
+ * its sources. task_data is keyed by the task's rowid: rows are appended
+ * in submission order, so a batch of submissions writes a few pages of it
+ * rather than one page per task of an index on random ids (version 1 had
+ * that index; migrate_v1 converts). counters rows: s<status>, p<priority>
+ * (pending only), v<verdict> (completed or failed tasks), lease_expiries.
  */
+#define SCHEMA_VERSION 2
+#define VERSION_TEXT "2" /* the same, for SQL text */
 static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS tasks("
     " id TEXT PRIMARY KEY, priority INTEGER NOT NULL,"
@@ -147,7 +153,7 @@ static const char SCHEMA[] =
     " avoid_until INTEGER NOT NULL DEFAULT 0, submitted INTEGER NOT NULL,"
     " started INTEGER NOT NULL DEFAULT 0, finished INTEGER NOT NULL DEFAULT 0,"
     " deadline INTEGER NOT NULL DEFAULT 0, verdict INTEGER);"
-    "CREATE TABLE IF NOT EXISTS task_data(id TEXT PRIMARY KEY,"
+    "CREATE TABLE IF NOT EXISTS task_data(rid INTEGER PRIMARY KEY,"
     " request TEXT NOT NULL, result TEXT);"
     "CREATE INDEX IF NOT EXISTS tasks_queue ON tasks(priority, qseq)"
     " WHERE status = 0;"
@@ -179,6 +185,15 @@ static const char SCHEMA[] =
     " device TEXT NOT NULL, host TEXT NOT NULL, registered INTEGER NOT NULL,"
     " last_seen INTEGER NOT NULL);";
 
+/* Version 1 (task_data keyed by the task id) to version 2. */
+static const char MIGRATE_V1[] =
+    "ALTER TABLE task_data RENAME TO task_data_v1;"
+    "CREATE TABLE task_data(rid INTEGER PRIMARY KEY, request TEXT NOT NULL,"
+    " result TEXT);"
+    "INSERT INTO task_data(rid, request, result) SELECT tasks.rowid,"
+    " d.request, d.result FROM task_data_v1 d JOIN tasks USING (id);"
+    "DROP TABLE task_data_v1;";
+
 typedef struct sq_store {
     kg_store base;
     char path[4096];
@@ -208,10 +223,16 @@ static int bind_json(sqlite3_stmt *st, int col, const json_t *v, kg_err *err)
     return 0;
 }
 
+/* Text column col into dst (size bytes; cut to fit, always terminated). */
 static void copy_col(char *dst, size_t size, sqlite3_stmt *st, int col)
 {
     const unsigned char *t = sqlite3_column_text(st, col);
-    snprintf(dst, size, "%s", t ? (const char *)t : "");
+    size_t n = t ? (size_t)sqlite3_column_bytes(st, col) : 0;
+    if (n >= size)
+        n = size - 1;
+    if (n)
+        memcpy(dst, t, n);
+    dst[n] = 0;
 }
 
 /* Parses JSON column col of st into *out (NULL column: NULL). */
@@ -292,8 +313,9 @@ static int set_result(kg_sqlconn *c, const char *id, const json_t *result,
     return rc < 0 ? rc : kg_sqlconn_exec(c, st, err);
 }
 
-/* Status of task id: >= 0, or KG_ENOTFOUND, or < 0 on error. */
-static int task_status(kg_sqlconn *c, const char *id, kg_err *err)
+/* Status of task id: >= 0 (and its rowid in *rid, if rid is not NULL),
+   or KG_ENOTFOUND, or < 0 on error. */
+static int task_status(kg_sqlconn *c, const char *id, int64_t *rid, kg_err *err)
 {
     sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_STATUS, err);
     if (!st)
@@ -303,6 +325,8 @@ static int task_status(kg_sqlconn *c, const char *id, kg_err *err)
     if (r <= 0)
         return r < 0 ? r : kg_errf(err, KG_ENOTFOUND, "no task %s", id);
     int status = sqlite3_column_int(st, 0);
+    if (rid)
+        *rid = sqlite3_column_int64(st, 1);
     sqlite3_reset(st);
     return status;
 }
@@ -311,7 +335,7 @@ static int task_status(kg_sqlconn *c, const char *id, kg_err *err)
 static int not_held(kg_sqlconn *c, const char *id, const char *worker_id,
                     kg_err *err)
 {
-    int status = task_status(c, id, err);
+    int status = task_status(c, id, NULL, err);
     if (status < 0)
         return status;
     return kg_errf(err, KG_ESTATE, "task %s is %s and not held by worker %s",
@@ -372,9 +396,13 @@ struct submit_args {
     int64_t now;
 };
 
-/* Task t as new (or as a replacement): its row and its request. */
-static int put_task(kg_sqlconn *c, sq_store *s, int which, const kg_submit *t,
-                    int64_t now, kg_err *err)
+/*
+ * Task t as new (which = ST_INSERT) or as a replacement of the task with
+ * rowid rid (ST_RESET): its row and its request. 1 when ST_INSERT found
+ * the id taken (nothing changed).
+ */
+static int put_task(kg_sqlconn *c, sq_store *s, int which, int64_t rid,
+                    const kg_submit *t, int64_t now, kg_err *err)
 {
     sqlite3_stmt *st = kg_sqlconn_stmt(c, which, err);
     if (!st)
@@ -390,9 +418,11 @@ static int put_task(kg_sqlconn *c, sq_store *s, int which, const kg_submit *t,
     if (kg_sqlconn_changes(c) == 0)
         return 1; /* the id exists (ST_INSERT only) */
     s->next_qseq++;
+    if (which == ST_INSERT)
+        rid = sqlite3_last_insert_rowid(c->db);
     if (!(st = kg_sqlconn_stmt(c, ST_DATA_PUT, err)))
         return KG_EIO;
-    bind_str(st, 1, t->id);
+    sqlite3_bind_int64(st, 1, rid);
     if ((rc = bind_json(st, 2, t->request, err)) < 0)
         return rc;
     return kg_sqlconn_exec(c, st, err);
@@ -403,14 +433,15 @@ static int w_submit(kg_sqlconn *c, void *arg, kg_err *err)
     struct submit_args *a = arg;
     for (size_t i = 0; i < a->n; i++) {
         const kg_submit *t = &a->t[i];
-        int rc = put_task(c, a->s, ST_INSERT, t, a->now, err);
+        int rc = put_task(c, a->s, ST_INSERT, 0, t, a->now, err);
         if (rc == 1) {
             /* exists: left alone unless finished and to be replaced */
-            int status = task_status(c, t->id, err);
+            int64_t rid = 0;
+            int status = task_status(c, t->id, &rid, err);
             if (status < 0)
                 return status;
             rc = t->replace_finished && status >= KG_TASK_COMPLETED
-                     ? put_task(c, a->s, ST_RESET, t, a->now, err)
+                     ? put_task(c, a->s, ST_RESET, rid, t, a->now, err)
                      : 1;
         }
         if (rc < 0)
@@ -481,6 +512,7 @@ static int w_lease(kg_sqlconn *c, void *arg, kg_err *err)
     int r = kg_sqlconn_row(c, st, err);
     if (r <= 0)
         return r; /* 0: nothing to lease */
+    int64_t rid = sqlite3_column_int64(st, 11);
     rc = fill_task(st, 0, a->out, err);
     if (rc == 0)
         rc = kg_sqlconn_exec(c, st, err); /* RETURNING: run it to the end */
@@ -490,7 +522,7 @@ static int w_lease(kg_sqlconn *c, void *arg, kg_err *err)
         return rc;
     if (!(st = kg_sqlconn_stmt(c, ST_DATA_REQUEST, err)))
         return KG_EIO;
-    bind_str(st, 1, a->out->id);
+    sqlite3_bind_int64(st, 1, rid);
     if ((r = kg_sqlconn_row(c, st, err)) <= 0)
         return r < 0 ? r
                      : kg_errf(err, KG_EIO, "task %s: no request", a->out->id);
@@ -589,7 +621,7 @@ static int w_cancel(kg_sqlconn *c, void *arg, kg_err *err)
     int rc = exec_id_int(c, ST_CANCEL, a->id, a->now, err);
     if (rc < 0 || kg_sqlconn_changes(c) > 0)
         return rc;
-    rc = task_status(c, a->id, err);
+    rc = task_status(c, a->id, NULL, err);
     return rc < 0 ? rc : 1; /* already finished */
 }
 
@@ -1011,6 +1043,51 @@ static const struct kg_store_ops SQLITE_OPS = {
     .worker_list = sq_worker_list,
 };
 
+/*
+ * Creates the tables, or brings those of an older kgym to SCHEMA_VERSION
+ * (a write at open). A database from a newer kgym is refused.
+ */
+static int w_schema(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    (void)arg;
+    sqlite3_stmt *st;
+    int version = 0, v1 = 0;
+    if (sqlite3_prepare_v2(c->db, "PRAGMA user_version", -1, &st, NULL) !=
+        SQLITE_OK)
+        return kg_sqlconn_err(c, err, "schema");
+    if (sqlite3_step(st) == SQLITE_ROW)
+        version = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (version > SCHEMA_VERSION)
+        return kg_errf(err, KG_EINVAL,
+                       "sqlite: the database has schema version %d, newer "
+                       "than this kgym's %d",
+                       version, SCHEMA_VERSION);
+    /* version 1 did not set user_version; its task_data has an id column */
+    if (sqlite3_prepare_v2(c->db,
+                           "SELECT 1 FROM pragma_table_info('task_data') "
+                           "WHERE name = 'id'",
+                           -1, &st, NULL) != SQLITE_OK)
+        return kg_sqlconn_err(c, err, "schema");
+    v1 = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    char *msg = NULL;
+    int r = v1 ? sqlite3_exec(c->db, MIGRATE_V1, NULL, NULL, &msg) : SQLITE_OK;
+    if (r == SQLITE_OK)
+        r = sqlite3_exec(c->db, SCHEMA, NULL, NULL, &msg);
+    if (r == SQLITE_OK)
+        r = sqlite3_exec(c->db, "PRAGMA user_version = " VERSION_TEXT, NULL,
+                         NULL, &msg);
+    if (r != SQLITE_OK) {
+        int rc =
+            kg_errf(err, KG_EIO, "sqlite schema%s: %s",
+                    v1 ? " (migrating version 1)" : "", msg ? msg : "failed");
+        sqlite3_free(msg);
+        return rc;
+    }
+    return 0;
+}
+
 /* The queue position after the last one stored (a read at open). */
 static int r_max_qseq(kg_sqlconn *c, void *arg, kg_err *err)
 {
@@ -1036,7 +1113,9 @@ int kg_store_sqlite_open(kg_store **out, const char *path,
     s->base.opts = *opts;
     snprintf(s->path, sizeof s->path, "%s", path);
     int rc = kg_sqldb_open(&s->db, path, opts->sqlite_sync_full,
-                           opts->pool_size, SQL, ST_N, SCHEMA, err);
+                           opts->pool_size, SQL, ST_N, NULL, err);
+    if (rc == 0)
+        rc = kg_sqldb_write(s->db, w_schema, NULL, err);
     if (rc == 0)
         rc = kg_sqldb_read(s->db, r_max_qseq, &s->next_qseq, err);
     if (rc < 0) {

@@ -234,6 +234,7 @@ static void test_failed_write_is_isolated(void **state)
     assert_int_equal(pthread_create(&t1, NULL, later_main, &l1), 0);
     sleep_ms(100); /* write 1 is in its fsync now */
     assert_int_equal(pthread_create(&t2, NULL, later_main, &l2), 0);
+    sleep_ms(20); /* 2 is in the open transaction: 3 runs in a savepoint */
     assert_int_equal(pthread_create(&t3, NULL, later_main, &l3), 0);
     pthread_join(t3, NULL);
     kg_sqldb_stats st;
@@ -260,7 +261,8 @@ static void test_failed_write_is_isolated(void **state)
     kg_sqldb_close(d);
 }
 
-/* synchronous=normal: commits, no fsyncs of our own. */
+/* synchronous=normal: commits, no fsyncs of our own; a failing write
+   alone in its transaction rolls all of it back. */
 static void test_normal_mode(void **state)
 {
     (void)state;

@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 #include <hiredis.h>
+#include <sqlite3.h>
 
 #include "common/sha256.h"
 #include "redis_helper.h"
@@ -942,6 +943,85 @@ static void test_durable_sqlite_kill9_concurrent(void **state)
     kg_store_close(s);
 }
 
+/* The tables of schema version 1 that version 2 changed or needs. */
+static const char V1_TABLES[] =
+    "CREATE TABLE tasks(id TEXT PRIMARY KEY, priority INTEGER NOT NULL,"
+    " status INTEGER NOT NULL, qseq INTEGER NOT NULL,"
+    " cache_key TEXT NOT NULL DEFAULT '', attempts INTEGER NOT NULL DEFAULT 0,"
+    " worker TEXT NOT NULL DEFAULT '', avoid_worker TEXT NOT NULL DEFAULT '',"
+    " avoid_until INTEGER NOT NULL DEFAULT 0, submitted INTEGER NOT NULL,"
+    " started INTEGER NOT NULL DEFAULT 0, finished INTEGER NOT NULL DEFAULT 0,"
+    " deadline INTEGER NOT NULL DEFAULT 0, verdict INTEGER);"
+    "CREATE TABLE task_data(id TEXT PRIMARY KEY, request TEXT NOT NULL,"
+    " result TEXT);"
+    "CREATE TABLE counters(name TEXT PRIMARY KEY, n INTEGER NOT NULL)"
+    " WITHOUT ROWID;"
+    "INSERT INTO counters(name, n) VALUES ('s0', 1), ('s1', 0), ('s2', 1),"
+    " ('s3', 0), ('s4', 0), ('p0', 0), ('p1', 1), ('p2', 0), ('v0', 1),"
+    " ('v1', 0), ('v2', 0), ('v3', 0), ('v4', 0), ('v5', 0), ('v6', 0),"
+    " ('v7', 0), ('lease_expiries', 0);"
+    /* a finished task first, so rowids and ids do not line up */
+    "INSERT INTO tasks(id, priority, status, qseq, submitted, verdict)"
+    " VALUES ('old-done', 1, 2, 1, 1, 0), ('old-pending', 1, 0, 2, 2, NULL);"
+    "INSERT INTO task_data(id, request, result) VALUES"
+    " ('old-pending', '{\"kernel_code\": \"kp\"}', NULL),"
+    " ('old-done', '{\"kernel_code\": \"kd\"}', '{\"verdict\": \"pass\"}');";
+
+/*
+ * A database written by schema version 1 (task_data keyed by task id) is
+ * converted at open: requests, results, counters and queue order kept.
+ */
+static void test_sqlite_migrates_v1(void **state)
+{
+    (void)state;
+    char path[300];
+    snprintf(path, sizeof path, "%s/v1.db", G.dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    char *msg = NULL;
+    int r = sqlite3_exec(db, V1_TABLES, NULL, NULL, &msg);
+    if (r != SQLITE_OK)
+        print_error("v1 tables: %s\n", msg);
+    assert_int_equal(r, SQLITE_OK);
+    sqlite3_close(db);
+    snprintf(G.url, sizeof G.url, "sqlite:%s", path);
+    for (int round = 0; round < 2; round++) { /* the second open: no-op */
+        kg_store *s = reopen();
+        kg_task t;
+        kg_err err = {{0}};
+        assert_int_equal(kg_store_get(s, "old-done",
+                                      KG_GET_REQUEST | KG_GET_RESULT, &t, &err),
+                         0);
+        assert_int_equal(t.status, KG_TASK_COMPLETED);
+        assert_string_equal(
+            json_string_value(json_object_get(t.request, "kernel_code")), "kd");
+        assert_string_equal(
+            json_string_value(json_object_get(t.result, "verdict")), "pass");
+        kg_task_free(&t);
+        kg_store_counts c;
+        OK(kg_store_counts_get(s, &c, &e_));
+        assert_int_equal(c.pending[1], 1); /* old-pending, then new */
+        assert_int_equal(c.by_verdict[KG_VERDICT_PASS], 1 + round);
+        if (round == 0) {
+            assert_int_equal(submit(s, "new", 1), 0);
+            reg(s, "w1", "cpu:0");
+            char id[128];
+            assert_string_equal(lease(s, "w1", id), "old-pending");
+            json_t *res = result_of("pass");
+            OK(kg_store_complete(s, "old-pending", "w1", KG_TASK_COMPLETED, res,
+                                 &e_));
+            json_decref(res);
+            assert_int_equal(kg_store_get(s, "new", KG_GET_REQUEST, &t, &err),
+                             0);
+            assert_string_equal(
+                json_string_value(json_object_get(t.request, "kernel_code")),
+                "new");
+            kg_task_free(&t);
+        }
+        kg_store_close(s);
+    }
+}
+
 /*
  * Redis: acknowledged submissions, then SIGKILL of redis-server (AOF,
  * appendfsync always), restart on the same dir: all there, and the store
@@ -1072,6 +1152,7 @@ int main(void)
         COMMON_TESTS,
         cmocka_unit_test(test_durable_sqlite_kill9),
         cmocka_unit_test(test_durable_sqlite_kill9_concurrent),
+        cmocka_unit_test(test_sqlite_migrates_v1),
         cmocka_unit_test(test_open_errors),
     };
     const struct CMUnitTest redis_tests[] = {
