@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <grp.h>
+#include <pwd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,6 +68,19 @@ struct pending {
     struct pending *next;
 };
 
+/* Candidates run as root: each in-flight pair gets its own uid from
+ * CAND_UID0.. (so candidates cannot signal or inspect one another), all
+ * with the group CAND_GID, which owns the shared candidate cache. */
+#define CAND_GID 65400
+#define CAND_UID0 65401
+#define CAND_UIDS 99 /* 65401..65499: more than MAX_SLOTS + MAX_SPARES */
+#define TASK_TMP_BYTES ((json_int_t)1 << 30) /* private tmpfs: disk quota */
+/* A uid is held machine-wide by an flock on UID_LOCK_DIR/<uid>: several
+ * workers (kgym serve --workers) never hand out the same one. */
+#define UID_LOCK_DIR "/run/kgym-uids"
+#define UID_FREE (-1)
+#define UID_TAKEN (-2)
+
 struct kg_engine {
     kg_engine_cfg cfg;
     char python[PATH_MAX], root[PATH_MAX], tmp_base[PATH_MAX],
@@ -82,6 +97,8 @@ struct kg_engine {
     kg_sandbox_filter filter; /* fresh mode: built once, before any fork */
     kg_sandbox_cgroups cgroups;
     int drop_uid;     /* running as root: the candidate runs as nobody */
+    int uid_lock[CAND_UIDS]; /* per candidate uid: held lock fd, or
+                                UID_FREE / UID_TAKEN (in /etc/passwd) */
     uint64_t mem_cap; /* per-task memory limit: at most half the RAM */
 };
 
@@ -223,6 +240,113 @@ static uint64_t mem_limit(const kg_engine *e, uint64_t want)
     return e->mem_cap && e->mem_cap < want ? e->mem_cap : want;
 }
 
+/* ---- candidate uids ------------------------------------------------------ */
+
+/* Gives the candidate work dir wd the lowest candidate uid that no pair of
+ * any worker on the machine holds (flock), and chowns wd to it: the owner
+ * of the work dir is the record of the pair's uid. */
+static int uid_take(kg_engine *e, const char *wd, kg_err *err)
+{
+    for (int i = 0; i < CAND_UIDS; i++) {
+        if (e->uid_lock[i] != UID_FREE)
+            continue;
+        char p[64];
+        snprintf(p, sizeof p, "%s/%d", UID_LOCK_DIR, CAND_UID0 + i);
+        int fd = open(p, O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+            return kg_errf(err, KG_EIO, "uid lock %s: %s", p, strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+            close(fd); /* another worker's pair has it */
+            continue;
+        }
+        if (chown(wd, (uid_t)(CAND_UID0 + i), CAND_GID) < 0) {
+            int en = errno;
+            close(fd);
+            return kg_errf(err, KG_EIO, "chown %s: %s", wd, strerror(en));
+        }
+        e->uid_lock[i] = fd;
+        return 0;
+    }
+    return kg_errf(err, KG_EUNAVAIL,
+                   "all %d candidate uids from %d are in use on this machine",
+                   CAND_UIDS, CAND_UID0);
+}
+
+/* The candidate uid of a work dir (its owner), or -1. */
+static int uid_of(const char *wd)
+{
+    struct stat st;
+    if (!wd[0] || stat(wd, &st) < 0 || st.st_uid < CAND_UID0 ||
+        st.st_uid >= CAND_UID0 + CAND_UIDS)
+        return -1;
+    return (int)st.st_uid;
+}
+
+/* Once the pair is gone: unlocks its uid for every worker. */
+static void uid_release(kg_engine *e, int uid)
+{
+    if (uid < CAND_UID0 || uid >= CAND_UID0 + CAND_UIDS)
+        return;
+    int *l = &e->uid_lock[uid - CAND_UID0];
+    if (*l >= 0) {
+        close(*l);
+        *l = UID_FREE;
+    }
+}
+
+/* Marks the uids /etc/passwd (or NSS) gives to someone as taken for good;
+ * refuses a CAND_GID that names a group; makes the lock directory. */
+static int uids_init(kg_engine *e, kg_err *err)
+{
+    int n = 0;
+    for (int i = 0; i < CAND_UIDS; i++) {
+        e->uid_lock[i] =
+            getpwuid((uid_t)(CAND_UID0 + i)) ? UID_TAKEN : UID_FREE;
+        n += e->uid_lock[i] == UID_FREE;
+    }
+    if (getgrgid(CAND_GID))
+        return kg_errf(err, KG_EINVAL,
+                       "gid %d, reserved for kgym's candidates, is a group "
+                       "in /etc/group: candidates would share it",
+                       CAND_GID);
+    struct stat st;
+    if ((mkdir(UID_LOCK_DIR, 0700) < 0 && errno != EEXIST) ||
+        lstat(UID_LOCK_DIR, &st) < 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != 0)
+        return kg_errf(err, KG_EIO,
+                       "%s (candidate uid locks): not a directory of root's "
+                       "(%s)",
+                       UID_LOCK_DIR, strerror(errno));
+    if (n < CAND_UIDS)
+        fprintf(stderr,
+                "kgym worker: only %d of the candidate uids %d..%d are free "
+                "(the others are in /etc/passwd)\n",
+                n, CAND_UID0, CAND_UID0 + CAND_UIDS - 1);
+    return 0;
+}
+
+/* The candidates' cache: root:CAND_GID, mode 2770 (setgid: what a
+ * candidate makes there stays in the group; umask 007 keeps it group
+ * writable, so any candidate uid can use and refresh any entry). A cache of
+ * another layout (uid nobody, from an older kgym) is removed: it is only
+ * a cache. */
+static int cand_cache_dir(const char *d, kg_err *err)
+{
+    struct stat st;
+    if (lstat(d, &st) == 0 &&
+        (!S_ISDIR(st.st_mode) || st.st_uid != 0 || st.st_gid != CAND_GID ||
+         (st.st_mode & 07777) != 02770)) {
+        int rc = kg_sandbox_rmtree(d, err);
+        if (rc)
+            return rc;
+    }
+    if (mkdir(d, 0700) < 0 && errno != EEXIST)
+        return kg_errf(err, KG_EIO, "mkdir %s: %s", d, strerror(errno));
+    if (chown(d, 0, CAND_GID) < 0 || chmod(d, 02770) < 0)
+        return kg_errf(err, KG_EIO, "cache dir %s: %s", d, strerror(errno));
+    return 0;
+}
+
 /* Sandbox settings per role: the candidate gets everything; the judge
  * (trusted, runs the reference) is isolated from the network and from the
  * worker's fds but keeps a looser limit set. */
@@ -245,9 +369,23 @@ static json_t *sandbox_cfg(kg_engine *e, const char *role,
     json_object_set_new(s, "fsize_bytes", json_integer((json_int_t)2 << 30));
     json_object_set_new(s, "nofile", json_integer(1024));
     json_object_set_new(s, "nproc", json_integer(cand ? 512 : 0));
-    if (cand && e->drop_uid) {
-        json_object_set_new(s, "uid", json_integer(NOBODY));
-        json_object_set_new(s, "gid", json_integer(NOBODY));
+    int uid = cand && e->drop_uid ? uid_of(c->wd) : -1;
+    if (uid >= 0) {
+        /* its own uid; the group that owns the shared cache, whose files
+         * must stay writable by the group (umask 007) */
+        json_object_set_new(s, "uid", json_integer(uid));
+        json_object_set_new(s, "gid", json_integer(CAND_GID));
+        json_object_set_new(s, "umask", json_integer(007));
+        /* a private tmpfs for the workdir, /tmp, /var/tmp and /dev/shm
+         * (the task's disk quota), the rest read-only but for the cache */
+        json_object_set_new(s, "private_tmp", json_true());
+        json_object_set_new(s, "tmp_bytes", json_integer(TASK_TMP_BYTES));
+        json_object_set_new(s, "readonly_root", json_true());
+        char cd[PATH_MAX + 16];
+        snprintf(cd, sizeof cd, "%s/candidate", e->cache_dir);
+        json_t *keep = json_array();
+        json_array_append_new(keep, json_string(cd));
+        json_object_set_new(s, "keep_paths", keep);
     }
     if (c->has_cg) {
         json_t *procs = json_array();
@@ -271,9 +409,10 @@ static int spawn(kg_engine *e, struct slot *sl, const char *role,
         return rc;
     }
     int cand = !strcmp(role, "candidate");
-    if (cand && e->drop_uid && chown(c->wd, NOBODY, NOBODY) < 0) {
+    /* the candidate's uid is the owner of its work dir (uid_take) */
+    if (cand && e->drop_uid && (rc = uid_take(e, c->wd, err))) {
         close(lp[0]), close(lp[1]);
-        return kg_errf(err, KG_EIO, "chown %s: %s", c->wd, strerror(errno));
+        return rc;
     }
     if (cand && (e->cgroups.mem_version || e->cgroups.pids_version) &&
         !e->cfg.no_sandbox) {
@@ -511,7 +650,6 @@ static void stamp(kg_engine *e, struct slot *sl, json_t *r)
 
 static void free_slot(kg_engine *e, struct slot *sl)
 {
-    (void)e;
     close_fd(&sl->res_fd);
     close_fd(&sl->judge.log_fd);
     close_fd(&sl->cand.log_fd);
@@ -519,12 +657,14 @@ static void free_slot(kg_engine *e, struct slot *sl)
     buf_free(&sl->judge.log);
     buf_free(&sl->cand.log);
     struct child *cs[2] = {&sl->judge, &sl->cand};
+    int uid = uid_of(sl->cand.wd); /* the pair's; free once it is gone */
     for (int i = 0; i < 2; i++) {
         if (cs[i]->has_cg)
             kg_sandbox_cgroup_close(&cs[i]->cg, 2000, NULL);
         if (cs[i]->wd[0])
             kg_sandbox_rmtree(cs[i]->wd, NULL);
     }
+    uid_release(e, uid);
     json_decref(sl->task);
     json_decref(sl->held);
     memset(sl, 0, sizeof *sl);
@@ -1058,18 +1198,23 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
         if (!e->drop_uid)
             fprintf(stderr,
                     "kgym worker: not root: candidates run as this user "
-                    "(they could read the judge's memory); run as root for a "
-                    "uid switch\n");
+                    "(they could read the judge's memory), without a private "
+                    "/tmp, a per-task disk quota or a read-only root; run as "
+                    "root for a uid switch and private mounts\n");
     }
     if (!rc) {
-        /* per-role caches; the candidate's belongs to the candidate's uid */
+        /* per-role caches; the candidate's is shared by the candidate uids
+         * through their group (uids_init) */
         char d[PATH_MAX + 32];
         snprintf(d, sizeof d, "%s/judge", e->cache_dir);
         mkdir(d, 0700);
         snprintf(d, sizeof d, "%s/candidate", e->cache_dir);
-        mkdir(d, 0700);
-        if (e->drop_uid && chown(d, NOBODY, NOBODY) < 0)
-            rc = kg_errf(err, KG_EIO, "chown %s: %s", d, strerror(errno));
+        if (e->drop_uid)
+            rc = uids_init(e, err);
+        if (!rc && e->drop_uid)
+            rc = cand_cache_dir(d, err);
+        else if (!rc)
+            mkdir(d, 0700);
         /* the candidate (nobody) must reach its work dir and its cache:
          * a private TMPDIR (mode 0700, or a 0700 directory above it) would
          * fail every candidate with an error blamed on the candidate */
@@ -1100,11 +1245,11 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
                          "uid %d, which candidates run as (chmod o+x on its "
                          "parents, or a Python installed outside /root)",
                          pydir, NOBODY);
-        if (!rc && e->drop_uid && !reachable_by_nobody(d))
+        if (!rc && e->drop_uid && !reachable_by_nobody(e->cache_dir))
             rc = kg_errf(err, KG_EINVAL,
                          "cache dir %s is not reachable by uid %d, which "
                          "candidates run as (chmod o+x on its parents)",
-                         d, NOBODY);
+                         e->cache_dir, NOBODY);
     }
     if (!rc && cfg->fresh && !cfg->no_sandbox) {
         kg_sandbox_profile prof = {.allow_wx = 1, .allow_perf = 1};

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/personality.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -45,6 +46,7 @@ void kg_sandbox_cfg_init(kg_sandbox_cfg *cfg)
     cfg->parent_death_signal = SIGKILL;
     cfg->uid = -1;
     cfg->gid = -1;
+    cfg->umask = -1;
 }
 
 /* ---- child side: only system calls, no allocation on success --------- */
@@ -236,6 +238,187 @@ static int set_ids(const kg_sandbox_cfg *cfg, kg_err *err)
     return 0;
 }
 
+/* ---- private mounts (child side: system calls only) ------------------- */
+
+#ifndef AT_RECURSIVE
+#define AT_RECURSIVE 0x8000
+#endif
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442 /* same number on every architecture */
+#endif
+struct kg_mount_attr { /* struct mount_attr (Linux 5.12) */
+    uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+#define KG_MOUNT_ATTR_RDONLY 0x1
+
+/* Decimal of v into buf (>= 21 bytes), without stdio. */
+static void u64_dec(uint64_t v, char *buf)
+{
+    char t[24];
+    int n = 0;
+    do
+        t[n++] = (char)('0' + v % 10);
+    while ((v /= 10));
+    for (int i = 0; i < n; i++)
+        buf[i] = t[n - 1 - i];
+    buf[n] = 0;
+}
+
+/* out = a + "/" + b; -1 if it does not fit */
+static int path_join(char *out, size_t len, const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    if (na + nb + 2 > len)
+        return -1;
+    memcpy(out, a, na);
+    out[na] = '/';
+    memcpy(out + na + 1, b, nb + 1);
+    return 0;
+}
+
+/* mkdir -p: missing directories are made 0755, owned by the caller. */
+static int mkdir_p(const char *path)
+{
+    char p[KG_SANDBOX_PATH_MAX];
+    size_t n = strlen(path);
+    if (n >= sizeof p || path[0] != '/') {
+        errno = n >= sizeof p ? ENAMETOOLONG : EINVAL;
+        return -1;
+    }
+    memcpy(p, path, n + 1);
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s)
+            continue;
+        char c = *s;
+        *s = 0;
+        struct stat st;
+        if (mkdir(p, 0755) < 0 &&
+            !(stat(p, &st) == 0 && S_ISDIR(st.st_mode)))
+            return -1;
+        *s = c;
+        if (!c)
+            return 0;
+    }
+}
+
+/* Bind-mounts the directory held by fd (O_PATH) onto target. The source
+ * is named through /proc/self/fd, so it need not be reachable by path:
+ * it may lie under a directory covered meanwhile. */
+static int bind_fd(int fd, const char *target, unsigned long extra)
+{
+    char src[40] = "/proc/self/fd/";
+    u64_dec((uint64_t)fd, src + strlen(src));
+    return mount(src, target, NULL, MS_BIND | extra, NULL);
+}
+
+static int mount_fail(kg_err *err, const char *what, const char *path, int e)
+{
+    return kg_errf(err, KG_EIO, "sandbox: %s %s: %s", what, path, strerror(e));
+}
+
+/* Every mount of our (private) namespace read-only, recursively; device
+ * nodes stay usable (the read-only flag stops changes to the file system,
+ * not writes to a device). Before Linux 5.12: the root mount only. */
+static int make_readonly(kg_err *err)
+{
+    struct kg_mount_attr a = {.attr_set = KG_MOUNT_ATTR_RDONLY};
+    if (syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &a,
+                sizeof a) == 0)
+        return 0;
+    if (errno != ENOSYS)
+        return mount_fail(err, "read-only", "/", errno);
+    if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
+        return mount_fail(err, "read-only remount of", "/", errno);
+    return 0;
+}
+
+/* One tmpfs (the task's quota) holds four directories: the workdir and
+ * new /tmp, /var/tmp and /dev/shm. It is mounted on the workdir first (a
+ * directory that exists and is the task's own), its parts are held by fd,
+ * then bound into place; the workdir is bound last, recreated inside the
+ * new /tmp when it was below it. */
+static int mount_tmp(const kg_sandbox_cfg *cfg, kg_err *err)
+{
+    static const char *const part[] = {"home", "tmp", "var_tmp", "shm"};
+    static const char *const where[] = {NULL, "/tmp", "/var/tmp", "/dev/shm"};
+    enum { NPART = 4 };
+    const char *w = cfg->workdir;
+    char opts[96] = "mode=755,nr_inodes=65536,size=";
+    u64_dec(cfg->tmp_bytes ? cfg->tmp_bytes : KG_SANDBOX_TMP_DEFAULT,
+            opts + strlen(opts));
+    if (mount("tmpfs", w, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+        return mount_fail(err, "tmpfs on", w, errno);
+    int fd[NPART], r = 0;
+    for (int i = 0; i < NPART; i++)
+        fd[i] = -1;
+    char p[KG_SANDBOX_PATH_MAX + 16];
+    for (int i = 0; i < NPART && !r; i++) {
+        mode_t mode = i == 0 ? 0700 : 01777;
+        if (path_join(p, sizeof p, w, part[i]) < 0 || mkdir(p, 0700) < 0 ||
+            chmod(p, mode) < 0 ||
+            (i == 0 && (cfg->uid >= 0 || cfg->gid >= 0) &&
+             chown(p, (uid_t)cfg->uid, (gid_t)cfg->gid) < 0) ||
+            (fd[i] = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+            r = mount_fail(err, "private", part[i], errno);
+    }
+    /* new /tmp last: the others may lie below it */
+    for (int i = NPART - 1; i > 0 && !r; i--) {
+        struct stat st; /* a symlink (/var/tmp -> /tmp) is left alone */
+        if (lstat(where[i], &st) == 0 && S_ISDIR(st.st_mode) &&
+            bind_fd(fd[i], where[i], 0) < 0)
+            r = mount_fail(err, "private", where[i], errno);
+    }
+    if (!r && (mkdir_p(w) < 0 || bind_fd(fd[0], w, 0) < 0))
+        r = mount_fail(err, "private workdir", w, errno);
+    for (int i = 0; i < NPART; i++)
+        if (fd[i] >= 0)
+            close(fd[i]);
+    return r;
+}
+
+/* Private mount namespace: tmpfs /tmp etc. (private_tmp), read-only
+ * rest (readonly_root), keep_paths bound back writable where they were. */
+static int private_mounts(const kg_sandbox_cfg *cfg, kg_err *err)
+{
+    if (!cfg->private_tmp && !cfg->readonly_root)
+        return 0;
+    if (cfg->private_tmp && !cfg->workdir)
+        return kg_errf(err, KG_EINVAL, "sandbox: private_tmp needs a workdir");
+    if (unshare(CLONE_NEWNS) < 0)
+        return sys_fail(err, "unshare(CLONE_NEWNS)", errno);
+    /* nothing mounted here leaks out, nothing of the host's comes in */
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        return sys_fail(err, "mount private /", errno);
+    int keep[KG_SANDBOX_MAX_KEEP], r = 0;
+    /* the kept directories, held before anything covers them */
+    for (int i = 0; i < KG_SANDBOX_MAX_KEEP; i++) {
+        const char *k = cfg->keep_paths[i];
+        keep[i] = k ? open(k, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
+        if (k && keep[i] < 0 && !r)
+            r = mount_fail(err, "keep path", k, errno);
+    }
+    if (!r && cfg->readonly_root)
+        r = make_readonly(err);
+    if (!r && cfg->private_tmp)
+        r = mount_tmp(cfg, err);
+    for (int i = 0; i < KG_SANDBOX_MAX_KEEP && !r; i++) {
+        const char *k = cfg->keep_paths[i];
+        if (!k)
+            continue;
+        if (mkdir_p(k) < 0 || bind_fd(keep[i], k, MS_REC) < 0)
+            r = mount_fail(err, "keep path", k, errno);
+        /* the bind copied the read-only flag of its source: writable */
+        else if (cfg->readonly_root &&
+                 mount(NULL, k, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV,
+                       NULL) < 0)
+            r = mount_fail(err, "writable keep path", k, errno);
+    }
+    for (int i = 0; i < KG_SANDBOX_MAX_KEEP; i++)
+        if (keep[i] >= 0)
+            close(keep[i]);
+    return r;
+}
+
 /* Empties the bounding, ambient, effective, permitted and inheritable
  * sets, so that even uid 0 keeps no privilege, also across exec. */
 static int drop_caps(kg_err *err)
@@ -282,6 +465,17 @@ int kg_sandbox_enter(const kg_sandbox_cfg *cfg, kg_err *err)
         return kg_errf(err, KG_EINVAL, "sandbox: bad config");
     if (cfg->workdir && strlen(cfg->workdir) >= KG_SANDBOX_PATH_MAX)
         return kg_errf(err, KG_EINVAL, "sandbox: workdir too long");
+    for (int i = 0; i < KG_SANDBOX_MAX_KEEP; i++)
+        if (cfg->keep_paths[i] && (strlen(cfg->keep_paths[i]) >=
+                                       KG_SANDBOX_PATH_MAX ||
+                                   cfg->keep_paths[i][0] != '/'))
+            return kg_errf(err, KG_EINVAL,
+                           "sandbox: keep path must be absolute and shorter "
+                           "than %d",
+                           KG_SANDBOX_PATH_MAX);
+    if (cfg->private_tmp && (!cfg->workdir || cfg->workdir[0] != '/'))
+        return kg_errf(err, KG_EINVAL,
+                       "sandbox: private_tmp needs an absolute workdir");
 
     /* own session and process group: killed as a whole, no tty */
     if (setsid() < 0 && getsid(0) != getpid())
@@ -300,10 +494,16 @@ int kg_sandbox_enter(const kg_sandbox_cfg *cfg, kg_err *err)
     /* fds before RLIMIT_NOFILE: the fallback closer reads the limit */
     if ((r = close_fds(cfg, err)) < 0)
         return r;
+    /* mounts after the fds (it opens and closes a few of its own), while
+     * we still hold CAP_SYS_ADMIN, and before the chdir into the workdir */
+    if ((r = private_mounts(cfg, err)) < 0)
+        return r;
     if ((r = set_rlimits(cfg, err)) < 0)
         return r;
     if (cfg->workdir && chdir(cfg->workdir) < 0)
         return sys_fail(err, cfg->workdir, errno);
+    if (cfg->umask >= 0)
+        umask((mode_t)(cfg->umask & 0777));
     if ((r = set_env(cfg, err)) < 0)
         return r;
     if ((r = set_ids(cfg, err)) < 0)

@@ -38,6 +38,8 @@
 #define KG_SANDBOX_MAX_CGROUPS 2 /* v1: memory and pids hierarchies */
 #define KG_SANDBOX_ENV_MAX 1024  /* entries of cfg->env, HOME/TMPDIR aside */
 #define KG_SANDBOX_PATH_MAX 512
+#define KG_SANDBOX_MAX_KEEP 4 /* keep_paths entries */
+#define KG_SANDBOX_TMP_DEFAULT ((uint64_t)1 << 30) /* private tmpfs size */
 
 /*
  * A compiled seccomp program (classic BPF), built in the parent; the child
@@ -90,15 +92,33 @@ typedef struct kg_sandbox_cfg {
     /* Switch to this uid/gid (supplementary groups dropped); -1 = keep.
      * Capabilities are dropped in every case. */
     int64_t uid, gid;
+
+    /* umask of the child (0..0777); -1 = keep. */
+    int umask;
+
+    /* Private mount namespace (needs CAP_SYS_ADMIN, i.e. root): one tmpfs
+     * of tmp_bytes holds the workdir (as HOME/TMPDIR) and new, empty
+     * /tmp, /var/tmp and /dev/shm. It is the task's disk quota (writes
+     * beyond it fail with ENOSPC) and it vanishes with the task's last
+     * process. Needs workdir. */
+    int private_tmp;
+    uint64_t tmp_bytes; /* 0: KG_SANDBOX_TMP_DEFAULT */
+    /* Directories that stay the host's, writable, at the same path even
+     * when /tmp is covered (the compile cache). NULL entries are unused. */
+    const char *keep_paths[KG_SANDBOX_MAX_KEEP];
+    /* Every mount but the private tmpfs and keep_paths becomes read-only
+     * (recursively; device nodes stay usable). Needs CAP_SYS_ADMIN. */
+    int readonly_root;
 } kg_sandbox_cfg;
 
 /* Defaults: no limits, stdin /dev/null, stdout/stderr left, PDEATHSIG
- * SIGKILL, no netns, no filter, uid/gid kept. */
+ * SIGKILL, no netns, no filter, uid/gid and umask kept, no private mounts. */
 void kg_sandbox_cfg_init(kg_sandbox_cfg *cfg);
 
 /*
  * In the child, before any untrusted code: setsid, PDEATHSIG (and the
- * parent-died-already race), cgroup join, netns, rlimits, fds, chdir,
+ * parent-died-already race), cgroup join, netns, fds, private mounts
+ * (tmpfs /tmp, read-only root), rlimits, chdir, umask,
  * environment, uid/gid, capabilities dropped, NO_NEW_PRIVS, seccomp last.
  * On failure the child is half-sandboxed and must _exit (by convention
  * with KG_SANDBOX_EXIT_SETUP) after reporting err.

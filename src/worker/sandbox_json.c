@@ -79,6 +79,33 @@ int kg_sandbox_cfg_from_json(const json_t *s, const kg_sandbox_filter *filter,
     json_t *uid = json_object_get(s, "uid"), *gid = json_object_get(s, "gid");
     cfg->uid = json_is_integer(uid) ? json_integer_value(uid) : -1;
     cfg->gid = json_is_integer(gid) ? json_integer_value(gid) : -1;
+    json_t *um = json_object_get(s, "umask");
+    if (um && !(json_is_integer(um) && json_integer_value(um) >= 0 &&
+                json_integer_value(um) <= 0777))
+        return kg_errf(err, KG_EINVAL, "sandbox umask: an integer 0..0777");
+    cfg->umask = um ? (int)json_integer_value(um) : -1;
+    cfg->private_tmp = json_is_true(json_object_get(s, "private_tmp"));
+    cfg->readonly_root = json_is_true(json_object_get(s, "readonly_root"));
+    json_t *tb = json_object_get(s, "tmp_bytes");
+    if (tb && !(json_is_integer(tb) && json_integer_value(tb) > 0))
+        return kg_errf(err, KG_EINVAL,
+                       "sandbox tmp_bytes: a positive integer (bytes)");
+    cfg->tmp_bytes = u64(s, "tmp_bytes");
+    json_t *kp = json_object_get(s, "keep_paths");
+    if (kp && !json_is_array(kp))
+        return kg_errf(err, KG_EINVAL, "sandbox keep_paths: an array");
+    json_array_foreach(kp, i, v)
+    {
+        const char *p = json_string_value(v);
+        if (i >= KG_SANDBOX_MAX_KEEP || !p || p[0] != '/' ||
+            strlen(p) >= sizeof st->keep_paths[0])
+            return kg_errf(err, KG_EINVAL,
+                           "sandbox keep_paths: at most %d absolute paths "
+                           "shorter than %d",
+                           KG_SANDBOX_MAX_KEEP, KG_SANDBOX_PATH_MAX);
+        strcpy(st->keep_paths[i], p);
+        cfg->keep_paths[i] = st->keep_paths[i];
+    }
     return 0;
 }
 

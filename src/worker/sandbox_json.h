@@ -6,7 +6,9 @@
  *   {"enabled": true, "workdir": "...", "as_bytes": N, "cpu_seconds": N,
  *    "fsize_bytes": N, "nofile": N, "nproc": N, "new_netns": true,
  *    "seccomp": true, "uid": N, "gid": N, "cgroup_procs": ["..."],
- *    "keep_fds": [N...], "stdout_fd": N, "stderr_fd": N}
+ *    "keep_fds": [N...], "stdout_fd": N, "stderr_fd": N, "umask": N,
+ *    "private_tmp": true, "tmp_bytes": N, "keep_paths": ["/abs", ...],
+ *    "readonly_root": true}
  */
 #ifndef KGYM_SANDBOX_JSON_H
 #define KGYM_SANDBOX_JSON_H
@@ -20,6 +22,7 @@ typedef struct kg_sandbox_json_store {
     char workdir[KG_SANDBOX_PATH_MAX];
     char procs[KG_SANDBOX_MAX_CGROUPS][KG_SANDBOX_PATH_MAX + 16];
     int keep[16];
+    char keep_paths[KG_SANDBOX_MAX_KEEP][KG_SANDBOX_PATH_MAX];
 } kg_sandbox_json_store;
 
 /* Fills cfg from s. filter is used when s asks for seccomp (may be NULL:

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "worker/sandbox.h"
+#include "worker/sandbox_json.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -1096,6 +1097,273 @@ static void test_uid_switch(void **state)
     assert_exit0(&c);
 }
 
+/* ---- private mounts: tmpfs /tmp (quota), read-only root, kept dirs --- */
+
+struct mounts_arg {
+    char wd[KG_SANDBOX_PATH_MAX + 16], cache[KG_SANDBOX_PATH_MAX + 16];
+    char marker[KG_SANDBOX_PATH_MAX]; /* a host file in /tmp */
+    char ro_probe[KG_SANDBOX_PATH_MAX + 16]; /* a path in a host dir */
+    uint64_t quota;
+};
+
+/* First component of p below /tmp/, or "" when p is not below /tmp. */
+static void tmp_top(const char *p, char *out, size_t n)
+{
+    out[0] = 0;
+    if (strncmp(p, "/tmp/", 5))
+        return;
+    snprintf(out, n, "%.*s", (int)strcspn(p + 5, "/"), p + 5);
+}
+
+static int v_private_tmp(void *arg)
+{
+    const struct mounts_arg *a = arg;
+    char cwd[KG_SANDBOX_PATH_MAX + 16], p[KG_SANDBOX_PATH_MAX + 64];
+    EXPECT(getcwd(cwd, sizeof cwd) && !strcmp(cwd, a->wd));
+    EXPECT(getenv("TMPDIR") && !strcmp(getenv("TMPDIR"), a->wd));
+    EXPECT(umask(0) == 027);
+    /* /tmp holds only the way to our own dirs: not the host's marker */
+    EXPECT(access(a->marker, F_OK) < 0 && errno == ENOENT);
+    char top_wd[256], top_cache[256];
+    tmp_top(a->wd, top_wd, sizeof top_wd);
+    tmp_top(a->cache, top_cache, sizeof top_cache);
+    DIR *d = opendir("/tmp");
+    EXPECT(d != NULL);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        if (strcmp(de->d_name, top_wd) && strcmp(de->d_name, top_cache)) {
+            nbad++;
+            say("FAIL /tmp shows %s\n", de->d_name);
+        }
+    }
+    if (d)
+        closedir(d);
+    /* /tmp, /var/tmp and /dev/shm are writable, and ours */
+    const char *places[] = {"/tmp", "/var/tmp", "/dev/shm"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/kgym-test-private-%d", places[i],
+                 (int)getppid());
+        int fd = open(p, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+        EXPECT(fd >= 0 && write(fd, "x", 1) == 1);
+        if (fd >= 0)
+            close(fd);
+    }
+    /* the kept dir is the host's, and writable */
+    snprintf(p, sizeof p, "%s/from-child", a->cache);
+    int fd = open(p, O_CREAT | O_WRONLY | O_TRUNC, 0666);
+    EXPECT(fd >= 0 && write(fd, "cached", 6) == 6);
+    if (fd >= 0)
+        close(fd);
+    /* everything else is read-only (or not ours to write) */
+    fd = open(a->ro_probe, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    EXPECT(fd < 0 && (errno == EROFS || errno == EACCES));
+    /* the quota: writes past it fail with ENOSPC */
+    static char block[1 << 20];
+    memset(block, 0xab, sizeof block);
+    fd = open("fill", O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    EXPECT(fd >= 0);
+    uint64_t total = 0;
+    ssize_t w = 0;
+    while (fd >= 0 && total < 4 * a->quota &&
+           (w = write(fd, block, sizeof block)) > 0)
+        total += (uint64_t)w;
+    EXPECT(w < 0 && errno == ENOSPC);
+    EXPECT(total <= a->quota && total >= a->quota / 2);
+    if (fd >= 0)
+        close(fd);
+    say("filled %llu\n", (unsigned long long)total);
+    return nbad;
+}
+
+static void mounts_setup(struct mounts_arg *a)
+{
+    memset(a, 0, sizeof *a);
+    snprintf(a->wd, sizeof a->wd, "%s/wd", base);
+    snprintf(a->cache, sizeof a->cache, "%s/cache", base);
+    snprintf(a->marker, sizeof a->marker, "/tmp/kgym-test-marker-%d",
+             (int)getpid());
+    snprintf(a->ro_probe, sizeof a->ro_probe, "%s/ro-probe", base);
+    a->quota = 8 << 20;
+    assert_int_equal(mkdir(a->wd, 0700), 0);
+    assert_int_equal(mkdir(a->cache, 0700), 0);
+    assert_int_equal(chmod(a->cache, 0777), 0);
+    int fd = open(a->marker, O_CREAT | O_WRONLY, 0644);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
+static void mounts_cleanup(struct mounts_arg *a)
+{
+    unlink(a->marker);
+    kg_sandbox_rmtree(a->wd, NULL);
+    kg_sandbox_rmtree(a->cache, NULL);
+    unlink(a->ro_probe);
+}
+
+static void test_private_tmp(void **state)
+{
+    (void)state;
+    if (getuid() != 0)
+        skip();
+    struct mounts_arg a;
+    mounts_setup(&a);
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.workdir = a.wd;
+    cfg.uid = 65534;
+    cfg.gid = 65534;
+    cfg.umask = 027;
+    cfg.private_tmp = 1;
+    cfg.tmp_bytes = a.quota;
+    cfg.readonly_root = 1;
+    cfg.keep_paths[0] = a.cache;
+    struct child c;
+    run(&cfg, v_private_tmp, &a, &c);
+    /* the host is untouched: its marker is there, the child's files are
+     * not, the workdir is empty; the kept dir got the child's file */
+    char p[KG_SANDBOX_PATH_MAX + 64];
+    int host_ok = access(a.marker, F_OK) == 0;
+    int leaked = 0;
+    const char *places[] = {"/tmp", "/var/tmp", "/dev/shm"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/kgym-test-private-%d", places[i],
+                 (int)getpid());
+        if (access(p, F_OK) == 0) {
+            leaked++;
+            unlink(p);
+        }
+    }
+    snprintf(p, sizeof p, "%s/fill", a.wd);
+    int wd_clean = access(p, F_OK) < 0;
+    snprintf(p, sizeof p, "%s/from-child", a.cache);
+    int cached = access(p, F_OK) == 0;
+    mounts_cleanup(&a);
+    assert_exit0(&c);
+    assert_true(host_ok);
+    assert_int_equal(leaked, 0);
+    assert_true(wd_clean);
+    assert_true(cached);
+}
+
+static int v_readonly(void *arg)
+{
+    const struct mounts_arg *a = arg;
+    char p[KG_SANDBOX_PATH_MAX + 64];
+    /* still uid 0 (no capabilities): only the read-only flag stops it */
+    int fd = open(a->ro_probe, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    EXPECT(fd < 0 && errno == EROFS);
+    EXPECT(mkdir("/kgym-test-ro", 0700) < 0 && errno == EROFS);
+    /* device nodes stay usable */
+    fd = open("/dev/null", O_WRONLY);
+    EXPECT(fd >= 0 && write(fd, "x", 1) == 1);
+    if (fd >= 0)
+        close(fd);
+    snprintf(p, sizeof p, "%s/from-child", a->cache);
+    fd = open(p, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    EXPECT(fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    /* without private_tmp, /tmp is the host's: read-only too */
+    snprintf(p, sizeof p, "/tmp/kgym-test-ro-%d", (int)getppid());
+    fd = open(p, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    EXPECT(fd < 0 && errno == EROFS);
+    return nbad;
+}
+
+static void test_readonly_root(void **state)
+{
+    (void)state;
+    if (getuid() != 0)
+        skip();
+    struct mounts_arg a;
+    mounts_setup(&a);
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.readonly_root = 1;
+    cfg.keep_paths[0] = a.cache;
+    struct child c;
+    run(&cfg, v_readonly, &a, &c);
+    char p[KG_SANDBOX_PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/from-child", a.cache);
+    int cached = access(p, F_OK) == 0;
+    int probe = access(a.ro_probe, F_OK) == 0;
+    mounts_cleanup(&a);
+    assert_exit0(&c);
+    assert_true(cached);
+    assert_false(probe);
+}
+
+static void test_private_tmp_bad_config(void **state)
+{
+    (void)state;
+    kg_sandbox_cfg cfg;
+    kg_err e = {{0}};
+    /* checked before anything changes, so this process can run it */
+    kg_sandbox_cfg_init(&cfg);
+    cfg.private_tmp = 1;
+    assert_int_equal(kg_sandbox_enter(&cfg, &e), KG_EINVAL);
+    assert_non_null(strstr(e.msg, "workdir"));
+    kg_sandbox_cfg_init(&cfg);
+    cfg.keep_paths[0] = "relative/path";
+    assert_int_equal(kg_sandbox_enter(&cfg, &e), KG_EINVAL);
+    assert_non_null(strstr(e.msg, "keep path"));
+}
+
+static void test_json_private_fields(void **state)
+{
+    (void)state;
+    kg_sandbox_cfg cfg;
+    kg_sandbox_json_store st;
+    int en;
+    kg_err e = {{0}};
+    json_error_t je;
+    json_t *s = json_loads(
+        "{\"workdir\":\"/w\",\"private_tmp\":true,\"tmp_bytes\":1048576,"
+        "\"readonly_root\":true,\"umask\":7,\"keep_paths\":[\"/c1\",\"/c2\"],"
+        "\"uid\":65401,\"gid\":65400}",
+        0, &je);
+    assert_non_null(s);
+    assert_int_equal(kg_sandbox_cfg_from_json(s, NULL, &cfg, &st, &en, &e), 0);
+    json_decref(s);
+    assert_int_equal(cfg.private_tmp, 1);
+    assert_int_equal(cfg.readonly_root, 1);
+    assert_int_equal(cfg.tmp_bytes, 1048576);
+    assert_int_equal(cfg.umask, 7);
+    assert_string_equal(cfg.keep_paths[0], "/c1");
+    assert_string_equal(cfg.keep_paths[1], "/c2");
+    assert_null(cfg.keep_paths[2]);
+    assert_int_equal(cfg.uid, 65401);
+    /* absent: off, umask kept */
+    s = json_loads("{}", 0, &je);
+    assert_int_equal(kg_sandbox_cfg_from_json(s, NULL, &cfg, &st, &en, &e), 0);
+    json_decref(s);
+    assert_int_equal(cfg.private_tmp, 0);
+    assert_int_equal(cfg.readonly_root, 0);
+    assert_int_equal(cfg.umask, -1);
+    assert_null(cfg.keep_paths[0]);
+    /* bad values: a clear error each */
+    const char *bad[][2] = {
+        {"{\"umask\":512}", "umask"},
+        {"{\"umask\":\"007\"}", "umask"},
+        {"{\"tmp_bytes\":0}", "tmp_bytes"},
+        {"{\"tmp_bytes\":-5}", "tmp_bytes"},
+        {"{\"keep_paths\":\"/c\"}", "keep_paths"},
+        {"{\"keep_paths\":[\"rel\"]}", "keep_paths"},
+        {"{\"keep_paths\":[1]}", "keep_paths"},
+        {"{\"keep_paths\":[\"/a\",\"/b\",\"/c\",\"/d\",\"/e\"]}", "keep_paths"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        s = json_loads(bad[i][0], 0, &je);
+        assert_non_null(s);
+        int rc = kg_sandbox_cfg_from_json(s, NULL, &cfg, &st, &en, &e);
+        json_decref(s);
+        if (rc != KG_EINVAL || !strstr(e.msg, bad[i][1]))
+            fail_msg("%s: rc %d, %s", bad[i][0], rc, e.msg);
+    }
+}
+
 /* ---- cgroups --------------------------------------------------------- */
 
 static kg_sandbox_cgroups cgs;
@@ -1310,6 +1578,10 @@ int main(void)
         T(test_pdeathsig),
         T(test_pdeathsig_race),
         T(test_uid_switch),
+        T(test_private_tmp),
+        T(test_readonly_root),
+        T(test_private_tmp_bad_config),
+        T(test_json_private_fields),
         T(test_nproc_uid),
         T(test_nproc_root_unbound),
         T(test_cgroup_bad_name),
