@@ -238,8 +238,10 @@ def test_cancel_stops_the_evaluation_on_the_worker(env: Env) -> None:
     wait_for(lambda: not any(alive(p) for p in procs), 15,
              "the evaluation's judge and candidate to be killed")
     assert time.monotonic() - t0 < 15
-    text = read(w.log)
-    assert f"task {tid}: cancelled on the server" in text and "evaluation stopped" in text, text
+    # logged once the kill returns (it waits for the process groups to go)
+    text = wait_for(lambda: f"task {tid}: cancelled on the server" in (t := read(w.log)) and t,
+                    10, "the worker to log the cancellation")
+    assert "evaluation stopped" in text, text
     r = c.result(tid)
     assert r["status"] == "cancelled", r
     assert posted(text, tid) == []  # no result was posted for it
