@@ -25,6 +25,7 @@
 #include "redis_helper.h"
 #include "server/sched.h"
 #include "server/store.h"
+#include "server/store_impl.h"
 
 /* a lease outlives a silent worker, so the two paths differ */
 #define LEASE_MS 400
@@ -296,6 +297,94 @@ static void test_submit_batch_and_replace(void **state)
     json_decref(res);
     json_decref(req);
     json_decref(req2);
+}
+
+/* The counters of kg_store_counts_get against the tasks themselves. */
+static void expect_counts(kg_store *s, const char *const *ids, size_t n)
+{
+    long long status[KG_NSTATUS] = {0}, pending[KG_NPRIO] = {0};
+    long long verdict[KG_NVERDICT] = {0};
+    for (size_t i = 0; i < n; i++) {
+        kg_task t;
+        kg_err err = {{0}};
+        assert_int_equal(kg_store_get(s, ids[i], KG_GET_RESULT, &t, &err), 0);
+        status[t.status]++;
+        if (t.status == KG_TASK_PENDING)
+            pending[t.priority]++;
+        if (t.status == KG_TASK_COMPLETED || t.status == KG_TASK_FAILED) {
+            const json_t *v = json_object_get(t.result, "verdict");
+            verdict[kg_verdict_parse(json_string_value(v))]++;
+        }
+        kg_task_free(&t);
+    }
+    kg_store_counts c;
+    OK(kg_store_counts_get(s, &c, &e_));
+    for (int i = 0; i < KG_NSTATUS; i++)
+        assert_int_equal(c.by_status[i], status[i]);
+    for (int i = 0; i < KG_NPRIO; i++)
+        assert_int_equal(c.pending[i], pending[i]);
+    for (int i = 0; i < KG_NVERDICT; i++)
+        assert_int_equal(c.by_verdict[i], verdict[i]);
+}
+
+/*
+ * Counters stay equal to what the tasks say through batches (new ids of
+ * every priority, ids that exist, a replaced finished task), leases,
+ * completions, a retry, a cancel and an expiry.
+ */
+static void test_counts_follow_tasks(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    static const char *const ids[] = {"c0", "c1", "c2", "c3", "c4", "c5"};
+    json_t *req = request("c");
+    kg_submit v[6];
+    int created[6];
+    for (int i = 0; i < 6; i++)
+        v[i] = (kg_submit){ids[i], i % 3, req, NULL, 0};
+    assert_int_equal(kg_store_submit_batch(s, v, 4, created, &err), 0);
+    expect_counts(s, ids, 4);
+    /* c2, c3 exist (left alone), c4, c5 are new */
+    assert_int_equal(kg_store_submit_batch(s, v + 2, 4, created, &err), 0);
+    assert_int_equal(created[0] + created[1] + created[2] + created[3], 2);
+    expect_counts(s, ids, 6);
+    reg(s, "w1", "cpu:0");
+    char id[128];
+    json_t *pass = result_of("pass"), *bad = result_of("mismatch");
+    OK(kg_store_complete(s, lease(s, "w1", id), "w1", KG_TASK_COMPLETED, pass,
+                         &e_));
+    OK(kg_store_complete(s, lease(s, "w1", id), "w1", KG_TASK_FAILED, bad,
+                         &e_));
+    lease(s, "w1", id);
+    OK(kg_store_retry(s, id, "w1", NULL, 0, &e_));
+    lease(s, "w1", id);
+    OK(kg_store_cancel(s, id, &e_));
+    lease(s, "w1", id); /* left running */
+    expect_counts(s, ids, 6);
+    /* the first finished task again, replaced: pending once more */
+    kg_task t;
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(kg_store_get(s, ids[i], 0, &t, &err), 0);
+        if (t.status == KG_TASK_COMPLETED) {
+            kg_submit again = {ids[i], KG_PRIO_HIGH, req, NULL, 1};
+            kg_submit fresh = {"c6", KG_PRIO_LOW, req, NULL, 0};
+            kg_submit two[2] = {again, fresh};
+            assert_int_equal(kg_store_submit_batch(s, two, 2, created, &err),
+                             0);
+            assert_int_equal(created[0], 0);
+            assert_int_equal(created[1], 0);
+        }
+        kg_task_free(&t);
+    }
+    static const char *const all[] = {"c0", "c1", "c2", "c3", "c4", "c5", "c6"};
+    expect_counts(s, all, 7);
+    /* the running task's lease runs out: requeued by the sweep */
+    kg_test_sleep_ms(LEASE_MS + 100);
+    OK(kg_store_requeue_expired(s, 3, NULL, &e_));
+    expect_counts(s, all, 7);
+    json_decref(pass);
+    json_decref(bad);
+    json_decref(req);
 }
 
 static void test_priority_fifo(void **state)
@@ -1104,6 +1193,46 @@ static void test_redis_down(void **state)
     kg_store_close(s2);
 }
 
+/* Stored JSON text reads back equal, for every kind of value. */
+static void test_json_text_round_trip(void **state)
+{
+    (void)state;
+    static const double reals[] = {
+        0.01,   1e-4,     300,  10,   -2.5, 0.1, 1.0 / 3, 1e-300, 1e300, -0.0,
+        5e-324, 123456.5, 1e14, 1e15, 1e21, 0.3, -7e-7,   2.675,  1.005, 9e18};
+    json_t *o = json_object();
+    json_t *a = json_array();
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
+        json_array_append_new(a, json_real(reals[i]));
+    json_object_set_new(o, "reals", a);
+    json_object_set_new(o, "ints",
+                        json_pack("[I, I, I, i]", (json_int_t)0,
+                                  (json_int_t)INT64_MAX, (json_int_t)INT64_MIN,
+                                  -42));
+    json_object_set_new(
+        o, "s",
+        json_string("quote \" back \\ nl \n tab \t cr \r "
+                    "bell \a del \x7f \xc3\xa9 \xf0\x9f\x98\x80"));
+    json_object_set_new(o, "nul", json_stringn("a\0b", 3));
+    json_object_set_new(o, "\"key\"",
+                        json_pack("{s:b, s:b, s:n, s:{}, s:[]}", "t", 1, "f", 0,
+                                  "n", "o", "a"));
+    char *t = kg_store_json_text(o);
+    assert_non_null(t);
+    json_t *back = kg_store_json_parse(t, strlen(t));
+    if (!back || !json_equal(back, o))
+        print_error("read back differs: %s\n", t);
+    assert_non_null(back);
+    assert_true(json_equal(back, o));
+    /* reals stay reals, and short decimals are written short */
+    assert_non_null(strstr(t, "[0.01,0.0001,300.0,10.0,-2.5,0.1,"));
+    json_t *r = json_array_get(json_object_get(back, "reals"), 2);
+    assert_true(json_is_real(r));
+    free(t);
+    json_decref(back);
+    json_decref(o);
+}
+
 static void test_open_errors(void **state)
 {
     (void)state;
@@ -1127,6 +1256,8 @@ static void test_open_errors(void **state)
 #define COMMON_TESTS                                                           \
     cmocka_unit_test_setup_teardown(test_submit_get, setup, teardown),         \
         cmocka_unit_test_setup_teardown(test_submit_batch_and_replace, setup,  \
+                                        teardown),                             \
+        cmocka_unit_test_setup_teardown(test_counts_follow_tasks, setup,       \
                                         teardown),                             \
         cmocka_unit_test_setup_teardown(test_priority_fifo, setup, teardown),  \
         cmocka_unit_test_setup_teardown(test_lease_atomic, setup, teardown),   \
@@ -1154,6 +1285,7 @@ int main(void)
         cmocka_unit_test(test_durable_sqlite_kill9_concurrent),
         cmocka_unit_test(test_sqlite_migrates_v1),
         cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_json_text_round_trip),
     };
     const struct CMUnitTest redis_tests[] = {
         COMMON_TESTS,
