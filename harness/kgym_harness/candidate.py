@@ -8,13 +8,22 @@ judge.
 
 Commands (JSON header + tensors, see channel.py):
   load    {reference_code, kernel_code, backend, entry_point, init_seed, device}
-  run     {mode: train|eval, grad: bool, args}        -> {output, launches}
+  run     {mode: train|eval, grad: bool, guard: bool, args}
+                                -> {output, launches (+ guard: aliases, inputs, quiet)}
+                                   or {output_problem, output_lazy, launches}
   time    {n_warmup, n_iter, seed, start, timed_start, warmup_ms}
                                 -> {timing (+ inputs: fingerprint), launches}
   profile {n_iter, seed}                                -> {profile}
   exit
-Every reply has ok (bool), failure (when not ok) and tamper (names of
-measuring functions that were replaced since load).
+Every reply has ok (bool), failure (when not ok), tamper (names of
+measuring functions that were replaced since load) and threads (Python
+threads started by forward calls that outlived them, quiet.ThreadLedger).
+
+With guard (run_hack_checks), a checked call runs on poisoned allocator
+memory, its output is copied right after the return (that copy is what the
+judge gets), and the reply says which outputs share storage with an input,
+the digest of every input after the call, and whether work went on after
+the return (quiet.CallWatch); see docs/harness.md, "Reward integrity".
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import hooks, integrity, loader, profiling, timing
+from . import guards, hooks, integrity, loader, profiling, quiet, timing
 from .channel import Channel, PeerClosed, ProtocolError, pack, unpack
 
 
@@ -43,6 +52,7 @@ class CandidateState:
         self.snapshot: integrity.Snapshot | None = None
         self.workdir: str | None = None
         self.setup_failure: dict | None = None
+        self.out_sizes: list[int] = []  # bytes of the last outputs (what to poison)
 
 
 def make_workdir(prefix: str) -> str:
@@ -94,6 +104,10 @@ def cmd_load(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
         info = loader.classify(e, "load", None)
         info.update(verdict="infra_error", code="REFERENCE_ERROR")
         return {"ok": False, "failure": info}, []
+    # Threads started by forward calls are recorded from now on; an inductor
+    # compile pool would be child processes the quiescence checks must count.
+    quiet.LEDGER.install(_call_code())
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     # Everything measured with, and the reference's input functions, as they
     # are before the candidate's code runs.
     state.snapshot = integrity.Snapshot()
@@ -115,8 +129,24 @@ def cmd_load(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
         timing.sync(state.device)
     except BaseException as e:
         return _failure(e, "init", state), []
+    _start_pools()
     hooks.RECORDER.take()
     return {"ok": True, "hooks": installed}, []
+
+
+def _start_pools() -> None:
+    """Start torch's intra-op thread pool now (one parallel op), so threads
+    that appear during a checked call are the candidate's own."""
+    torch.ones(1 << 18).mul_(1.0)
+
+
+def _call_code() -> Any:
+    """The code object of the forward wrapper _forward returns (the frame
+    quiet.ThreadLedger looks for on a thread creator's stack)."""
+    for c in _forward.__code__.co_consts:
+        if getattr(c, "co_name", None) == "call":
+            return c
+    raise RuntimeError("candidate._forward has no nested call()")
 
 
 def _forward(state: CandidateState, mode: str, grad: bool) -> Callable[[Any], Any]:
@@ -131,17 +161,27 @@ def _forward(state: CandidateState, mode: str, grad: bool) -> Callable[[Any], An
     return call
 
 
-def _pack_output(out: Any) -> tuple[Any, list, str | None]:
-    """Output -> (structure, tensors, problem); only plain tensors may cross."""
-    tensors: list[torch.Tensor] = []
+def _pack_output(out: Any, device: str, copy: bool) -> tuple[Any, list, list, str | None, bool]:
+    """Output -> (structure, tensors to send, copies kept on the device,
+    problem, lazy). Only plain tensors on the device may cross (guards.
+    output_problem); lazy says the problem is a placeholder (lazy_output).
+    With copy, what is sent is a copy taken now, and the device copies let
+    the caller see later changes."""
     for leaf in _leaves(out):
-        if isinstance(leaf, torch.Tensor) and type(leaf) not in (torch.Tensor, torch.nn.Parameter):
-            return None, [], f"forward returned a tensor subclass ({type(leaf).__name__})"
+        found = guards.output_problem(leaf, device)
+        if found is not None:
+            return None, [], [], found[1], found[0] == "lazy"
+    tensors: list[torch.Tensor] = []
     try:
         desc = pack(out, tensors)
     except TypeError:
-        return None, [], f"forward returned {type(out).__name__}, not a tensor or tuple of tensors"
-    return desc, [t.detach().cpu() for t in tensors], None
+        return (None, [], [], f"forward returned {type(out).__name__}, not a tensor or tuple "
+                "of tensors", False)
+    if not copy:
+        return desc, [t.detach().cpu() for t in tensors], [], None, False
+    kept = [t.detach().clone() for t in tensors]
+    sent = [k.cpu() if k.device.type != "cpu" else k for k in kept]
+    return desc, sent, kept, None, False
 
 
 def _leaves(value: Any) -> list:
@@ -153,20 +193,55 @@ def _leaves(value: Any) -> list:
 def cmd_run(state: CandidateState, h: dict, tensors: list) -> tuple[dict, list]:
     mode = "eval" if h.get("mode") == "eval" else "train"
     grad = bool(h.get("grad", False))
+    guard = h.get("guard") is True
     args = loader.to_device(unpack(h.get("args", []), tensors), state.device)
     if not isinstance(args, list):
         raise ProtocolError("args must be a list")
+    watch = None
+    sizes = [a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)]
+    poison = guards.Poisoned(state.device, sizes + state.out_sizes) if guard else None
     hooks.RECORDER.take()
     try:
-        out = _forward(state, mode, grad)(args)
-        timing.sync(state.device)
-        desc, outs, problem = _pack_output(out)
+        if poison is not None:
+            watch = quiet.CallWatch()
+            with poison:
+                out = _forward(state, mode, grad)(args)
+                timing.sync(state.device)
+        else:
+            out = _forward(state, mode, grad)(args)
+            timing.sync(state.device)
+        desc, outs, kept, problem, lazy = _pack_output(out, state.device, guard)
     except BaseException as e:
         return _failure(e, "run", state), []
     launches = hooks.RECORDER.take()
     if problem:
-        return {"ok": True, "output_problem": problem, "launches": launches}, []
-    return {"ok": True, "output": desc, "launches": launches}, outs
+        return {"ok": True, "output_problem": problem, "output_lazy": lazy,
+                "launches": launches}, []
+    state.out_sizes = [t.numel() * t.element_size() for t in outs][:16]
+    reply = {"ok": True, "output": desc, "launches": launches}
+    if watch is not None:
+        try:
+            reply["guard"] = _guard_report(state, out, kept, args, watch)
+        except BaseException as e:
+            return _failure(e, "run", state), []
+    return reply, outs
+
+
+def _guard_report(state: CandidateState, out: Any, kept: list, args: list,
+                  watch: quiet.CallWatch) -> dict:
+    """What a checked call did beyond its output: outputs sharing storage
+    with an input (indices over the output's leaves), the inputs' digests
+    after the call, and quiet.CallWatch's look at the time after it."""
+    leaves = _leaves(out)
+    aliases = guards.storage_aliases(leaves, args)
+    live = [(i, leaf) for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+
+    def changed() -> list[int]:
+        timing.sync(state.device)
+        return [i for (i, leaf), copy in zip(live, kept) if not guards.same_values(copy, leaf)]
+
+    report = watch.settle(changed)
+    return {"aliases": aliases[:64], "inputs": guards.digests(args), "quiet": report}
 
 
 def _make_args(state: CandidateState, seed: int) -> Callable[[int], Any]:
@@ -257,8 +332,11 @@ def run_candidate(chan_fd: int) -> None:
                                                     "message": f"unknown command {cmd!r}"}})
                 continue
             reply, out = handler(state, header, tensors)
+            if cmd == "load" and state.device != "cpu":
+                chan.device = state.device  # large inputs arrive straight on the device
             del header, tensors
             reply["tamper"] = state.snapshot.changed() if state.snapshot else []
+            reply["threads"] = quiet.LEDGER.report()
             chan.send(reply, out)
             del reply, out  # hold nothing of this call while serving the next
     finally:

@@ -24,12 +24,26 @@ import torch
 _HARNESS_MODULES = ("kgym_harness.timing", "kgym_harness.hooks",
                     "kgym_harness.candidate", "kgym_harness.channel",
                     "kgym_harness.profiling", "kgym_harness.integrity",
-                    "kgym_harness.loader")
+                    "kgym_harness.loader", "kgym_harness.guards",
+                    "kgym_harness.quiet")
+# Instance attributes of quiet.LEDGER: the thread-start hook and what it
+# looks for must stay; a method shadowed on the instance is a replacement.
+_LEDGER_ATTRS = ("forward_code", "original")
+_LEDGER_METHODS = ("report", "_record", "_ended", "_on_main_stack", "install")
 
 
 def _targets() -> list[tuple[str, Any, str]]:
     """(display name, owner, attribute) triples to watch."""
     out: list[tuple[str, Any, str]] = []
+    import _thread
+    import threading
+    out.append(("_thread.start_new_thread", _thread, "start_new_thread"))
+    out.append(("threading._start_new_thread", threading, "_start_new_thread"))
+    quiet = sys.modules.get("kgym_harness.quiet")
+    ledger = getattr(quiet, "LEDGER", None)
+    if ledger is not None:
+        out += [(f"quiet.LEDGER.{a}", ledger, a) for a in _LEDGER_ATTRS]
+        out += [(f"quiet.LEDGER.{m} (instance)", vars(ledger), m) for m in _LEDGER_METHODS]
     for attr in ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns",
                  "time", "time_ns", "process_time_ns"):
         out.append((f"time.{attr}", time, attr))
@@ -61,7 +75,7 @@ def _targets() -> list[tuple[str, Any, str]]:
         for attr, value in list(vars(mod).items()):
             if isinstance(value, types.ModuleType):
                 continue
-            if callable(value) or attr == "RECORDER":
+            if callable(value) or attr in ("RECORDER", "LEDGER"):
                 out.append((f"{modname}.{attr}", mod, attr))
             if isinstance(value, type) and value.__module__.startswith("kgym_harness"):
                 for name, member in list(vars(value).items()):

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import compare, loader, profiling, schema, timing
+from . import audit, compare, guards, loader, profiling, quiet, schema, timing
 from .devlock import DeviceLock, LockTimeout
 from .channel import Channel, ChannelTimeout, PeerClosed, ProtocolError
 from .frame import write_result
@@ -85,6 +85,8 @@ class Judge:
         self.records: list[dict] = []
         self.lock = DeviceLock(None)
         self.load_sent = False
+        self.facts = audit.ReferenceFacts()   # what the reference does to its inputs
+        self.samples: list[tuple[list, Any]] = []  # (input digests, expected), 2 trials
 
     # -- failures ---------------------------------------------------------
     def fail(self, verdict: str, code: str, etype: str, message: str,
@@ -131,6 +133,7 @@ class Judge:
         dev = torch.device(self.device)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
+            self.chan.device = self.device  # large outputs arrive straight on the device
         name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
         self.result["device"].update(name=name, device=self.device)
         try:
@@ -152,6 +155,7 @@ class Judge:
     def compile(self) -> None:
         """Collect the reply to the load command sent in setup."""
         self.phase = "compile"
+        self.remote.watch_wanted = self.req["run_hack_checks"]
         self.remote.finish_load()
         self.result["compiled"] = True
 
@@ -172,29 +176,66 @@ class Judge:
             self.result["warnings"].append(self.lock.error[:500])
             self.lock.error = ""  # said once; stays unlocked
 
-    def reference_forward(self, inputs: list, mode: str = "train", grad: bool = False) -> Any:
+    def reference_forward(self, inputs: list, mode: str = "train", grad: bool = False,
+                          sent: list | None = None) -> Any:
+        """The reference on its own copy of inputs; with sent (the inputs'
+        digests) it also learns what the reference does to them (audit)."""
         loader.set_mode(self.ref_model, mode)
+        clones = loader.clone_inputs(inputs)
         with torch.set_grad_enabled(grad):
-            out = self.ref_model(*loader.clone_inputs(inputs))
+            out = self.ref_model(*clones)
         timing.sync(self.device)
+        if sent is not None:
+            self.facts.learn(out, clones, sent)
         return out
 
     def trial(self, label: str, mode: str = "train", grad: bool = False,
               check: bool = True) -> dict | None:
-        """One candidate call (first) and, if check, the reference and the comparison."""
+        """One candidate call (first) and, if check, the reference and the
+        comparison. With run_hack_checks the call is guarded (candidate.py)
+        and what it did besides its output is audited (audit.py): findings
+        stop the evaluation as hacked."""
+        guard = self.req["run_hack_checks"]
         inputs = loader.draw_inputs(self.ref_module,
                                     loader.derive_seed(self.req["seed"], label), self.device)
-        got, problem, launches = self.remote.run(inputs, mode, grad)
+        sent = guards.digests(inputs) if guard else None
+        reply = self.remote.run(inputs, mode, grad, guard)
+        got, problem, launches = reply.output, reply.problem, reply.launches
         self.launches[f"{mode}/{'grad' if grad else 'no_grad'}"] += launches["count"]
         self.kernel_names.update(r["name"] for r in launches["records"])
         self.records.extend(launches["records"][:max(0, 4 - len(self.records))])
         if problem is not None:
+            if reply.lazy:
+                self.report([("lazy_output", "LAZY_OUTPUT", problem)])
             return {"code": "OUTPUT_TYPE", "message": problem, "output_index": 0,
                     "max_abs_err": None, "max_rel_err": None, "bad_fraction": None}
+        expected = self.reference_forward(inputs, mode, grad, sent) if check else None
+        if guard:
+            late = audit.deferred(reply)  # explains a never-written output better than stale
+            self.report(late + (audit.stale(got) if not late else [])
+                        + audit.mutation(reply, sent, self.facts)
+                        + audit.shared_storage(reply, self.facts)
+                        + (audit.copies_of_inputs(expected, got, inputs) if check else []))
         if not check:
             return None
-        expected = self.reference_forward(inputs, mode, grad)
-        return compare.compare_outputs(expected, got, self.req["atol"], self.req["rtol"])
+        fail = compare.compare_outputs(expected, got, self.req["atol"], self.req["rtol"])
+        if fail is not None:
+            fail["message"] += audit.poison_note(got, fail["output_index"])
+            if guard and fail["code"] == "DTYPE_MISMATCH":
+                self.report(audit.downgrade(expected, got))
+        elif guard:
+            self.report(audit.downgrade(expected, got))
+        if fail is None and len(self.samples) < 2 and label.startswith("trial:"):
+            self.samples.append((sent if sent is not None else guards.digests(inputs), expected))
+        return fail
+
+    def report(self, found: list[audit.Finding]) -> None:
+        """Every finding becomes a hack reason; any stops the evaluation
+        (with run_hack_checks off they are only noted, see hack())."""
+        for reason, code, message in found:
+            self.hack(reason, code, message, stop=False)
+        if found and self.req["run_hack_checks"]:
+            raise Stop()
 
     def mismatch(self, fail: dict, trial: str) -> None:
         self.result["mismatch"] = dict(fail, trial=trial)
@@ -207,6 +248,7 @@ class Judge:
             fail = self.trial(f"trial:{t}")
             if fail:
                 self.mismatch(fail, f"trial {t}")
+        self.degenerate()
         if not self.req["run_hack_checks"]:
             return
         for mode, grad in MODES[1:]:
@@ -225,6 +267,16 @@ class Judge:
             quiet = [k for k, v in self.launches.items() if not v]
             self.hack("mode_branch", "MODE_BRANCH",
                       f"custom kernels ran in some modes but not in {', '.join(quiet)}")
+
+    def degenerate(self) -> None:
+        """Warn (never fail) when the problem cannot tell a no-op or a cache
+        from a kernel: checks.degenerate and the reasons in warnings."""
+        first = self.samples[0] if self.samples else None
+        second = self.samples[1] if len(self.samples) > 1 else None
+        found = audit.degenerate(first, second, self.req["atol"], self.req["rtol"])
+        self.result["checks"]["degenerate"] = bool(found)
+        self.result["warnings"] += found
+        self.samples = []  # expected outputs are not kept longer than needed
 
     def hack(self, reason: str, code: str, message: str, stop: bool = True) -> None:
         """Record a hacking finding; with run_hack_checks off it is only noted."""
@@ -380,16 +432,66 @@ class Judge:
         """Two more trials with new secret inputs, after timing and profiling
         (caught: output caches, call-count switches)."""
         self.phase = "recheck"
+        self.fresh_trials("recheck")
+
+    def fresh_trials(self, label: str) -> None:
+        """RECHECK_TRIALS trials on new secret inputs after the candidate was
+        timed: a failure is output_cache (a plain mismatch with
+        run_hack_checks off)."""
         self.lock_device(exclusive=False)
         for r in range(RECHECK_TRIALS):
-            fail = self.trial(f"recheck:{r}")
+            fail = self.trial(f"{label}:{r}")
+            where = f"{label.replace('_', ' ')} {r}"
             if fail and not self.req["run_hack_checks"]:
-                self.mismatch(fail, f"recheck {r}")
+                self.mismatch(fail, where)
             if fail:
-                self.result["mismatch"] = dict(fail, trial=f"recheck {r}")
+                self.result["mismatch"] = dict(fail, trial=where)
                 self.hack("output_cache", "OUTPUT_CACHE",
                           "correct before timing but wrong after it (output cache, call-count "
                           f"switch or a nondeterministic kernel): {fail['message']}")
+
+    def speedup_recheck(self) -> None:
+        """A speedup above speedup_recheck_bound is evaluated again before it
+        is reported: fresh secret inputs, then timing with a new timing
+        seed. A failure there is output_cache; otherwise the lower of the
+        two speedups is reported, with its runtimes (checks.speedups holds
+        both, checks.speedup_rechecked says it happened)."""
+        self.phase = "speedup_recheck"
+        first = {k: self.result[k] for k in ("speedup", "kernel_runtime", "reference_runtime",
+                                             "runtime_stats")}
+        checks = self.result["checks"]
+        checks["speedup_rechecked"] = True
+        checks["speedups"] = [first["speedup"]]
+        self.fresh_trials("speedup_recheck")
+        self.timing_seed = loader.derive_seed(self.req["seed"], "timing:speedup_recheck")
+        self.timing()
+        self.phase = "speedup_recheck"
+        second = self.result["speedup"]
+        checks["speedups"].append(second)
+        if second is None or first["speedup"] <= second:
+            self.result.update(first)
+        if second is None or second < first["speedup"] / 2:
+            self.result["warnings"].append(
+                f"the speedup did not reproduce: {first['speedup']:.2f}x, then "
+                + (f"{second:.2f}x" if second is not None else "no time")
+                + " on new inputs; the lower one is reported")
+
+    def quiescence(self) -> None:
+        """The judge's own verdict on work left running by the candidate
+        (quiet.ProcWatch over the gaps between commands, one explicit
+        window if no gap was long enough; the candidate's thread ledger)."""
+        watch = self.remote.watch
+        if not self.req["run_hack_checks"]:
+            return
+        if watch is not None:
+            if watch.window_ms < quiet.FINAL_WINDOW_S * 1e3:
+                watch.final_window("last")
+            self.result["checks"]["idle_watch"] = {"windows": watch.windows,
+                                                   "ms": round(watch.window_ms, 1)}
+        else:
+            self.result["checks"]["idle_watch"] = None
+        for reason, code, message in audit.watched(self.remote):
+            self.hack(reason, code, message, stop=False)
 
     def profile(self) -> None:
         self.phase = "profiling"
@@ -424,8 +526,11 @@ class Judge:
         stages = [("setup", self.setup), ("compile", self.compile),
                   ("correctness", self.correctness), ("timing", self.timing),
                   ("profiling", self.profile), ("recheck", self.recheck)]
+        stages.append(("speedup_recheck", self.speedup_recheck))  # only when needed
         for name, fn in stages:
             if name == "profiling" and not self.req["enable_profiling"]:
+                continue
+            if name == "speedup_recheck" and not self.needs_speedup_recheck():
                 continue
             t0 = _now()
             try:
@@ -433,6 +538,7 @@ class Judge:
             finally:
                 timings[name] = (_now() - t0) * 1e3
         self.lock.release()
+        self.quiescence()
         if self.remote.tamper:
             self.result["checks"]["replaced_functions"] = sorted(self.remote.tamper)[:20]
             self.hack("timer_tamper", "TIMER_TAMPER", "measuring functions were replaced: "
@@ -443,11 +549,17 @@ class Judge:
             self.result["verdict"] = "pass"
             self.result["correctness"] = True
 
+    def needs_speedup_recheck(self) -> bool:
+        s = self.result["speedup"]
+        return (s is not None and s > self.req["speedup_recheck_bound"]
+                and not self.result["hack_reasons"])
+
     def guarded_run(self) -> None:
         """run() with every way the candidate can end the evaluation mapped to a verdict."""
         try:
             self._guarded_run()
         finally:
+            self.remote.close()
             self.lock.close()
             if self.lock.waited_ms:
                 self.result["timings"]["lock_wait"] = self.lock.waited_ms

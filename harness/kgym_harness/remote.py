@@ -9,16 +9,21 @@ ProtocolError and ChannelTimeout.
 from __future__ import annotations
 
 import math
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from . import schema
-from .channel import Channel, ProtocolError, pack, unpack
+from . import quiet, schema
+from .channel import Channel, ChannelTimeout, ProtocolError, pack, unpack
 
 MAX_TEXT = 4000
 MAX_TB = 8000
 MAX_RECORDS = 16
+MAX_INPUTS = 256
 
 
 class CandidateFailed(Exception):
@@ -112,22 +117,127 @@ def _signed_ms(v: Any) -> float:
     return float(v)
 
 
+def _int(v: Any, lo: int = 0, hi: int = 2**63) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi else None
+
+
+def _num(v: Any) -> float:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return max(float(v), 0.0) if ok else 0.0
+
+
+@dataclass
+class RunReply:
+    """One checked call, as the judge may use it. guard is None when the
+    judge did not ask for the guard report."""
+    output: Any = None
+    problem: str | None = None
+    lazy: bool = False
+    launches: dict = field(default_factory=dict)
+    aliases: list = field(default_factory=list)      # [output leaf, input]
+    inputs: list | None = None                       # digest per input, after the call
+    quiet: dict = field(default_factory=dict)
+
+
+def _guard(v: Any, n_inputs: int) -> tuple[list, list, dict]:
+    """The candidate's guard report, bounded and typed; ProtocolError when
+    it is missing or malformed (only a tampered candidate leaves it out)."""
+    if not isinstance(v, dict):
+        raise ProtocolError("run reply without its guard report")
+    aliases = []
+    for p in (v.get("aliases") if isinstance(v.get("aliases"), list) else [])[:64]:
+        if (isinstance(p, list) and len(p) == 2 and _int(p[0], 0, 1 << 20) is not None
+                and _int(p[1], 0, MAX_INPUTS) is not None):
+            aliases.append((p[0], p[1]))
+    inputs = v.get("inputs")
+    if not isinstance(inputs, list) or len(inputs) != n_inputs:
+        raise ProtocolError("guard report without one digest per input")
+    digests = []
+    for d in inputs:
+        if d is None:
+            digests.append(None)
+        elif isinstance(d, list) and len(d) == 3 and all(_int(x, 0, 2**64) is not None for x in d):
+            digests.append(list(d))
+        else:
+            raise ProtocolError("bad input digest")
+    q = v.get("quiet") if isinstance(v.get("quiet"), dict) else {}
+    changed = q.get("changed") if isinstance(q.get("changed"), list) else []
+    report = {"deferred": q.get("deferred") is True,
+              "changed": [c for c in changed[:16] if _int(c, 0, 1 << 20) is not None],
+              "busy_ms": _num(q.get("busy_ms")), "waited_ms": _num(q.get("waited_ms")),
+              "new_threads": _int(q.get("new_threads"), 0, 1 << 20) or 0,
+              "new_children": _int(q.get("new_children"), 0, 1 << 20) or 0}
+    return aliases, digests, report
+
+
+def peer_pid(sock: socket.socket, deadline: float | None) -> int | None:
+    """The pid of the process that wrote the next message on sock, as the
+    kernel reports it (SCM_CREDENTIALS; needs SO_PASSCRED set on sock before
+    it was sent), read with MSG_PEEK so the message stays where it is. None
+    when the platform or the socket cannot say."""
+    if not hasattr(socket, "SCM_CREDENTIALS"):
+        return None
+    left = None if deadline is None else deadline - time.monotonic()
+    if left is not None and left <= 0:
+        raise ChannelTimeout("deadline passed")
+    sock.settimeout(left)
+    try:
+        data, anc, _flags, _addr = sock.recvmsg(1, socket.CMSG_SPACE(12), socket.MSG_PEEK)
+    except socket.timeout:
+        raise ChannelTimeout("deadline passed") from None
+    except OSError:
+        return None
+    for level, kind, payload in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= 12:
+            pid = struct.unpack("iII", payload[:12])[0]
+            return pid if data and pid > 0 else None
+    return None
+
+
 class Remote:
-    """Commands to the candidate; one outstanding command at a time."""
+    """Commands to the candidate; one outstanding command at a time.
+
+    With watch_wanted set before finish_load(), the judge learns the
+    candidate's pid from the kernel and keeps a quiet.ProcWatch on it:
+    busy() before each command, idle() after each reply. Threads that
+    forward calls started and left running are summed in late_threads and
+    thread_busy_ms (the candidate's own report, quiet.ThreadLedger)."""
 
     def __init__(self, chan: Channel):
         self.chan = chan
         self.tamper: set[str] = set()
+        self.watch_wanted = False
+        self.watch: quiet.ProcWatch | None = None
+        self.pid: int | None = None
+        self.late_threads = 0
+        self.thread_busy_ms = 0.0
+        self._pass_creds(True)  # the kernel attaches the writer's pid to the load reply
+
+    def _pass_creds(self, on: bool) -> None:
+        try:
+            self.chan.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, int(on))
+        except (OSError, AttributeError):
+            pass
 
     def _call(self, header: dict, tensors: list[torch.Tensor] = ()) -> tuple[dict, list]:
+        if self.watch is not None:
+            self.watch.busy()
         self.chan.send(header, list(tensors))
-        return self._reply()
+        reply, out = self._reply()
+        if self.watch is not None:
+            self.watch.idle(str(header.get("cmd")))
+        return reply, out
 
     def _reply(self, allow_infra: bool = False) -> tuple[dict, list]:
         reply, out = self.chan.recv()
         tamper = reply.get("tamper")
         if isinstance(tamper, list):
             self.tamper.update(_text(t, 200) for t in tamper[:50] if isinstance(t, str))
+        threads = reply.get("threads")
+        if isinstance(threads, dict):
+            self.late_threads += _int(threads.get("late"), 0, 1 << 30) or 0
+            if (_int(threads.get("running"), 0, 1 << 30) or 0) > 0:
+                self.thread_busy_ms = max(self.thread_busy_ms, _num(threads.get("busy_ms")))
         if reply.get("ok") is not True:
             raise CandidateFailed(sanitize_failure(reply.get("failure"),
                                                    allow_infra and not self.tamper))
@@ -141,18 +251,36 @@ class Remote:
         self.chan.send({"cmd": "load", **fields})
 
     def finish_load(self) -> None:
+        try:
+            pid = peer_pid(self.chan.sock, self.chan.deadline) if self.watch_wanted else None
+        finally:
+            self._pass_creds(False)  # later messages may carry fds (channel.py's regions)
         self._reply(allow_infra=True)
+        if pid is not None and quiet.proc_stat(pid) is not None:
+            self.pid = pid
+            self.watch = quiet.ProcWatch(pid)
 
-    def run(self, inputs: list, mode: str, grad: bool) -> tuple[Any, str | None, dict]:
-        """(output, output_problem, launches) for one forward call."""
+    def close(self) -> None:
+        """Stop the watch's thread (idempotent)."""
+        if self.watch is not None:
+            self.watch.close()
+
+    def run(self, inputs: list, mode: str, grad: bool, guard: bool = False) -> RunReply:
+        """One forward call; with guard, the candidate's guard report too."""
         tensors: list[torch.Tensor] = []
         desc = pack(list(inputs), tensors)
-        reply, out = self._call({"cmd": "run", "mode": mode, "grad": grad, "args": desc}, tensors)
-        launches = _launches(reply.get("launches"))
+        reply, out = self._call({"cmd": "run", "mode": mode, "grad": grad, "guard": guard,
+                                 "args": desc}, tensors)
+        r = RunReply(launches=_launches(reply.get("launches")))
         problem = reply.get("output_problem")
         if problem is not None:
-            return None, _text(problem, MAX_TEXT) or "bad output", launches
-        return unpack(reply.get("output"), out), None, launches
+            r.problem = _text(problem, MAX_TEXT) or "bad output"
+            r.lazy = reply.get("output_lazy") is True
+            return r
+        r.output = unpack(reply.get("output"), out)
+        if guard:
+            r.aliases, r.inputs, r.quiet = _guard(reply.get("guard"), len(inputs))
+        return r
 
     def time(self, n_warmup: int, n_iter: int, seed: int, start: int = 0,
              warmup_ms: float = 0.0, timed_start: int | None = None) -> dict:

@@ -23,7 +23,8 @@ PRIORITIES = ("low", "normal", "high")
 HACK_REASONS = ("no_custom_kernel", "side_stream", "output_cache",
                 "input_mutation", "timer_tamper", "mode_branch",
                 "aliases_input", "lazy_output", "thread_injection",
-                "result_forgery")
+                "result_forgery", "stale_memory", "precision_downgrade",
+                "l2_persist")
 
 # Stable error codes, grouped by the verdict they lead to.
 COMPILE_CODES = ("SYNTAX_ERROR", "IMPORT_ERROR", "BUILD_ERROR",
@@ -34,7 +35,9 @@ RUNTIME_CODES = ("FORWARD_EXCEPTION", "INIT_EXCEPTION", "CUDA_ERROR",
 MISMATCH_CODES = ("SHAPE_MISMATCH", "DTYPE_MISMATCH", "NONFINITE_OUTPUT",
                   "VALUE_MISMATCH", "OUTPUT_TYPE")
 HACK_CODES = ("NO_CUSTOM_KERNEL", "MODE_BRANCH", "OUTPUT_CACHE",
-              "TIMER_TAMPER", "SIDE_STREAM")
+              "TIMER_TAMPER", "SIDE_STREAM", "LAZY_OUTPUT", "THREAD_INJECTION",
+              "ALIASES_INPUT", "INPUT_MUTATION", "STALE_MEMORY",
+              "PRECISION_DOWNGRADE", "L2_PERSIST")
 OTHER_CODES = ("TIMEOUT", "BAD_REQUEST", "REFERENCE_ERROR", "INFRA_ERROR")
 
 MAX_KERNEL_CODE = 256 * 1024
@@ -138,6 +141,8 @@ def normalize_request(d: Any) -> dict:
         seed = secrets.randbits(63)
     out["seed"] = _int({"seed": seed}, "seed", 0, 0, 2**63 - 1)
     out["force_refresh"] = _bool(d, "force_refresh", False)
+    # A speedup above this is evaluated again before it is reported.
+    out["speedup_recheck_bound"] = _num(d, "speedup_recheck_bound", 10.0, 1.0, 1e6)
     device = d.get("device")
     if device is not None and (not isinstance(device, str) or not _DEVICE.match(device)):
         raise ValueError(f"device: expected cpu, cuda or cuda:N, got {device!r}")

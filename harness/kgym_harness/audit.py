@@ -1,0 +1,181 @@
+"""The judge's reading of what a checked call did besides its output.
+
+Each function returns findings, (reason, code, message) triples the judge
+turns into hack reasons (judge.Judge.report). The judge trusts its own
+observations (what it sent, what it received, what the reference did, what
+/proc says about the candidate's process); the candidate's guard report can
+only add findings, and a candidate that stops sending it breaks the
+protocol. docs/harness.md, "Reward integrity", says why each rule is safe
+for honest kernels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import guards
+from .compare import flatten
+from .remote import Remote, RunReply
+
+Finding = tuple[str, str, str]
+MIN_STALE_WORDS = 8
+
+
+class ReferenceFacts:
+    """What the reference itself does to its inputs, learnt on the judge's
+    own calls: which (output, input) pairs share storage, which inputs it
+    changes in place. The candidate may do the same."""
+
+    def __init__(self) -> None:
+        self.aliases: set[tuple[int, int]] = set()
+        self.mutated: set[int] = set()
+
+    def learn(self, out: Any, clones: list, sent: list | None) -> None:
+        self.aliases.update((i, j) for i, j in guards.storage_aliases(flatten(out), clones))
+        if sent is not None:
+            after = guards.digests(clones)
+            self.mutated.update(j for j, (a, b) in enumerate(zip(sent, after)) if a != b)
+
+
+def _name(i: int) -> str:
+    return f"output {i}"
+
+
+def stale(got: Any) -> list[Finding]:
+    """Outputs that are (almost) all the poison pattern: never written."""
+    out = []
+    for i, g in enumerate(flatten(got)):
+        if not isinstance(g, torch.Tensor):
+            continue
+        hit, n = guards.poisoned_words(g)
+        if n >= MIN_STALE_WORDS and hit >= guards.STALE_FRACTION * n:
+            out.append(("stale_memory", "STALE_MEMORY",
+                        f"{_name(i)} was never written: {hit} of its {n} 16-bit words still hold "
+                        "the pattern the harness leaves in freed memory (an uninitialised "
+                        "torch.empty buffer returned as the result)"))
+    return out
+
+
+def poison_note(got: Any, index: int) -> str:
+    """For a mismatch message: how much of output `index` was never written."""
+    leaves = flatten(got)
+    if not 0 <= index < len(leaves) or not isinstance(leaves[index], torch.Tensor):
+        return ""
+    hit, n = guards.poisoned_words(leaves[index])
+    if hit == 0:
+        return ""
+    return (f" ({hit} of {n} 16-bit words still hold the harness's poison pattern: "
+            "parts of the output were never written)")
+
+
+def deferred(r: RunReply) -> list[Finding]:
+    q = r.quiet
+    if not q.get("deferred"):
+        return []
+    if q.get("changed"):
+        what = (f"{', '.join(_name(i) for i in q['changed'][:4])} changed after forward "
+                "returned (a thread or process kept writing it)")
+    else:
+        what = (f"work kept running after forward returned: {q.get('busy_ms', 0):.1f} ms of "
+                f"CPU in other threads or processes ({q.get('new_threads', 0)} new threads, "
+                f"{q.get('new_children', 0)} new processes)")
+    return [("thread_injection", "THREAD_INJECTION", what)]
+
+
+def mutation(r: RunReply, sent: list, facts: ReferenceFacts) -> list[Finding]:
+    changed = [j for j, (a, b) in enumerate(zip(sent, r.inputs or []))
+               if a is not None and a != b and j not in facts.mutated]
+    if not changed:
+        return []
+    return [("input_mutation", "INPUT_MUTATION",
+             f"forward changed its input{'s' if len(changed) > 1 else ''} "
+             f"{', '.join(str(j) for j in changed[:8])} in place (the reference does not)")]
+
+
+def shared_storage(r: RunReply, facts: ReferenceFacts) -> list[Finding]:
+    pairs = [(i, j) for i, j in r.aliases if (i, j) not in facts.aliases]
+    if not pairs:
+        return []
+    i, j = pairs[0]
+    return [("aliases_input", "ALIASES_INPUT",
+             f"{_name(i)} shares memory with input {j} (it returns the input or a view of "
+             "it; the reference's output does not)")]
+
+
+def copies_of_inputs(expected: Any, got: Any, inputs: list) -> list[Finding]:
+    """Received outputs that hold exactly the bytes of an input the judge
+    sent while the expected output does not (a returned input, a copy or a
+    reshaped view of one). Trusted: the judge's own data only."""
+    for i, (e, g) in enumerate(zip(flatten(expected), flatten(got))):
+        if not (isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor)):
+            continue
+        for j, x in enumerate(inputs):
+            if (isinstance(x, torch.Tensor) and x.dtype == g.dtype and x.numel() == g.numel()
+                    and guards.same_values(x, g) and not guards.same_values(x, e)):
+                return [("aliases_input", "ALIASES_INPUT",
+                         f"{_name(i)} is input {j}, unchanged (the expected output is not)")]
+    return []
+
+
+def downgrade(expected: Any, got: Any) -> list[Finding]:
+    """A lower-precision dtype, or values rounded to one, where the
+    reference computes in full precision."""
+    for i, (e, g) in enumerate(zip(flatten(expected), flatten(got))):
+        if (isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor)
+                and guards.is_downcast(e.dtype, g.dtype)):
+            return [("precision_downgrade", "PRECISION_DOWNGRADE",
+                     f"{_name(i)} is {str(g.dtype).replace('torch.', '')}; the reference "
+                     f"computes {str(e.dtype).replace('torch.', '')}")]
+    low = guards.rounded_to(expected, got)
+    if low is None:
+        return []
+    return [("precision_downgrade", "PRECISION_DOWNGRADE",
+             f"every output value is rounded to {low} (the expected values are not): the "
+             "kernel computes in lower precision and casts back")]
+
+
+def watched(remote: Remote) -> list[Finding]:
+    """The judge's own look at the candidate's process between commands,
+    and the candidate's thread ledger."""
+    out = []
+    w = remote.watch
+    if w is not None and w.findings:
+        f = max(w.findings, key=lambda x: x["busy_ms"])
+        if f["what"] == "new threads":
+            what = (f"{f['threads']} threads started during the timed calls were still busy "
+                    f"after the timing command returned ({f['busy_ms']:.1f} ms of CPU in "
+                    f"{f['window_ms']:.0f} ms)")
+        else:
+            what = (f"the candidate's processes used {f['busy_ms']:.1f} ms of CPU during "
+                    f"{f['window_ms']:.0f} ms in which they had nothing to do (after "
+                    f"the {f['phase']} command)")
+        out.append(("thread_injection", "THREAD_INJECTION", what))
+    if remote.late_threads or remote.thread_busy_ms > 1.0:
+        out.append(("thread_injection", "THREAD_INJECTION",
+                    f"threads started inside forward outlived it ({remote.late_threads} "
+                    f"ended after forward returned; {remote.thread_busy_ms:.1f} ms of CPU in "
+                    "ones still running)"))
+    return out[:1]
+
+
+def degenerate(first: tuple[list, Any] | None, second: tuple[list, Any] | None,
+               atol: float, rtol: float) -> list[str]:
+    """Warnings about the problem itself, from two trials' (input digests,
+    expected output): a constant output would pass; the output does not
+    depend on the inputs drawn; the inputs do not change between draws."""
+    from .compare import compare_outputs
+    out = []
+    if first is not None and guards.constant_passes(first[1], atol, rtol):
+        out.append("degenerate problem: the reference's output barely varies (a constant "
+                   f"output is within atol={atol:g} rtol={rtol:g} of it), so a kernel that "
+                   "does nothing can pass")
+    if first is not None and second is not None:
+        if first[0] == second[0]:
+            out.append("degenerate problem: get_inputs() returned the same values for two "
+                       "different seeds, so a cached output passes every trial")
+        elif compare_outputs(first[1], second[1], atol, rtol) is None:
+            out.append("degenerate problem: the reference gave the same output for two "
+                       "different input draws, so a cached output passes every trial")
+    return out
