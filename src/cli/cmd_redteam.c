@@ -60,7 +60,8 @@ struct redteam {
     const char *gpu_device;
     int n;
     struct cand c[MAX_CANDS];
-    int skipped_gpu; /* candidates that need a GPU, none here */
+    int skipped_gpu;  /* candidates that need a GPU, none here */
+    json_t *defaults; /* request fields from --FIELD VALUE (header wins) */
     int done;
     double started;
 };
@@ -112,7 +113,11 @@ static void usage(FILE *f)
         "cuda:0)\n"
         "  --python PATH    interpreter with torch (default: KGYM_PYTHON, "
         ".venv, python3)\n"
-        "  --verbose        show the children's output\n");
+        "  --verbose        show the children's output\n"
+        "  --FIELD VALUE    a request field for every candidate, underscores "
+        "as dashes\n"
+        "                   (e.g. --num-perf-trials 20); a header's fields= "
+        "wins\n");
 }
 
 /* The kgym tree: $KGYM_ROOT, else two levels above this executable. */
@@ -402,7 +407,8 @@ static int load_cand(struct redteam *rt, struct cand *c, kg_err *err)
         free(code);
         return kg_errf(err, KG_EIO, "problem=%s: %s", c->problem, ferr.msg);
     }
-    json_t *req = json_deep_copy(c->fields);
+    json_t *req = json_deep_copy(rt->defaults);
+    json_object_update(req, c->fields);
     json_object_set_new(req, "reference_code", json_string(ref));
     json_object_set_new(req, "kernel_code", json_string(code));
     json_object_set_new(req, "backend", json_string(c->backend));
@@ -428,6 +434,7 @@ static int load_cand(struct redteam *rt, struct cand *c, kg_err *err)
             return kg_errf(err, KG_EINVAL, "fields: unknown request field '%s'",
                            key);
     }
+
     return 0;
 }
 
@@ -631,10 +638,11 @@ static void on_done(void *ctx, void *user, json_t *result)
         print_row(x->rt, c, &x->w);
 }
 
-static json_t *row_json(const struct cand *c)
+static json_t *row_json(const struct cand *c, json_error_t *je)
 {
     json_t *r = c->result;
-    json_t *row = json_pack(
+    json_t *row = json_pack_ex(
+        je, 0,
         "{s:s, s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:s?, s:b, s:O, s:s, "
         "s:{s:s, s:s?, s:O?, s:O?, s:O?, s:s?}, s:O?}",
         "candidate", c->name, "path", c->path, "family", c->family, "problem",
@@ -650,23 +658,39 @@ static json_t *row_json(const struct cand *c)
     return row;
 }
 
-static void print_json(const struct redteam *rt, const int counts[])
+/* Prints the whole run as one JSON object; 0, or 1 when it could not be
+ * built (the reason on stderr). */
+static int print_json(const struct redteam *rt, const int counts[])
 {
+    json_error_t je;
     json_t *rows = json_array();
-    for (int i = 0; i < rt->n; i++)
-        if (rt->c[i].result)
-            json_array_append_new(rows, row_json(&rt->c[i]));
-    json_t *doc = json_pack(
-        "{s:s, s:s, s:b, s:f, s:{s:i, s:i, s:i, s:i, s:i}, s:o}",
+    for (int i = 0; i < rt->n; i++) {
+        if (!rt->c[i].result)
+            continue;
+        json_t *row = row_json(&rt->c[i], &je);
+        if (!row || json_array_append_new(rows, row)) {
+            fprintf(stderr, "kgym redteam: JSON row of %s: %s\n", rt->c[i].name,
+                    row ? "out of memory" : je.text);
+            json_decref(rows);
+            return 1;
+        }
+    }
+    json_t *doc = json_pack_ex(
+        &je, 0, "{s:s, s:s, s:b, s:f, s:{s:i, s:i, s:i, s:i, s:i}, s:o}",
         "kgym_version", KG_VERSION, "dir", rt->dir, "gpu", rt->gpu, "wall_s",
         now_s() - rt->started, "counts", "ok", counts[ST_OK], "miss",
         counts[ST_MISS], "false_alarm", counts[ST_FALSE_ALARM], "error",
         counts[ST_ERROR], "skipped_need_gpu", rt->skipped_gpu, "rows", rows);
     char *s = doc ? json_dumps(doc, JSON_INDENT(1)) : NULL;
-    if (s)
+    if (!s)
+        fprintf(stderr, "kgym redteam: JSON report: %s\n",
+                doc ? "could not serialise" : je.text);
+    else
         printf("%s\n", s);
+    int rc = s ? 0 : 1;
     free(s);
     json_decref(doc);
+    return rc;
 }
 
 static void print_summary(const struct redteam *rt, const int counts[])
@@ -687,9 +711,16 @@ static void print_summary(const struct redteam *rt, const int counts[])
         }
         if (c->status == ST_OK)
             continue;
+        char exp[512], got[512];
+        expected_text(c, exp, sizeof exp);
+        got_text(c->result, got, sizeof got);
+        printf("%s %s: expected %s, got %s", STATUS[c->status], c->name, exp,
+               got);
+        json_t *sp = json_object_get(c->result, "speedup");
         const char *msg = str(c->result, "error_message");
-        printf("%s %s: %.300s\n", STATUS[c->status], c->name,
-               *msg ? msg : "(no error message)");
+        if (json_is_number(sp))
+            printf(" (speedup %.2fx)", json_number_value(sp));
+        printf("%s%.300s\n", *msg ? ": " : "", msg);
     }
 }
 
@@ -834,89 +865,135 @@ static void free_all(struct redteam *rt)
     }
 }
 
-int kg_cli_redteam(int argc, char **argv)
+/* The --FIELD VALUE defaults must make a valid request on their own: 0,
+ * or 2 with the message on stderr. */
+static int check_defaults(json_t *defaults)
 {
-    static struct redteam rt;
-    char dirbuf[PATH_MAX + 32];
-    const char *backend_arg = NULL;
-    kg_engine_cfg cfg = {.concurrency = 1};
-    int rc = 2;
-    memset(&rt, 0, sizeof rt);
-    find_root(rt.root, sizeof rt.root);
-    rt.gpu = access("/dev/nvidia0", F_OK) == 0;
-    rt.gpu_device = "cuda:0";
+    json_t *req = json_deep_copy(defaults);
+    json_object_set_new(req, "reference_code", json_string("#"));
+    json_object_set_new(req, "kernel_code", json_string("#"));
+    int code;
+    kg_err err;
+    json_t *task = kg_request_normalize(req, &code, NULL, &err);
+    json_decref(req);
+    if (!task) {
+        fprintf(stderr, "kgym redteam: %s\n", err.msg);
+        return 2;
+    }
+    const char *key;
+    json_t *v;
+    int rc = 0;
+    json_object_foreach(defaults, key, v)
+    {
+        if (!json_object_get(task, key)) {
+            fprintf(stderr, "kgym redteam: --%s: unknown request field\n", key);
+            rc = 2;
+            break;
+        }
+    }
+    json_decref(task);
+    return rc;
+}
 
+/* Reads the command line into rt and cfg: 0, -1 after --help, or 2 (the
+ * message on stderr). */
+static int parse_args(struct redteam *rt, kg_engine_cfg *cfg, int argc,
+                      char **argv)
+{
+    const char *backend_arg = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            return 0;
+            return -1;
         } else if (!strcmp(a, "--json")) {
-            rt.json_out = 1;
+            rt->json_out = 1;
         } else if (!strcmp(a, "--verbose")) {
-            cfg.verbose = 1;
-        } else if (!strcmp(a, "--backend") || !strcmp(a, "--dir") ||
-                   !strcmp(a, "--jobs") || !strcmp(a, "--filter") ||
-                   !strcmp(a, "--device") || !strcmp(a, "--python")) {
-            if (!v) {
-                fprintf(stderr, "kgym redteam: %s needs a value\n", a);
+            cfg->verbose = 1;
+        } else if (strncmp(a, "--", 2) || !a[2] || !v) {
+            fprintf(stderr, "kgym redteam: %s: %s (kgym redteam --help)\n", a,
+                    strncmp(a, "--", 2) || !a[2] ? "unexpected argument"
+                                                 : "needs a value");
+            return 2;
+        } else if (i++, !strcmp(a, "--backend")) {
+            backend_arg = v;
+        } else if (!strcmp(a, "--dir")) {
+            rt->dir = v;
+        } else if (!strcmp(a, "--filter")) {
+            rt->filter = v;
+        } else if (!strcmp(a, "--device")) {
+            rt->gpu_device = v;
+        } else if (!strcmp(a, "--python")) {
+            cfg->python = v;
+        } else if (!strcmp(a, "--jobs")) {
+            char *end;
+            long j = strtol(v, &end, 10);
+            if (*end || j < 1 || j > 64) {
+                fprintf(stderr,
+                        "kgym redteam: --jobs %s: a number from 1 to 64\n", v);
                 return 2;
             }
-            i++;
-            if (!strcmp(a, "--backend"))
-                backend_arg = v;
-            else if (!strcmp(a, "--dir"))
-                rt.dir = v;
-            else if (!strcmp(a, "--filter"))
-                rt.filter = v;
-            else if (!strcmp(a, "--device"))
-                rt.gpu_device = v;
-            else if (!strcmp(a, "--python"))
-                cfg.python = v;
-            else {
-                char *end;
-                long j = strtol(v, &end, 10);
-                if (*end || j < 1 || j > 64) {
-                    fprintf(stderr,
-                            "kgym redteam: --jobs %s: a number from 1 to "
-                            "64\n",
-                            v);
-                    return 2;
-                }
-                cfg.concurrency = (int)j;
-            }
+            cfg->concurrency = (int)j;
         } else {
-            fprintf(stderr,
-                    "kgym redteam: %s: unexpected argument (kgym redteam "
-                    "--help)\n",
-                    a);
-            return 2;
+            /* --FIELD VALUE: a request field for every candidate */
+            kg_err ferr;
+            if (!strcmp(a, "--reference-code") || !strcmp(a, "--kernel-code")) {
+                fprintf(stderr,
+                        "kgym redteam: %s: the code comes from the corpus "
+                        "(problem= and the candidate file)\n",
+                        a);
+                return 2;
+            }
+            if (kg_cli_request_flag(rt->defaults, a, v, &ferr)) {
+                fprintf(stderr, "kgym redteam: %s: %s\n", a, ferr.msg);
+                return 2;
+            }
         }
     }
-    if (strncmp(rt.gpu_device, "cuda:", 5) || !rt.gpu_device[5]) {
+    if (check_defaults(rt->defaults))
+        return 2;
+    if (strncmp(rt->gpu_device, "cuda:", 5) || !rt->gpu_device[5]) {
         fprintf(stderr, "kgym redteam: --device %s: must be cuda:N\n",
-                rt.gpu_device);
+                rt->gpu_device);
         return 2;
     }
-    if (backend_arg) {
-        rt.backends = parse_backends(backend_arg);
-        if (rt.backends < 0) {
-            fprintf(stderr,
-                    "kgym redteam: --backend %s: cpu, triton, cuda, all or "
-                    "a comma list of them\n",
-                    backend_arg);
-            return 2;
-        }
-        if ((rt.backends & 4) && !rt.gpu) {
-            fprintf(stderr,
-                    "kgym redteam: --backend %s: cuda candidates "
-                    "need a GPU and none was found (/dev/nvidia0)\n",
-                    backend_arg);
-            return 2;
-        }
-    } else {
-        rt.backends = rt.gpu ? 7 : 3;
+    if (!backend_arg) {
+        rt->backends = rt->gpu ? 7 : 3;
+        return 0;
+    }
+    rt->backends = parse_backends(backend_arg);
+    if (rt->backends < 0) {
+        fprintf(stderr,
+                "kgym redteam: --backend %s: cpu, triton, cuda, all or a "
+                "comma list of them\n",
+                backend_arg);
+        return 2;
+    }
+    if ((rt->backends & 4) && !rt->gpu) {
+        fprintf(stderr,
+                "kgym redteam: --backend %s: cuda candidates need a GPU and "
+                "none was found (/dev/nvidia0)\n",
+                backend_arg);
+        return 2;
+    }
+    return 0;
+}
+
+int kg_cli_redteam(int argc, char **argv)
+{
+    static struct redteam rt;
+    char dirbuf[PATH_MAX + 32];
+    kg_engine_cfg cfg = {.concurrency = 1};
+    memset(&rt, 0, sizeof rt);
+    find_root(rt.root, sizeof rt.root);
+    rt.gpu = access("/dev/nvidia0", F_OK) == 0;
+    rt.gpu_device = "cuda:0";
+    rt.defaults = json_object();
+    int rc = parse_args(&rt, &cfg, argc, argv);
+    if (rc) {
+        json_decref(rt.defaults);
+        return rc < 0 ? 0 : rc;
     }
     if (!rt.dir) {
         snprintf(dirbuf, sizeof dirbuf, "%s/tests/redteam/corpus", rt.root);
@@ -930,12 +1007,13 @@ int kg_cli_redteam(int argc, char **argv)
         for (int i = 0; i < rt.n; i++)
             counts[rt.c[i].result ? rt.c[i].status : ST_ERROR]++;
         if (rt.json_out)
-            print_json(&rt, counts);
+            rc |= print_json(&rt, counts);
         else
             print_summary(&rt, counts);
         if (counts[ST_MISS] || counts[ST_FALSE_ALARM] || counts[ST_ERROR])
             rc = 1;
     }
     free_all(&rt);
+    json_decref(rt.defaults);
     return rc;
 }
