@@ -233,21 +233,46 @@ fail:
     return NULL;
 }
 
-/* Feeds n as 8 bytes, most significant first. */
-static void key_u64(kg_sha256 *h, uint64_t n)
+/*
+ * The byte stream of the key, into SHA-256. Small pieces (names, tags,
+ * numbers) gather in buf and go in together; a long string goes in
+ * straight from the request.
+ */
+struct keyw {
+    kg_sha256 h;
+    uint8_t buf[512];
+    size_t n;
+};
+
+static void kw_put(struct keyw *k, const void *p, size_t n)
 {
-    uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(n >> (56 - 8 * i));
-    kg_sha256_update(h, b, 8);
+    if (k->n + n > sizeof k->buf) {
+        kg_sha256_update(&k->h, k->buf, k->n);
+        k->n = 0;
+    }
+    if (n > sizeof k->buf / 2) {
+        kg_sha256_update(&k->h, p, n);
+        return;
+    }
+    memcpy(k->buf + k->n, p, n);
+    k->n += n;
 }
 
-/* A tag byte, then (for tags that have one) a length and the bytes. */
-static void key_bytes(kg_sha256 *h, char tag, const void *p, size_t n)
+/* A tag byte, then n as 8 bytes, most significant first. */
+static void kw_tag_u64(struct keyw *k, char tag, uint64_t n)
 {
-    kg_sha256_update(h, &tag, 1);
-    key_u64(h, n);
-    kg_sha256_update(h, p, n);
+    uint8_t b[9];
+    b[0] = (uint8_t)tag;
+    for (int i = 0; i < 8; i++)
+        b[1 + i] = (uint8_t)(n >> (56 - 8 * i));
+    kw_put(k, b, 9);
+}
+
+/* A tag byte, the length as 8 bytes, then the bytes. */
+static void key_bytes(struct keyw *k, char tag, const void *p, size_t n)
+{
+    kw_tag_u64(k, tag, n);
+    kw_put(k, p, n);
 }
 
 /*
@@ -257,41 +282,37 @@ static void key_bytes(kg_sha256 *h, char tag, const void *p, size_t n)
  * one byte. Objects and arrays (no field has them after normalization)
  * as their sorted compact JSON text.
  */
-static int key_value(kg_sha256 *h, const json_t *v, kg_err *err)
+static int key_value(struct keyw *k, const json_t *v, kg_err *err)
 {
     char tag;
     switch (v ? json_typeof(v) : JSON_NULL) {
     case JSON_STRING:
-        key_bytes(h, 's', json_string_value(v), json_string_length(v));
+        key_bytes(k, 's', json_string_value(v), json_string_length(v));
         return 0;
     case JSON_INTEGER:
-        tag = 'i';
-        kg_sha256_update(h, &tag, 1);
-        key_u64(h, (uint64_t)json_integer_value(v));
+        kw_tag_u64(k, 'i', (uint64_t)json_integer_value(v));
         return 0;
     case JSON_REAL: {
         double d = json_real_value(v);
         uint64_t bits;
         memcpy(&bits, &d, sizeof bits);
-        tag = 'r';
-        kg_sha256_update(h, &tag, 1);
-        key_u64(h, bits);
+        kw_tag_u64(k, 'r', bits);
         return 0;
     }
     case JSON_TRUE:
     case JSON_FALSE:
         tag = json_is_true(v) ? 't' : 'f';
-        kg_sha256_update(h, &tag, 1);
+        kw_put(k, &tag, 1);
         return 0;
     case JSON_NULL:
         tag = v ? 'n' : 'a'; /* null, absent */
-        kg_sha256_update(h, &tag, 1);
+        kw_put(k, &tag, 1);
         return 0;
     default: {
         char *t = json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT);
         if (!t)
             return kg_errf(err, KG_ENOMEM, "out of memory");
-        key_bytes(h, 'j', t, strlen(t));
+        key_bytes(k, 'j', t, strlen(t));
         free(t);
         return 0;
     }
@@ -307,21 +328,23 @@ static int key_value(kg_sha256 *h, const json_t *v, kg_err *err)
 int kg_request_cache_key(const json_t *req, char out[65], kg_err *err)
 {
     static const char label[] = "kgym cache key v2";
-    kg_sha256 h;
+    struct keyw k;
     uint8_t dig[32];
     if (!json_is_object(req))
         return kg_errf(err, KG_EINVAL, "cache key: request is no object");
-    kg_sha256_init(&h);
-    kg_sha256_update(&h, label, sizeof label);
+    kg_sha256_init(&k.h);
+    k.n = 0;
+    kw_put(&k, label, sizeof label);
     for (size_t i = 0; i < NFIELDS; i++) {
         if (!FIELDS[i].in_cache_key)
             continue;
-        kg_sha256_update(&h, FIELDS[i].name, strlen(FIELDS[i].name) + 1);
-        int rc = key_value(&h, json_object_get(req, FIELDS[i].name), err);
+        kw_put(&k, FIELDS[i].name, strlen(FIELDS[i].name) + 1);
+        int rc = key_value(&k, json_object_get(req, FIELDS[i].name), err);
         if (rc < 0)
             return rc;
     }
-    kg_sha256_final(&h, dig);
+    kg_sha256_update(&k.h, k.buf, k.n);
+    kg_sha256_final(&k.h, dig);
     kg_sha256_tohex(dig, out);
     return 0;
 }

@@ -532,6 +532,37 @@ static int seen_add(const char **tab, size_t cap, const char *id)
     return 0;
 }
 
+/*
+ * For a batch: a task whose key the one cache lookup found (res, borrowed)
+ * is answered from the cache as try_cache answers a single submission:
+ * 1 and *view, unless the client named an id that exists (0: submitted
+ * as usual and answered as existing); < 0 on a store error.
+ */
+static int batch_cached(kg_api *api, const struct prepared *p,
+                        const json_t *res, json_t **view, kg_err *err)
+{
+    *view = NULL;
+    if (p->given_id) {
+        kg_task t;
+        int rc = kg_store_get(api->store, p->id, 0, &t, err);
+        if (rc == 0) {
+            kg_task_free(&t);
+            return 0;
+        }
+        if (rc != KG_ENOTFOUND)
+            return rc;
+    }
+    hit_put(api, p->id, p->key);
+    kg_metrics_cache_hit(api->metrics);
+    *view = cached_view(p->id, res);
+    return 1;
+}
+
+/*
+ * POST /evaluate/batch: every task validated on its own (an entry error
+ * for a bad one), one cache lookup for the whole batch, one store write
+ * for everything not answered from the cache.
+ */
 static void h_batch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
 {
     kg_api_error e;
@@ -543,34 +574,34 @@ static void h_batch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     json_t *tasks = json_object_get(in, "tasks");
     if (!json_is_array(tasks)) {
         json_decref(in);
-        {
-            kg_http_error(rep, 400, tasks ? "invalid_field" : "missing_field",
-                          "tasks",
-                          "field \"tasks\": must be an array of "
-                          "task requests");
-            return;
-        }
+        kg_http_error(rep, 400, tasks ? "invalid_field" : "missing_field",
+                      "tasks",
+                      "field \"tasks\": must be an array of task requests");
+        return;
     }
     size_t n = json_array_size(tasks);
     if (n > KG_API_MAX_BATCH) {
         json_decref(in);
-        {
-            kg_http_error(rep, 413, "field_too_large", "tasks",
-                          "field \"tasks\": %zu tasks, over the limit of %d", n,
-                          KG_API_MAX_BATCH);
-            return;
-        }
+        kg_http_error(rep, 413, "field_too_large", "tasks",
+                      "field \"tasks\": %zu tasks, over the limit of %d", n,
+                      KG_API_MAX_BATCH);
+        return;
     }
     size_t cap = 16;
     while (cap < 2 * n)
         cap *= 2;
-    struct prepared *ps = calloc(n ? n : 1, sizeof *ps);
-    kg_submit *subs = calloc(n ? n : 1, sizeof *subs);
-    size_t *which = calloc(n ? n : 1, sizeof *which);
-    int *created = calloc(n ? n : 1, sizeof *created);
+    size_t n1 = n ? n : 1;
+    struct prepared *ps = calloc(n1, sizeof *ps);
+    kg_submit *subs = calloc(n1, sizeof *subs);
+    size_t *which = calloc(n1, sizeof *which);
+    int *created = calloc(n1, sizeof *created);
+    const char **keys = calloc(n1, sizeof *keys); /* NULL: no lookup */
+    json_t **hits = calloc(n1, sizeof *hits);
+    char *ok = calloc(n1, 1); /* valid, not a duplicate */
     const char **seen = calloc(cap, sizeof *seen);
     json_t *entries = json_array();
-    if (!ps || !subs || !which || !created || !seen || !entries) {
+    if (!ps || !subs || !which || !created || !keys || !hits || !ok || !seen ||
+        !entries) {
         kg_http_error(rep, 500, "internal", NULL, "out of memory");
         goto out;
     }
@@ -578,7 +609,7 @@ static void h_batch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     kg_err err;
     for (size_t i = 0; i < n; i++) {
         json_t *task = json_array_get(tasks, i);
-        json_t *entry = NULL;
+        json_t *entry = json_null(); /* filled below */
         if (prepare(task, &ps[i], &e)) {
             entry = entry_error(i, task, &e);
         } else if (seen_add(seen, cap, ps[i].id)) {
@@ -587,24 +618,37 @@ static void h_batch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
                       ps[i].id);
             entry = entry_error(i, task, &e);
         } else {
-            int rc = try_cache(api, &ps[i], &entry, &err);
-            if (rc < 0) {
-                store_error(rep, rc, &err);
-                goto out;
-            }
-            if (rc == 0) {
-                subs[m] = (kg_submit){ps[i].id, ps[i].priority, ps[i].norm,
-                                      ps[i].key, ps[i].force};
-                which[m++] = i;
-                entry = json_null(); /* filled after the write */
-            }
+            ok[i] = 1;
+            keys[i] = ps[i].force ? NULL : ps[i].key;
         }
-        if (json_object_get(entry, "error"))
+        if (!ok[i])
             rejected++;
         json_array_append_new(entries, entry);
     }
+    int rc = kg_store_cache_get_many(api->store, keys, n, hits, &err);
+    if (rc < 0) {
+        store_error(rep, rc, &err);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!ok[i])
+            continue;
+        json_t *view = NULL;
+        if (hits[i] &&
+            (rc = batch_cached(api, &ps[i], hits[i], &view, &err)) < 0) {
+            store_error(rep, rc, &err);
+            goto out;
+        }
+        if (view) {
+            json_array_set_new(entries, i, view);
+            continue;
+        }
+        subs[m] = (kg_submit){ps[i].id, ps[i].priority, ps[i].norm, ps[i].key,
+                              ps[i].force};
+        which[m++] = i;
+    }
     if (m) {
-        int rc = kg_store_submit_batch(api->store, subs, m, created, &err);
+        rc = kg_store_submit_batch(api->store, subs, m, created, &err);
         if (rc) {
             store_error(rep, rc, &err);
             goto out;
@@ -619,8 +663,8 @@ static void h_batch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
                               "status", "pending");
         } else {
             kg_task t;
-            int rc = kg_store_get(api->store, ps[which[j]].id, KG_GET_RESULT,
-                                  &t, &err);
+            rc = kg_store_get(api->store, ps[which[j]].id, KG_GET_RESULT, &t,
+                              &err);
             if (rc) {
                 store_error(rep, rc, &err);
                 goto out;
@@ -637,12 +681,19 @@ static void h_batch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
                   (json_int_t)(n - rejected), "rejected", (json_int_t)rejected);
     entries = NULL;
 out:
-    for (size_t i = 0; ps && i < n; i++)
-        json_decref(ps[i].norm);
+    for (size_t i = 0; i < n; i++) {
+        if (ps)
+            json_decref(ps[i].norm);
+        if (hits)
+            json_decref(hits[i]);
+    }
     free(ps);
     free(subs);
     free(which);
     free(created);
+    free(keys);
+    free(hits);
+    free(ok);
     free(seen);
     json_decref(entries);
     json_decref(in);

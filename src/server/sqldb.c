@@ -52,9 +52,12 @@ static const char *const TX_SQL[TX_N] = {
     [TX_RELEASE] = "RELEASE w",     [TX_UNDO] = "ROLLBACK TO w",
 };
 
-/* One write waiting for its transaction to be durable. */
+/* One write waiting for its transaction to be durable. Each has its own
+   condition variable, so that the end of an fsync wakes the writes it
+   made durable and one more (to lead the next round), not everyone. */
 struct waiter {
     struct waiter *next;
+    pthread_cond_t cv;
     int committed; /* its transaction is committed (not yet synced) */
     int done;      /* durable, or failed with rc */
     int rc;
@@ -74,7 +77,6 @@ struct kg_sqldb {
     int nsql;
 
     pthread_mutex_t wmu; /* the writer and everything down to stats */
-    pthread_cond_t wcv;  /* a commit or an fsync finished */
     kg_sqlconn w;
     sqlite3_stmt *tx[TX_N];
     int txn_open;
@@ -203,18 +205,21 @@ static int tx(kg_sqldb *d, int which, kg_err *err)
     return kg_sqlconn_exec(&d->w, d->tx[which], err);
 }
 
-/* Marks every waiter of l done with rc (message msg when rc < 0). */
-static void finish(kg_sqldb *d, struct wlist *l, int rc, const char *msg)
+/* Marks every waiter of l done with rc (message msg when rc < 0) and
+   wakes it. */
+static void finish(struct wlist *l, int rc, const char *msg)
 {
-    for (struct waiter *w = l->head; w; w = w->next) {
+    struct waiter *next;
+    for (struct waiter *w = l->head; w; w = next) {
+        next = w->next; /* w may be gone once woken */
         if (rc < 0)
             kg_errf(w->err, rc, "%s", msg);
         w->rc = rc;
         w->done = 1;
+        pthread_cond_signal(&w->cv);
     }
     l->head = NULL;
     l->tail = &l->head;
-    pthread_cond_broadcast(&d->wcv);
 }
 
 /* Appends l to the end of into; l becomes empty. */
@@ -242,14 +247,14 @@ static void commit_open(kg_sqldb *d)
         tx(d, TX_ROLLBACK, NULL);
     d->txn_open = 0;
     if (rc < 0) {
-        finish(d, &d->open, rc == KG_EUNAVAIL ? rc : KG_EIO, e.msg);
+        finish(&d->open, rc == KG_EUNAVAIL ? rc : KG_EIO, e.msg);
         return;
     }
     d->stats.commits++;
     d->committed_seq = d->seq;
     if (d->mode != SYNC_GROUP) {
         d->stats.durable_seq = d->committed_seq;
-        finish(d, &d->open, 0, NULL);
+        finish(&d->open, 0, NULL);
         return;
     }
     for (struct waiter *w = d->open.head; w; w = w->next)
@@ -289,12 +294,15 @@ static void sync_round(kg_sqldb *d)
                  d->path, strerror(e));
     }
     if (r != 0) {
-        finish(d, &batch, KG_EIO, d->broken_msg);
-        return;
+        finish(&batch, KG_EIO, d->broken_msg);
+    } else {
+        if (target > d->stats.durable_seq)
+            d->stats.durable_seq = target;
+        finish(&batch, 0, NULL);
     }
-    if (target > d->stats.durable_seq)
-        d->stats.durable_seq = target;
-    finish(d, &batch, 0, NULL);
+    /* what gathered during the fsync: its first write leads the next */
+    if (d->open.head)
+        pthread_cond_signal(&d->open.head->cv);
 }
 
 /*
@@ -306,7 +314,7 @@ static void lost_txn(kg_sqldb *d, const kg_err *why)
     char msg[KG_ERR_MAX];
     snprintf(msg, sizeof msg, "transaction rolled back: %.200s", why->msg);
     d->txn_open = 0;
-    finish(d, &d->open, KG_EIO, msg);
+    finish(&d->open, KG_EIO, msg);
 }
 
 int kg_sqldb_write(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err)
@@ -350,12 +358,13 @@ int kg_sqldb_write(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err)
         goto out;
     }
     d->stats.writes++;
-    struct waiter w = {NULL, 0, 0, 0, err};
+    struct waiter w = {.err = err};
+    pthread_cond_init(&w.cv, NULL);
     *d->open.tail = &w;
     d->open.tail = &w.next;
     while (!w.done) {
         if (d->syncing) {
-            pthread_cond_wait(&d->wcv, &d->wmu);
+            pthread_cond_wait(&w.cv, &d->wmu);
             continue;
         }
         if (!w.committed)
@@ -363,6 +372,7 @@ int kg_sqldb_write(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err)
         if (!w.done)
             sync_round(d);
     }
+    pthread_cond_destroy(&w.cv);
     if (w.rc < 0)
         rc = w.rc;
 out:
@@ -603,7 +613,6 @@ void kg_sqldb_close(kg_sqldb *d)
     free(d->readers);
     free(d->idle);
     pthread_mutex_destroy(&d->wmu);
-    pthread_cond_destroy(&d->wcv);
     pthread_mutex_destroy(&d->pmu);
     pthread_cond_destroy(&d->pcv);
     pthread_mutex_destroy(&d->cmu);
@@ -626,7 +635,6 @@ int kg_sqldb_open(kg_sqldb **out, const char *path, int sync_full, int nreaders,
     d->open.tail = &d->open.head;
     d->unsynced.tail = &d->unsynced.head;
     pthread_mutex_init(&d->wmu, NULL);
-    pthread_cond_init(&d->wcv, NULL);
     pthread_mutex_init(&d->pmu, NULL);
     pthread_cond_init(&d->pcv, NULL);
     pthread_mutex_init(&d->cmu, NULL);

@@ -530,6 +530,28 @@ int kg_store_cache_get(kg_store *s, const char *key, json_t **result,
     return s->ops->cache_get(s, key, result, err);
 }
 
+int kg_store_cache_get_many(kg_store *s, const char *const *keys, size_t n,
+                            json_t **results, kg_err *err)
+{
+    int rc;
+    if (n == 0)
+        return 0;
+    if (!keys || !results)
+        return kg_errf(err, KG_EINVAL, "cache: no keys");
+    for (size_t i = 0; i < n; i++)
+        results[i] = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (keys[i] && (rc = check_key(keys[i], err)) < 0)
+            return rc;
+    rc = s->ops->cache_get_many(s, keys, n, results, err);
+    if (rc < 0)
+        for (size_t i = 0; i < n; i++) {
+            json_decref(results[i]);
+            results[i] = NULL;
+        }
+    return rc;
+}
+
 int kg_store_cache_put(kg_store *s, const char *key, const json_t *result,
                        kg_err *err)
 {

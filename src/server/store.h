@@ -268,6 +268,15 @@ int kg_store_requeue_expired(kg_store *s, int max_attempts,
  */
 int kg_store_cache_get(kg_store *s, const char *key, json_t **result,
                        kg_err *err);
+/*
+ * kg_store_cache_get for n keys at once (SQLite: one read transaction;
+ * Redis: one round trip). results (the caller's array of n) gets a new
+ * reference per hit and NULL per miss; a NULL key is skipped (NULL).
+ * Returns the number of hits, or < 0 with every results[i] NULL.
+ */
+int kg_store_cache_get_many(kg_store *s, const char *const *keys, size_t n,
+                            json_t **results, kg_err *err);
+
 /* Stores result (borrowed) under key, replacing any earlier one. */
 int kg_store_cache_put(kg_store *s, const char *key, const json_t *result,
                        kg_err *err);

@@ -29,6 +29,9 @@ struct kg_store_ops {
                      kg_err *err);
     int (*cache_put)(kg_store *s, const char *key, const json_t *result,
                      kg_err *err);
+    /* results[] is all NULL on entry; keys are valid or NULL */
+    int (*cache_get_many)(kg_store *s, const char *const *keys, size_t n,
+                          json_t **results, kg_err *err);
     int (*counts)(kg_store *s, kg_store_counts *out, kg_err *err);
     int (*worker_register)(kg_store *s, const char *id, const char *device,
                            const char *host, kg_err *err);

@@ -881,6 +881,52 @@ static int rd_cache_get(kg_store *base, const char *key, json_t **result,
     return code;
 }
 
+/* Every key in one MGET (one round trip for a whole batch). */
+static int rd_cache_get_many(kg_store *base, const char *const *keys, size_t n,
+                             json_t **results, kg_err *err)
+{
+    const char **av = calloc(n + 1, sizeof *av);
+    char(*k)[80] = calloc(n, sizeof *k);
+    size_t *at = calloc(n, sizeof *at), m = 0;
+    int code = 0, hits = 0;
+    if (!av || !k || !at) {
+        code = kg_errf(err, KG_ENOMEM, "out of memory");
+        goto out;
+    }
+    av[0] = "MGET";
+    for (size_t i = 0; i < n; i++)
+        if (keys[i]) {
+            snprintf(k[m], sizeof k[m], "kg:c:%s", keys[i]);
+            av[1 + m] = k[m];
+            at[m++] = i;
+        }
+    if (m == 0)
+        goto out;
+    redisReply *r = plain((rd_store *)base, (int)(m + 1), av, NULL, &code, err);
+    if (!r)
+        goto out;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != m) {
+        code = kg_errf(err, KG_EIO, "redis: unexpected MGET reply");
+    } else {
+        for (size_t j = 0; j < m && code == 0; j++) {
+            redisReply *e = r->element[j];
+            if (e->type != REDIS_REPLY_STRING)
+                continue;
+            results[at[j]] = kg_store_json_parse(e->str, e->len);
+            if (!results[at[j]])
+                code = kg_errf(err, KG_EPARSE, "cache entry is corrupt");
+            else
+                hits++;
+        }
+    }
+    freeReplyObject(r);
+out:
+    free(av);
+    free(k);
+    free(at);
+    return code < 0 ? code : hits;
+}
+
 static int rd_cache_put(kg_store *base, const char *key, const json_t *result,
                         kg_err *err)
 {
@@ -1074,6 +1120,7 @@ static const struct kg_store_ops REDIS_OPS = {
     .requeue_expired = rd_requeue_expired,
     .cache_get = rd_cache_get,
     .cache_put = rd_cache_put,
+    .cache_get_many = rd_cache_get_many,
     .counts = rd_counts,
     .worker_register = rd_worker_register,
     .worker_heartbeat = rd_worker_heartbeat,

@@ -49,6 +49,8 @@ enum {
     ST_HELD,
     ST_WORKER_LIST,
     ST_MAX_QSEQ,
+    ST_READ_BEGIN,
+    ST_READ_END,
     ST_N
 };
 
@@ -130,6 +132,8 @@ static const char *const SQL[ST_N] = {
         "FROM tasks WHERE status = 1 AND worker = workers.id) FROM workers "
         "ORDER BY id",
     [ST_MAX_QSEQ] = "SELECT coalesce(max(qseq), 0) FROM tasks",
+    [ST_READ_BEGIN] = "BEGIN",
+    [ST_READ_END] = "COMMIT",
 };
 
 /*
@@ -802,6 +806,42 @@ static int sq_cache_get(kg_store *base, const char *key, json_t **result,
     return kg_sqldb_read(((sq_store *)base)->db, r_cache_get, &a, err);
 }
 
+struct cache_many_args {
+    const char *const *keys;
+    size_t n;
+    json_t **results;
+};
+
+/* Every key in one read transaction: one snapshot, one lock round. */
+static int r_cache_many(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct cache_many_args *a = arg;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_READ_BEGIN, err);
+    int rc = st ? kg_sqlconn_exec(c, st, err) : KG_EIO, hits = 0;
+    for (size_t i = 0; rc == 0 && i < a->n; i++) {
+        if (!a->keys[i])
+            continue;
+        struct cache_args one = {a->keys[i], NULL, &a->results[i]};
+        int r = r_cache_get(c, &one, err);
+        if (r < 0)
+            rc = r;
+        hits += r > 0;
+    }
+    if ((st = kg_sqlconn_stmt(c, ST_READ_END, rc < 0 ? NULL : err)) != NULL) {
+        int r = kg_sqlconn_exec(c, st, rc < 0 ? NULL : err);
+        if (rc == 0)
+            rc = r;
+    }
+    return rc < 0 ? rc : hits;
+}
+
+static int sq_cache_get_many(kg_store *base, const char *const *keys, size_t n,
+                             json_t **results, kg_err *err)
+{
+    struct cache_many_args a = {keys, n, results};
+    return kg_sqldb_read(((sq_store *)base)->db, r_cache_many, &a, err);
+}
+
 static int w_cache_put(kg_sqlconn *c, void *arg, kg_err *err)
 {
     struct cache_args *a = arg;
@@ -1053,6 +1093,7 @@ static const struct kg_store_ops SQLITE_OPS = {
     .requeue_expired = sq_requeue_expired,
     .cache_get = sq_cache_get,
     .cache_put = sq_cache_put,
+    .cache_get_many = sq_cache_get_many,
     .counts = sq_counts,
     .worker_register = sq_worker_register,
     .worker_heartbeat = sq_worker_heartbeat,

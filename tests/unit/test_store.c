@@ -664,6 +664,26 @@ static void test_cache(void **state)
     assert_true(json_equal(got, r2));
     json_decref(got);
     assert_int_equal(kg_store_cache_get(s, "abc", &got, &err), KG_EINVAL);
+    /* many at once: hits, a miss, a skipped NULL, the same key twice */
+    char k2[65], k3[65];
+    kg_sha256_hex("y", 1, k2);
+    kg_sha256_hex("z", 1, k3);
+    assert_int_equal(kg_store_cache_put(s, k3, r1, &err), 0);
+    const char *keys[5] = {key, k2, NULL, k3, key};
+    json_t *res[5] = {(json_t *)1, (json_t *)1, (json_t *)1, (json_t *)1,
+                      (json_t *)1};
+    assert_int_equal(kg_store_cache_get_many(s, keys, 5, res, &err), 3);
+    assert_true(json_equal(res[0], r2));
+    assert_null(res[1]);
+    assert_null(res[2]);
+    assert_true(json_equal(res[3], r1));
+    assert_true(json_equal(res[4], r2));
+    for (int i = 0; i < 5; i++)
+        json_decref(res[i]);
+    keys[1] = "abc"; /* a malformed key: nothing looked up */
+    assert_int_equal(kg_store_cache_get_many(s, keys, 5, res, &err), KG_EINVAL);
+    for (int i = 0; i < 5; i++)
+        assert_null(res[i]);
     json_decref(r1);
     json_decref(r2);
 }
