@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""bench/overhead: kgym's fixed cost per evaluation, warm zygote vs a fresh
-interpreter per child, on a trivial problem (1 correctness trial, 1 timed
-iteration, no profiling, no hack checks).
+"""bench/overhead: kgym's fixed cost per evaluation on a trivial problem (1
+correctness trial, 1 timed iteration, no profiling, no hack checks), three
+ways: warm spares (judge+candidate pairs forked and initialised ahead of
+their task, the default), the zygote alone (--prewarm 0: each task forks
+its pair when it starts), and a fresh interpreter per child (--fresh).
 
 fixed cost = the engine's wall clock for the task (timings.total) minus the
 kernel's own compile and timed runs (timings.compile, timings.timing).
 The first evaluation of each run pays the kernel's first compile and is
-left out. Prints one line per mode and the ratio.
+left out. Prints one line per mode and the ratio; "per eval" is the whole
+run's wall clock over the number of evaluations (throughput, start-up of the
+first pair included).
 
 usage: bench/overhead/run.py [--device cpu|cuda:0] [--n 8]
 """
@@ -24,13 +28,15 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 KGYM = os.path.join(ROOT, "build", "kgym")
 
 
-def measure(device: str, n: int, fresh: bool) -> tuple[list[float], float]:
+def measure(device: str, n: int, fresh: bool, prewarm: bool = True) -> tuple[list[float], float]:
     cmd = [KGYM, "eval", "--ref", os.path.join(HERE, "tiny_ref.py"), "--backend", "triton",
            "--device", device, "--json", "--num-correct-trials", "1", "--num-perf-trials", "1",
            "--num-warmup", "0", "--enable-profiling", "false", "--run-hack-checks", "false"]
     cmd += ["--cand", os.path.join(HERE, "tiny_triton.py")] * n
     if fresh:
         cmd.append("--fresh")
+    elif not prewarm:
+        cmd += ["--prewarm", "0"]
     env = dict(os.environ)
     env.setdefault("TMPDIR", "/tmp")
     t0 = time.perf_counter()
@@ -55,14 +61,16 @@ def main() -> None:
     print(f"# bench/overhead device={a.device} n={a.n} date={time.strftime('%Y-%m-%d %H:%M:%S')} "
           f"host={os.uname().nodename} cpus={os.cpu_count()}")
     meds = {}
-    for fresh in (False, True):
-        fixed, wall = measure(a.device, a.n, fresh)
-        mode = "fresh" if fresh else "zygote"
+    for mode in ("warm", "zygote", "fresh"):
+        fixed, wall = measure(a.device, a.n, mode == "fresh", mode == "warm")
         meds[mode] = statistics.median(fixed)
         print(f"{mode:7s} fixed cost median {meds[mode]:.3f} s  min {min(fixed):.3f}  "
-              f"max {max(fixed):.3f}  (n={len(fixed)}; whole run {wall:.1f} s)")
+              f"max {max(fixed):.3f}  (n={len(fixed)}; whole run {wall:.1f} s, "
+              f"{wall / a.n:.3f} s per eval)")
     print(f"zygote saves {meds['fresh'] - meds['zygote']:.3f} s per evaluation "
-          f"(fresh/zygote = {meds['fresh'] / meds['zygote']:.1f}x)")
+          f"(fresh/zygote = {meds['fresh'] / meds['zygote']:.1f}x); warm spares save "
+          f"{meds['zygote'] - meds['warm']:.3f} s more (zygote/warm = "
+          f"{meds['zygote'] / meds['warm']:.1f}x)")
 
 
 if __name__ == "__main__":

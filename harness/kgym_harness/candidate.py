@@ -298,7 +298,31 @@ def _early_cuda_init() -> None:
         pass
 
 
-HANDLERS = {"load": cmd_load, "run": cmd_run, "time": cmd_time, "profile": cmd_profile}
+def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
+    """A warm spare's start-up, driven by its judge before any task exists:
+    part "device" (the judge holds the device lock shared): CUDA context and
+    cuBLAS handle; part "profiler": CUPTI's one-time start. Refused once a
+    kernel is loaded."""
+    if state.model is not None or state.kernel_path is not None:
+        return {"ok": False, "failure": {"verdict": "infra_error", "code": "PROTOCOL_ERROR",
+                                         "message": "warm after load"}}, []
+    want = os.environ.get("KGYM_DEVICE", "")
+    t0 = timing._perf_ns()
+    try:
+        if want.startswith("cuda") and torch.cuda.is_available():
+            dev = torch.device(want if ":" in want else "cuda:0")
+            if h.get("part") == "device":
+                a = torch.ones(64, 64, device=dev)
+                (a @ a).sum().item()
+            elif h.get("part") == "profiler":
+                profiling.warm_profiler(str(dev))
+    except Exception as e:  # a broken device shows up again at load
+        return {"ok": True, "warm_error": loader.safe_str(e)[:300]}, []
+    return {"ok": True, "ms": (timing._perf_ns() - t0) / 1e6}, []
+
+
+HANDLERS = {"load": cmd_load, "run": cmd_run, "time": cmd_time, "profile": cmd_profile,
+            "warm": cmd_warm}
 
 
 def run_candidate(chan_fd: int) -> None:

@@ -196,11 +196,16 @@ class Judge:
         and what it did besides its output is audited (audit.py): findings
         stop the evaluation as hacked."""
         guard = self.req["run_hack_checks"]
+        t0 = _now()
         inputs = loader.draw_inputs(self.ref_module,
                                     loader.derive_seed(self.req["seed"], label), self.device)
         sent = guards.digests(inputs) if guard else None
+        t1 = _now()
         reply = self.remote.run(inputs, mode, grad, guard)
         got, problem, launches = reply.output, reply.problem, reply.launches
+        t2 = _now()
+        self.lap("inputs", t1 - t0)
+        self.lap("candidate", t2 - t1)
         self.launches[f"{mode}/{'grad' if grad else 'no_grad'}"] += launches["count"]
         self.kernel_names.update(r["name"] for r in launches["records"])
         self.records.extend(launches["records"][:max(0, 4 - len(self.records))])
@@ -210,6 +215,7 @@ class Judge:
             return {"code": "OUTPUT_TYPE", "message": problem, "output_index": 0,
                     "max_abs_err": None, "max_rel_err": None, "bad_fraction": None}
         expected = self.reference_forward(inputs, mode, grad, sent) if check else None
+        t3 = _now()
         if guard:
             late = audit.deferred(reply)  # explains a never-written output better than stale
             self.report(late + (audit.stale(got) if not late else [])
@@ -227,6 +233,8 @@ class Judge:
             self.report(audit.downgrade(expected, got))
         if fail is None and len(self.samples) < 2 and label.startswith("trial:"):
             self.samples.append((sent if sent is not None else guards.digests(inputs), expected))
+        self.lap("reference", t3 - t2)
+        self.lap("compare", _now() - t3)
         return fail
 
     def report(self, found: list[audit.Finding]) -> None:
@@ -236,6 +244,12 @@ class Judge:
             self.hack(reason, code, message, stop=False)
         if found and self.req["run_hack_checks"]:
             raise Stop()
+
+    def lap(self, what: str, seconds: float) -> None:
+        """Where trials spend their time (timings.trials_detail, ms, summed
+        over every trial of correctness, mode checks and recheck)."""
+        d = self.result["timings"].setdefault("trials_detail", {})
+        d[what] = d.get(what, 0.0) + seconds * 1e3
 
     def mismatch(self, fail: dict, trial: str) -> None:
         self.result["mismatch"] = dict(fail, trial=trial)
@@ -600,7 +614,8 @@ def _finish(result: dict, judge: Judge | None, started: float) -> None:
         result["feedback"] = f"Verdict: {result['verdict']} (feedback failed: {e})"
 
 
-def run_judge(task: dict, chan_fd: int, result_fd: int) -> None:
+def run_judge(task: dict, chan_fd: int, result_fd: int, chan: Channel | None = None,
+              warm: dict | None = None) -> None:
     """Evaluate task against the candidate on chan_fd; write one frame to result_fd.
 
     Never raises for anything the candidate does; an internal failure
@@ -615,7 +630,9 @@ def run_judge(task: dict, chan_fd: int, result_fd: int) -> None:
     judge = None
     chan = None
     try:
-        chan = Channel(chan_fd)
+        chan = chan or Channel(chan_fd)
+        if warm:
+            result["timings"]["warm_spare"] = warm  # before the task: not in total
         judge = Judge(task, chan, result)
         judge.guarded_run()
     except BaseException as e:
@@ -643,3 +660,75 @@ def _say_goodbye(chan: Channel, polite: bool) -> None:
         except Exception:
             pass
     chan.close()
+
+
+WARM_TIMEOUT_S = 120.0
+
+
+def _warm_pair(chan: Channel) -> dict:
+    """A spare's start-up before its task: this process's CUDA context and
+    cuBLAS handle, then the candidate's (with the device lock held shared,
+    so no measurement elsewhere sees it), then the candidate's profiler
+    start-up (CPU work, unlocked). Returns what each part took (ms)."""
+    out: dict = {}
+    t0 = _now()
+    device = os.environ.get("KGYM_DEVICE", "cpu")
+    cuda = device.startswith("cuda") and torch.cuda.is_available()
+    lock = DeviceLock(os.environ.get("KGYM_DEVICE_LOCK") if cuda else None)
+    chan.deadline = time.monotonic() + WARM_TIMEOUT_S
+    try:
+        lock.shared(chan.deadline)
+        if cuda:
+            dev = torch.device(device if ":" in device else "cuda:0")
+            torch.cuda.set_device(dev)
+            a = torch.ones(64, 64, device=dev)
+            (a @ a).sum().item()
+        chan.send({"cmd": "warm", "part": "device"})
+        chan.recv()
+        lock.close()
+        out["device_ms"] = (_now() - t0) * 1e3
+        if cuda:
+            chan.send({"cmd": "warm", "part": "profiler"})
+            chan.recv()
+            out["profiler_ms"] = (_now() - t0) * 1e3 - out["device_ms"]
+    except (ChannelTimeout, PeerClosed, ProtocolError, LockTimeout) as e:
+        out["error"] = f"{type(e).__name__}: {e}"[:300]  # the task will find out
+    finally:
+        lock.close()
+        chan.deadline = None
+    return out
+
+
+def _wait_for_task(task_fd: int) -> Any:
+    """Blocks until the worker says go (one byte), then reads and removes
+    the task file it wrote into our private work dir. None: no task (the
+    worker dropped this spare)."""
+    try:
+        go = os.read(task_fd, 1)
+    except OSError:
+        go = b""
+    finally:
+        os.close(task_fd)
+    if go != b"T":
+        return None
+    path = os.path.join(os.environ.get("TMPDIR", "."), "task.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        os.unlink(path)
+        import json
+        return json.loads(text)
+    except (OSError, ValueError) as e:
+        return {"_task_error": f"the task file could not be read: {e}"}
+
+
+def run_warm_judge(task_fd: int, chan_fd: int, result_fd: int) -> None:
+    """A judge forked before its task (a warm spare): warms itself and its
+    candidate, waits for the task, then runs exactly as run_judge."""
+    chan = Channel(chan_fd)
+    warm = _warm_pair(chan)
+    task = _wait_for_task(task_fd)
+    if task is None:
+        chan.close()
+        return
+    run_judge(task, chan_fd, result_fd, chan=chan, warm=warm)

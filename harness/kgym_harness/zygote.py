@@ -67,7 +67,10 @@ def _send(sock: socket.socket, obj: dict[str, Any]) -> None:
 
 def _run_role(req: dict[str, Any], fds: dict[str, int]) -> int:
     role = req["role"]
-    if role == "judge":
+    if role == "judge" and "task" not in req and "task" in fds:
+        from kgym_harness.judge import run_warm_judge  # a spare: its task comes later
+        run_warm_judge(fds["task"], fds["chan"], fds["result"])
+    elif role == "judge":
         from kgym_harness.judge import run_judge
         run_judge(req["task"], fds["chan"], fds["result"])
     elif role == "candidate":
@@ -90,7 +93,7 @@ def _child(req: dict[str, Any], fds: dict[str, int], sandbox: Sandbox, closers: 
         for fd in closers:
             os.close(fd)
         cfg = dict(req.get("sandbox") or {})
-        cfg["keep_fds"] = [fds[n] for n in ("chan", "result") if n in fds]
+        cfg["keep_fds"] = [fds[n] for n in ("chan", "result", "task") if n in fds]
         cfg["stdout_fd"] = fds.get("log", -1)
         cfg["stderr_fd"] = fds.get("log", -1)
         sandbox.enter(cfg)

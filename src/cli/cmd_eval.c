@@ -40,6 +40,11 @@ static void usage(FILE *f)
                "  --device cpu|cuda:N         device (default cuda:0 when a "
                "GPU is present, else cpu)\n"
                "  --concurrency N             tasks in flight (default 1)\n"
+               "  --prewarm N                 warm judge+candidate pairs "
+               "started ahead of\n"
+               "                              their task (default: "
+               "concurrency, +2 on a GPU;\n"
+               "                              0: none)\n"
                "  --json                      one result object per line\n"
                "  --fresh                     a fresh interpreter per child "
                "(no zygote)\n"
@@ -220,7 +225,7 @@ int kg_cli_eval(int argc, char **argv)
     kg_err err = {{0}};
     const char *ref = NULL;
     char rootbuf[PATH_MAX];
-    kg_engine_cfg cfg = {.device = NULL, .concurrency = 1};
+    kg_engine_cfg cfg = {.device = NULL, .concurrency = 1, .idle_warm = -1};
     json_t *fields = json_object();
     int rc = 2;
     memset(&run, 0, sizeof run);
@@ -258,7 +263,16 @@ int kg_cli_eval(int argc, char **argv)
                 cfg.device = v;
             else if (!strcmp(a, "--concurrency"))
                 cfg.concurrency = atoi(v);
-            else if (!strcmp(a, "--python"))
+            else if (!strcmp(a, "--prewarm")) {
+                char *end;
+                long n = strtol(v, &end, 10);
+                if (*end || n < 0 || n > 16) {
+                    fprintf(stderr, "kgym eval: --prewarm: a number from 0 "
+                                    "to 16, not '%s'\n", v);
+                    goto out;
+                }
+                cfg.prewarm = n ? (int)n : -1;
+            } else if (!strcmp(a, "--python"))
                 cfg.python = v;
             else {
                 char key[64];

@@ -25,11 +25,13 @@
 
 #define LOG_CAP (64 * 1024) /* bytes of a child's output kept */
 #define MAX_SLOTS 64
+#define MAX_SPARES 16
+#define MAX_STALE 64 /* task cgroups still emptying after their task */
 #define KILL_GRACE_MS                                                          \
     5000 /* a judge that finished its frame gets this long to exit */
 #define VERSION_FIELD "kgym_version"
 
-enum slot_state { S_FREE, S_RUNNING, S_HELD };
+enum slot_state { S_FREE, S_RUNNING, S_HELD, S_SPARE };
 
 struct buf {
     char *p;
@@ -56,6 +58,9 @@ struct slot {
     double t_submit, t_start, t_spawned, deadline, t_judge_done;
     struct child judge, cand;
     int res_fd;
+    int task_fd; /* a spare's judge reads "go" here once its task is written */
+    int interp;  /* children started with TRITON_INTERPRET=1 */
+    int warm;    /* the task runs in a pair started before it (a spare) */
     struct buf res;
     int timed_out;
     json_t *held; /* result waiting for the device probe */
@@ -89,6 +94,8 @@ struct kg_engine {
     char cuda_env[64];
     kg_zygote *zy;
     struct slot slots[MAX_SLOTS];
+    struct slot spares[MAX_SPARES]; /* S_SPARE or S_FREE */
+    int last_interp;                /* what the newest task's children need */
     struct pending *head, *tail;
     int npending;
     long next_id;
@@ -96,6 +103,16 @@ struct kg_engine {
     int device_bad;
     kg_sandbox_filter filter; /* fresh mode: built once, before any fork */
     kg_sandbox_cgroups cgroups;
+    int prewarm, idle_warm; /* resolved from cfg (engine.h) */
+    int spare_deaths;       /* spares that died unused, in a row */
+    /* a candidate cgroup that did not empty within the kill grace (a fork
+     * bomb's hundreds of exiting processes) is kept here with its pair's
+     * uid and retried each step; the uid is not handed out again before */
+    struct {
+        kg_sandbox_cgroup cg;
+        int uid;
+    } stale[MAX_STALE];
+    int nstale;
     int drop_uid;     /* running as root: the candidate runs as nobody */
     int uid_lock[CAND_UIDS]; /* per candidate uid: held lock fd, or
                                 UID_FREE / UID_TAKEN (in /etc/passwd) */
@@ -183,7 +200,7 @@ static const char *child_device(const kg_engine *e)
 /* The environment a child starts with: nothing of the worker's but what the
  * runtime needs. */
 static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
-                         const json_t *task)
+                         int interp)
 {
     static const char *pass[] = {"PATH",
                                  "LD_LIBRARY_PATH",
@@ -226,10 +243,38 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
     if (e->cuda_env[0])
         json_object_set_new(env, "CUDA_VISIBLE_DEVICES",
                             json_string(e->cuda_env));
-    const char *backend = json_string_value(json_object_get(task, "backend"));
-    if (!strcmp(e->cfg.device, "cpu") && backend && !strcmp(backend, "triton"))
+    if (interp)
         json_object_set_new(env, "TRITON_INTERPRET", json_string("1"));
+    if (!strcmp(role, "judge"))
+        json_object_set_new(env, "KGYM_DEVICE_LOCK", json_string(e->lock_path));
     return env;
+}
+
+/* Triton's interpreter: a triton task on a cpu worker. */
+static int task_interp(const kg_engine *e, const json_t *task)
+{
+    const char *backend = json_string_value(json_object_get(task, "backend"));
+    return !strcmp(e->cfg.device, "cpu") && backend &&
+           !strcmp(backend, "triton");
+}
+
+/* The task as the judge gets it: the request plus the device, its lock and
+ * the worker's deadline. New reference, owned by the caller. */
+static json_t *judge_task(kg_engine *e, const struct slot *sl)
+{
+    json_t *t = json_deep_copy(sl->task);
+    json_object_set_new(t, "device_lock", json_string(e->lock_path));
+    json_object_set_new(t, "device", json_string(child_device(e)));
+    /* the judge's own clock must aim at the worker's deadline (absolute
+     * Unix seconds), not at its start: a fresh interpreter's start-up
+     * would otherwise eat the margin, and the worker's kill would come
+     * before the judge's own timeout verdict (which names the phase) */
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    json_object_set_new(t, "deadline",
+                        json_real((double)rt.tv_sec + rt.tv_nsec / 1e9 +
+                                  (sl->deadline - now_ms()) / 1e3));
+    return t;
 }
 
 /* A memory limit larger than the machine is no limit: the kernel's OOM
@@ -238,6 +283,21 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
 static uint64_t mem_limit(const kg_engine *e, uint64_t want)
 {
     return e->mem_cap && e->mem_cap < want ? e->mem_cap : want;
+}
+
+/* 1 if path is dir or inside it. */
+static int under(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    return !strncmp(path, dir, n) && (path[n] == 0 || path[n] == '/');
+}
+
+/* 1 if the candidate's private tmpfs covers path (sandbox.c mounts it on
+ * /tmp, /var/tmp and /dev/shm). */
+static int under_private_tmp(const char *path)
+{
+    return under(path, "/tmp") || under(path, "/var/tmp") ||
+           under(path, "/dev/shm");
 }
 
 /* ---- candidate uids ------------------------------------------------------ */
@@ -385,6 +445,27 @@ static json_t *sandbox_cfg(kg_engine *e, const char *role,
         snprintf(cd, sizeof cd, "%s/candidate", e->cache_dir);
         json_t *keep = json_array();
         json_array_append_new(keep, json_string(cd));
+        /* what the candidate still imports after the fork (the harness,
+         * the interpreter's tree) must not vanish under the private tmpfs
+         * when it lives in /tmp (a checkout or a CI clone there) */
+        char pybin[PATH_MAX]; /* .../venv/bin: the venv is its parent; the
+                               * interpreter link itself is not resolved */
+        snprintf(pybin, sizeof pybin, "%s", e->python);
+        char *slash = strrchr(pybin, '/');
+        if (slash)
+            *slash = 0;
+        const char *need[2] = {e->root, slash ? pybin : "."};
+        for (int i = 0; i < 2; i++) {
+            char real[PATH_MAX];
+            if (!realpath(need[i], real))
+                continue;
+            char *up = strrchr(real, '/');
+            if (i == 1 && up && up != real)
+                *up = 0;
+            if (under_private_tmp(real) && !under(real, cd) &&
+                (i == 0 || !under(real, e->root)))
+                json_array_append_new(keep, json_string(real));
+        }
         json_object_set_new(s, "keep_paths", keep);
     }
     if (c->has_cg) {
@@ -398,7 +479,8 @@ static json_t *sandbox_cfg(kg_engine *e, const char *role,
 
 /* Spawns one role; returns its pid or a negative code. fds named in names. */
 static int spawn(kg_engine *e, struct slot *sl, const char *role,
-                 struct child *c, int chan_fd, int res_fd, kg_err *err)
+                 struct child *c, int chan_fd, int res_fd, int task_fd,
+                 kg_err *err)
 {
     int lp[2];
     if (pipe2(lp, O_CLOEXEC) < 0)
@@ -432,9 +514,9 @@ static int spawn(kg_engine *e, struct slot *sl, const char *role,
     json_object_set_new(req, "id", json_integer(++e->next_id));
     json_object_set_new(req, "role", json_string(role));
     json_object_set_new(req, "sandbox", sandbox_cfg(e, role, c));
-    json_object_set_new(req, "env", child_env(e, role, c, sl->task));
+    json_object_set_new(req, "env", child_env(e, role, c, sl->interp));
     json_object_set_new(req, "device", json_string(child_device(e)));
-    int fds[3], nfds = 0;
+    int fds[4], nfds = 0;
     json_t *names = json_array();
     if (chan_fd >= 0)
         fds[nfds++] = chan_fd,
@@ -442,23 +524,13 @@ static int spawn(kg_engine *e, struct slot *sl, const char *role,
     if (res_fd >= 0)
         fds[nfds++] = res_fd,
         json_array_append_new(names, json_string("result"));
+    if (task_fd >= 0)
+        fds[nfds++] = task_fd,
+        json_array_append_new(names, json_string("task"));
     fds[nfds++] = lp[1], json_array_append_new(names, json_string("log"));
     json_object_set_new(req, "fds", names);
-    if (!strcmp(role, "judge")) {
-        json_t *t = json_deep_copy(sl->task);
-        json_object_set_new(t, "device_lock", json_string(e->lock_path));
-        json_object_set_new(t, "device", json_string(child_device(e)));
-        /* the judge's own clock must aim at the worker's deadline (absolute
-         * Unix seconds), not at its start: a fresh interpreter's start-up
-         * would otherwise eat the margin, and the worker's kill would come
-         * before the judge's own timeout verdict (which names the phase) */
-        struct timespec rt;
-        clock_gettime(CLOCK_REALTIME, &rt);
-        json_object_set_new(t, "deadline",
-                            json_real((double)rt.tv_sec + rt.tv_nsec / 1e9 +
-                                      (sl->deadline - now_ms()) / 1e3));
-        json_object_set_new(req, "task", t);
-    }
+    if (!strcmp(role, "judge") && sl->task)
+        json_object_set_new(req, "task", judge_task(e, sl));
     pid_t pid = -1;
     if (e->zy)
         rc = kg_zygote_spawn(e->zy, req, fds, nfds, &pid, err);
@@ -645,12 +717,15 @@ static void stamp(kg_engine *e, struct slot *sl, json_t *r)
         json_string(e->cfg.worker_id ? e->cfg.worker_id : "local"));
     json_object_set_new(d, "device", json_string(e->cfg.device));
     json_object_set(d, "backend", json_object_get(sl->task, "backend"));
-    json_object_set_new(d, "mode", json_string(e->zy ? "zygote" : "fresh"));
+    json_object_set_new(d, "mode", json_string(!e->zy     ? "fresh"
+                                               : sl->warm ? "zygote+warm"
+                                                          : "zygote"));
 }
 
 static void free_slot(kg_engine *e, struct slot *sl)
 {
     close_fd(&sl->res_fd);
+    close_fd(&sl->task_fd);
     close_fd(&sl->judge.log_fd);
     close_fd(&sl->cand.log_fd);
     buf_free(&sl->res);
@@ -659,8 +734,12 @@ static void free_slot(kg_engine *e, struct slot *sl)
     struct child *cs[2] = {&sl->judge, &sl->cand};
     int uid = uid_of(sl->cand.wd); /* the pair's; free once it is gone */
     for (int i = 0; i < 2; i++) {
-        if (cs[i]->has_cg)
-            kg_sandbox_cgroup_close(&cs[i]->cg, 2000, NULL);
+        if (cs[i]->has_cg && kg_sandbox_cgroup_close(&cs[i]->cg, 2000, NULL) &&
+            e->nstale < MAX_STALE) {
+            e->stale[e->nstale].cg = cs[i]->cg;
+            e->stale[e->nstale++].uid = uid;
+            uid = -1; /* released with the cgroup (retry_stale) */
+        }
         if (cs[i]->wd[0])
             kg_sandbox_rmtree(cs[i]->wd, NULL);
     }
@@ -668,7 +747,21 @@ static void free_slot(kg_engine *e, struct slot *sl)
     json_decref(sl->task);
     json_decref(sl->held);
     memset(sl, 0, sizeof *sl);
-    sl->res_fd = sl->judge.log_fd = sl->cand.log_fd = -1;
+    sl->res_fd = sl->task_fd = sl->judge.log_fd = sl->cand.log_fd = -1;
+}
+
+/* Tries again to remove task cgroups that were still emptying; each one
+ * gone frees its uid. timeout_ms: per cgroup (0: just look). */
+static void retry_stale(kg_engine *e, int timeout_ms)
+{
+    for (int i = 0; i < e->nstale;) {
+        if (kg_sandbox_cgroup_close(&e->stale[i].cg, timeout_ms, NULL)) {
+            i++;
+            continue;
+        }
+        uid_release(e, e->stale[i].uid);
+        e->stale[i] = e->stale[--e->nstale];
+    }
 }
 
 static int is_cuda_failure(kg_engine *e, struct slot *sl, json_t *r)
@@ -685,11 +778,86 @@ static int is_cuda_failure(kg_engine *e, struct slot *sl, json_t *r)
 /* ---- lifecycle ------------------------------------------------------------
  */
 
+/* Forks the judge and candidate of sl (sl->task set: the judge gets it in
+ * its spawn request; unset: a spare, whose judge waits on a "go" pipe). */
+static int spawn_pair(kg_engine *e, struct slot *sl, kg_err *err)
+{
+    int chan[2], rp[2], tp[2] = {-1, -1};
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) < 0)
+        return kg_errf(err, KG_EIO, "socketpair: %s", strerror(errno));
+    if (pipe2(rp, O_CLOEXEC) < 0) {
+        close(chan[0]), close(chan[1]);
+        return kg_errf(err, KG_EIO, "pipe: %s", strerror(errno));
+    }
+    if (!sl->task && pipe2(tp, O_CLOEXEC) < 0) {
+        close(chan[0]), close(chan[1]), close(rp[0]), close(rp[1]);
+        return kg_errf(err, KG_EIO, "pipe: %s", strerror(errno));
+    }
+    /* the candidate first: it never sees the result pipe or the task */
+    int rc = spawn(e, sl, "candidate", &sl->cand, chan[1], -1, -1, err);
+    if (!rc)
+        rc = spawn(e, sl, "judge", &sl->judge, chan[0], rp[1], tp[0], err);
+    close(chan[0]), close(chan[1]), close(rp[1]);
+    if (tp[0] >= 0)
+        close(tp[0]);
+    sl->task_fd = tp[1];
+    sl->res_fd = rp[0];
+    fcntl(sl->res_fd, F_SETFL, O_NONBLOCK);
+    sl->t_spawned = now_ms();
+    return rc;
+}
+
+/* Hands a spare's judge its task: the task file in the judge's private work
+ * dir (written whole, then renamed), then one byte on the go pipe. */
+static int give_task(kg_engine *e, struct slot *sl, kg_err *err)
+{
+    char path[PATH_MAX + 16], tmp[PATH_MAX + 16];
+    if (pathf(path, sizeof path, "%s/task.json", sl->judge.wd) ||
+        pathf(tmp, sizeof tmp, "%s/task.json.tmp", sl->judge.wd))
+        return kg_errf(err, KG_EINVAL, "work dir path too long");
+    json_t *t = judge_task(e, sl);
+    int rc = json_dump_file(t, tmp, JSON_COMPACT);
+    json_decref(t);
+    if (rc || rename(tmp, path))
+        return kg_errf(err, KG_EIO, "writing the task for the judge: %s",
+                       strerror(errno));
+    char go = 'T';
+    if (write(sl->task_fd, &go, 1) != 1)
+        return kg_errf(err, KG_EIO, "the warm judge is gone: %s",
+                       strerror(errno));
+    close_fd(&sl->task_fd);
+    return 0;
+}
+
+/* A spare whose children are both alive and whose interpreter setting fits
+ * the task, or NULL. */
+static struct slot *take_spare(kg_engine *e, int interp)
+{
+    for (int i = 0; i < MAX_SPARES; i++) {
+        struct slot *sp = &e->spares[i];
+        if (sp->state == S_SPARE && sp->interp == interp &&
+            !sp->judge.exited && !sp->cand.exited)
+            return sp;
+    }
+    return NULL;
+}
+
 static int start_task(kg_engine *e, struct slot *sl, struct pending *p,
                       kg_err *err)
 {
-    memset(sl, 0, sizeof *sl);
-    sl->res_fd = sl->judge.log_fd = sl->cand.log_fd = -1;
+    int interp = task_interp(e, p->task);
+    struct slot *sp = e->zy ? take_spare(e, interp) : NULL;
+    if (sp) {
+        e->spare_deaths = 0;
+        *sl = *sp; /* the pair, its fds and buffers move to the slot */
+        memset(sp, 0, sizeof *sp);
+        sp->res_fd = sp->task_fd = sp->judge.log_fd = sp->cand.log_fd = -1;
+        sl->warm = 1;
+    } else {
+        memset(sl, 0, sizeof *sl);
+        sl->res_fd = sl->task_fd = sl->judge.log_fd = sl->cand.log_fd = -1;
+        sl->interp = interp;
+    }
     sl->task = p->task;
     sl->user = p->user;
     sl->t_submit = p->t_submit;
@@ -699,23 +867,82 @@ static int start_task(kg_engine *e, struct slot *sl, struct pending *p,
     if (timeout <= 0)
         timeout = 300;
     sl->deadline = sl->t_start + timeout * 1e3;
-
-    int chan[2], rp[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) < 0)
-        return kg_errf(err, KG_EIO, "socketpair: %s", strerror(errno));
-    if (pipe2(rp, O_CLOEXEC) < 0) {
-        close(chan[0]), close(chan[1]);
-        return kg_errf(err, KG_EIO, "pipe: %s", strerror(errno));
+    if (sl->warm) {
+        int rc = give_task(e, sl, err);
+        sl->t_spawned = now_ms();
+        return rc;
     }
-    /* the candidate first: it never sees the result pipe or the task */
-    int rc = spawn(e, sl, "candidate", &sl->cand, chan[1], -1, err);
-    if (!rc)
-        rc = spawn(e, sl, "judge", &sl->judge, chan[0], rp[1], err);
-    close(chan[0]), close(chan[1]), close(rp[1]);
-    sl->res_fd = rp[0];
-    fcntl(sl->res_fd, F_SETFL, O_NONBLOCK);
-    sl->t_spawned = now_ms();
-    return rc;
+    return spawn_pair(e, sl, err);
+}
+
+static void drain_log(kg_engine *e, struct child *c, const char *who);
+
+static void drop_spare(kg_engine *e, struct slot *sp)
+{
+    kill_child(&sp->judge);
+    kill_child(&sp->cand);
+    free_slot(e, sp);
+}
+
+/* Keeps warm spares ready: as many as the queue can use, at most prewarm;
+ * with nothing queued, idle_warm. Not while the device is in doubt. */
+static void top_up_spares(kg_engine *e)
+{
+    int live = 0;
+    for (int i = 0; i < MAX_SPARES; i++) {
+        struct slot *sp = &e->spares[i];
+        if (sp->state != S_SPARE)
+            continue;
+        if (sp->judge.exited || sp->cand.exited) {
+            drain_log(e, &sp->judge, "spare judge");
+            drain_log(e, &sp->cand, "spare candidate");
+            if (e->cfg.verbose)
+                fprintf(stderr, "kgym worker: a warm spare died: %s%s\n",
+                        tail_of(&sp->judge.log, 300),
+                        tail_of(&sp->cand.log, 300));
+            drop_spare(e, sp);
+            /* a spare that cannot start would be re-forked every step:
+             * after a few in a row, tasks fork their own pair again */
+            if (++e->spare_deaths == 3 && e->prewarm) {
+                fprintf(stderr, "kgym worker: warm spares keep dying before "
+                                "their task; starting pairs per task "
+                                "instead\n");
+                e->prewarm = e->idle_warm = 0;
+            }
+            continue;
+        }
+        live++;
+    }
+    if (!e->zy || e->need_probe || e->device_bad)
+        return;
+    int want = e->npending + e->idle_warm;
+    if (want > e->prewarm)
+        want = e->prewarm;
+    for (int i = 0; i < MAX_SPARES && live < want; i++) {
+        struct slot *sp = &e->spares[i];
+        if (sp->state != S_FREE)
+            continue;
+        memset(sp, 0, sizeof *sp);
+        sp->res_fd = sp->task_fd = sp->judge.log_fd = sp->cand.log_fd = -1;
+        sp->interp = e->last_interp;
+        sp->state = S_SPARE;
+        kg_err serr;
+        if (spawn_pair(e, sp, &serr)) {
+            if (e->cfg.verbose)
+                fprintf(stderr, "kgym worker: warm spare: %s\n", serr.msg);
+            drop_spare(e, sp);
+            return; /* try again next step */
+        }
+        live++;
+    }
+}
+
+/* Kills every spare (a zygote restart, a device in doubt, the end). */
+static void drop_spares(kg_engine *e)
+{
+    for (int i = 0; i < MAX_SPARES; i++)
+        if (e->spares[i].state == S_SPARE)
+            drop_spare(e, &e->spares[i]);
 }
 
 int kg_engine_submit(kg_engine *e, json_t *task, void *user, kg_err *err)
@@ -726,6 +953,7 @@ int kg_engine_submit(kg_engine *e, json_t *task, void *user, kg_err *err)
     p->task = json_incref(task);
     p->user = user;
     p->t_submit = now_ms();
+    e->last_interp = task_interp(e, task);
     if (e->tail)
         e->tail->next = p;
     else
@@ -776,9 +1004,11 @@ static void drain_result(struct slot *sl)
 
 static void note_exit(kg_engine *e, pid_t pid, int status)
 {
-    for (int i = 0; i < e->cfg.concurrency; i++) {
-        struct slot *sl = &e->slots[i];
-        if (sl->state != S_RUNNING)
+    for (int i = 0; i < e->cfg.concurrency + MAX_SPARES; i++) {
+        struct slot *sl = i < e->cfg.concurrency
+                              ? &e->slots[i]
+                              : &e->spares[i - e->cfg.concurrency];
+        if (sl->state != S_RUNNING && sl->state != S_SPARE)
             continue;
         struct child *c = sl->judge.pid == pid  ? &sl->judge
                           : sl->cand.pid == pid ? &sl->cand
@@ -837,7 +1067,7 @@ static int probe_device(kg_engine *e)
     for (int attempt = 0; attempt < 3 && !healthy; attempt++) {
         if (attempt > 0 && e->zy && restart_zygote(e, &err))
             continue;
-        if (spawn(e, &tmp, "probe", &c, -1, -1, &err))
+        if (spawn(e, &tmp, "probe", &c, -1, -1, -1, &err))
             continue;
         double deadline = now_ms() + 60000;
         int status = -1, got = 0;
@@ -874,8 +1104,10 @@ static void finish(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
 {
     json_t *r = build_result(e, sl);
     stamp(e, sl, r);
-    if (is_cuda_failure(e, sl, r))
+    if (is_cuda_failure(e, sl, r)) {
         e->need_probe = 1;
+        drop_spares(e); /* their contexts may be on a broken device */
+    }
     if (e->need_probe) {
         sl->held = r;
         sl->state = S_HELD;
@@ -949,9 +1181,12 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
         }
         free(p);
     }
+    top_up_spares(e);
+    if (e->nstale)
+        retry_stale(e, 0);
 
     /* wait */
-    struct pollfd pf[1 + 3 * MAX_SLOTS];
+    struct pollfd pf[1 + 3 * MAX_SLOTS + 2 * MAX_SPARES];
     int np = 0;
     double wake = now_ms() + timeout_ms;
     if (e->zy)
@@ -969,6 +1204,15 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
         if (dl < wake)
             wake = dl;
     }
+    for (int i = 0; i < MAX_SPARES; i++) {
+        struct slot *sp = &e->spares[i];
+        if (sp->state != S_SPARE)
+            continue;
+        if (sp->judge.log_fd >= 0)
+            pf[np++] = (struct pollfd){.fd = sp->judge.log_fd, .events = POLLIN};
+        if (sp->cand.log_fd >= 0)
+            pf[np++] = (struct pollfd){.fd = sp->cand.log_fd, .events = POLLIN};
+    }
     int wait = (int)(wake - now_ms());
     if (!e->zy && wait > 50)
         wait = 50; /* fresh mode: exits are found by waitpid */
@@ -985,6 +1229,13 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
         drain_result(sl);
         drain_log(e, &sl->judge, "judge");
         drain_log(e, &sl->cand, "candidate");
+    }
+    for (int i = 0; i < MAX_SPARES; i++) {
+        struct slot *sp = &e->spares[i];
+        if (sp->state != S_SPARE)
+            continue;
+        drain_log(e, &sp->judge, "spare judge");
+        drain_log(e, &sp->cand, "spare candidate");
     }
     collect_exits(e);
 
@@ -1045,6 +1296,7 @@ static int restart_zygote(kg_engine *e, kg_err *err)
             close_fd(&sl->res_fd);
         }
     }
+    drop_spares(e); /* they die with the zygote */
     kg_zygote_stop(e->zy);
     e->zy = NULL;
     char dev[80];
@@ -1148,8 +1400,22 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
     if (e->cfg.concurrency > MAX_SLOTS)
         e->cfg.concurrency = MAX_SLOTS;
     for (int i = 0; i < MAX_SLOTS; i++)
-        e->slots[i].res_fd = e->slots[i].judge.log_fd =
+        e->slots[i].res_fd = e->slots[i].task_fd = e->slots[i].judge.log_fd =
             e->slots[i].cand.log_fd = -1;
+    for (int i = 0; i < MAX_SPARES; i++)
+        e->spares[i].res_fd = e->spares[i].task_fd =
+            e->spares[i].judge.log_fd = e->spares[i].cand.log_fd = -1;
+    int gpu = !strncmp(cfg->device, "cuda:", 5);
+    e->prewarm = cfg->prewarm < 0    ? 0
+                 : cfg->prewarm == 0 ? e->cfg.concurrency + (gpu ? 2 : 0)
+                                     : cfg->prewarm;
+    if (e->prewarm > MAX_SPARES)
+        e->prewarm = MAX_SPARES;
+    e->idle_warm = cfg->idle_warm < 0    ? 0
+                   : cfg->idle_warm == 0 ? e->prewarm
+                                         : cfg->idle_warm;
+    if (cfg->fresh)
+        e->prewarm = e->idle_warm = 0;
     if (strcmp(cfg->device, "cpu") && strncmp(cfg->device, "cuda:", 5)) {
         free(e);
         return kg_errf(err, KG_EINVAL, "device must be cpu or cuda:N, not '%s'",
@@ -1323,6 +1589,8 @@ void kg_engine_free(kg_engine *e)
         json_decref(p->task);
         free(p);
     }
+    drop_spares(e);
+    retry_stale(e, 10000);
     kg_zygote_stop(e->zy);
     kg_sandbox_filter_free(&e->filter);
     free(e);

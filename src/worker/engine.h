@@ -30,6 +30,16 @@ typedef struct kg_engine_cfg {
     int fresh;      /* 1: a fresh interpreter per child, no zygote */
     int no_sandbox; /* 1: skip namespaces/seccomp/rlimits (debugging) */
     const char *worker_id; /* reported in results */
+    /* Warm spares: judge+candidate pairs forked before their task, which
+     * initialise CUDA, cuBLAS and the profiler while other tasks run, then
+     * wait; a task takes a ready pair instead of forking one. Each pair is
+     * still used for one task only. prewarm: most spares (-1: none, 0:
+     * default = concurrency, +2 on a GPU, where a pair's start-up takes
+     * seconds). idle_warm: spares kept when no task is queued (-1: none,
+     * 0: default = prewarm); `kgym eval` keeps none beyond its queue. Zygote
+     * mode only. */
+    int prewarm;
+    int idle_warm;
     int verbose;           /* log children's output to stderr */
 } kg_engine_cfg;
 

@@ -1,0 +1,101 @@
+"""Warm spares (docs/worker.md): judge+candidate pairs forked ahead of their
+task by the real engine, handed a task later, used once, and gone when the
+engine stops."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KGYM = os.environ.get("KGYM_BIN", os.path.join(ROOT, "build", "kgym"))
+REF = os.path.join(ROOT, "problems", "cpu", "level1", "1_GELU.py")
+SOL = os.path.join(ROOT, "problems", "cpu", "level1", "solutions", "1_GELU.cpu.py")
+WRONG = os.path.join(ROOT, "tests", "faults", "candidates")
+FAST = ["--num-perf-trials", "3", "--num-correct-trials", "2", "--enable-profiling", "false"]
+
+
+def evaluate(cands: list[str], *extra: str, tmpdir: str | None = None) -> list[dict]:
+    env = dict(os.environ)
+    env.setdefault("TMPDIR", "/tmp")
+    if tmpdir:
+        env["TMPDIR"] = tmpdir
+    args = [KGYM, "eval", "--ref", REF, "--backend", "cpu", "--json", *FAST, *extra]
+    for c in cands:
+        args += ["--cand", c]
+    p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode in (0, 1), p.stderr[-2000:]
+    out = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert len(out) == len(cands), p.stderr[-2000:]
+    return out
+
+
+def _harness_processes(marker: str) -> list[int]:
+    """Harness processes (zygote, judges, candidates) whose environment names
+    marker (the TMPDIR base of one run; needs root to read others' environ)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if b"kgym_harness" in cmd and marker.encode() in env:
+            pids.append(int(d))
+    return pids
+
+
+def test_tasks_after_the_first_run_in_warm_pairs():
+    res = evaluate([SOL] * 3)
+    assert [r["verdict"] for r in res] == ["pass"] * 3
+    modes = [r["device"]["mode"] for r in res]
+    assert modes[0] == "zygote" and modes[1:] == ["zygote+warm"] * 2, modes
+    for r in res[1:]:
+        t = r["timings"]
+        assert t["spawn"] < 5, t  # no fork at hand-over
+        assert isinstance(t["warm_spare"], dict) and "device_ms" in t["warm_spare"], t
+        assert "warm_spare" not in res[0]["timings"]
+    # each task its own pair: distinct judge results, same seeds would be a bug
+    assert len({r["task_id"] for r in res}) == 3
+
+
+def test_prewarm_zero_forks_per_task():
+    res = evaluate([SOL] * 2, "--prewarm", "0")
+    assert [r["device"]["mode"] for r in res] == ["zygote", "zygote"]
+    assert all(r["verdict"] == "pass" for r in res)
+
+
+def test_prewarm_flag_is_checked():
+    p = subprocess.run([KGYM, "eval", "--ref", REF, "--cand", SOL, "--prewarm", "x"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--prewarm" in p.stderr
+
+
+def test_a_crashing_task_does_not_spoil_the_next_warm_pair():
+    crash = os.path.join(WRONG, "segfault.py")
+    if not os.path.exists(crash):
+        crash = sorted(os.path.join(WRONG, f) for f in os.listdir(WRONG) if f.endswith(".py"))[0]
+    res = evaluate([SOL, crash, SOL, SOL])
+    assert res[1]["verdict"] != "pass"
+    assert [r["verdict"] for r in (res[0], res[2], res[3])] == ["pass"] * 3
+    assert res[2]["device"]["mode"] == "zygote+warm"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reads other uids' /proc/<pid>/environ")
+def test_no_pair_outlives_the_engine():
+    base = tempfile.mkdtemp(prefix="kgym-spares-", dir="/tmp")
+    os.chmod(base, 0o711)  # the candidate's uid must reach its work dir
+    try:
+        evaluate([SOL] * 3, "--prewarm", "4", tmpdir=base)  # spares beyond the queue: none kept
+        left = _harness_processes(base)
+        assert not left, f"processes left behind: {left}"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
