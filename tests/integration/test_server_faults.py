@@ -43,7 +43,12 @@ def env(request) -> Iterator[Env]:
 
 def start_workers(env: Env, n: int) -> list[subprocess.Popen]:
     ws = [env.start_worker(f"cpu:{i}") for i in range(n)]
-    wait_for(lambda: all(registered_id(w.log) for w in ws), 90, "the workers to register")
+    try:
+        wait_for(lambda: all(registered_id(w.log) for w in ws), 120,
+                 "the workers to register")
+    except AssertionError as e:
+        logs = "\n".join(f"--- {w.log} (exit {w.poll()}):\n{read(w.log)}" for w in ws)
+        raise AssertionError(f"{e}\n{logs}\n--- server:\n{read(env.server.log)[-3000:]}")
     return ws
 
 
