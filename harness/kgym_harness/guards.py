@@ -27,6 +27,8 @@ POISON_COPIES = 2             # freed blocks per size (LIFO reuse takes the last
 STALE_FRACTION = 0.9          # of an output's 16-bit words: never written at all
 DIGEST_CHUNK = 1 << 20        # int32 words per reduction (bounded temporaries)
 DOWNGRADE_MIN_ELEMENTS = 256  # evidence needed before calling an output rounded
+DOWNGRADE_NEAR = 2.0 ** -4    # a rounded value lies this close (relative) to the expected
+DOWNGRADE_NEAR_FRACTION = 0.9
 DOWNGRADE_SAMPLE = 1 << 20    # elements looked at per output
 _LOWER = {torch.float32: (torch.bfloat16, torch.float16),
           torch.float64: (torch.float32, torch.bfloat16, torch.float16)}
@@ -251,12 +253,15 @@ def rounded_to(expected: Any, got: Any) -> str | None:
     """The lower-precision format (e.g. "bfloat16") that every output value
     is rounded to, when the expected values are not: among the elements
     whose expected value is not exactly representable in that format (at
-    least DOWNGRADE_MIN_ELEMENTS of them), every received value is. An
-    honest fp32 result (TF32 matmuls included: they accumulate in fp32) has
-    full mantissas, so a received value is representable by chance with
-    probability about 2^-13 (fp16) or 2^-16 (bf16). Rounding only the
-    inputs (fp32 math on bf16-rounded inputs) leaves some results with
-    more bits and is not flagged here; the strict tolerance rejects it.
+    least DOWNGRADE_MIN_ELEMENTS of them), every received value is, and
+    at least 90% lie within 2^-4 (relative) of the expected value (a
+    rendering of it, not a constant or zeros that a loose tolerance
+    admits). An honest fp32 result (TF32 matmuls included: they
+    accumulate in fp32) has full mantissas, so a received value is
+    representable by chance with probability about 2^-13 (fp16) or 2^-16
+    (bf16). Rounding only the inputs or operands (fp32 math on
+    bf16-rounded values) leaves results with full mantissas, as TF32
+    does, and is not flagged here; the strict tolerance rejects it.
     None when no output is rounded."""
     for e, g in zip(leaves(expected), leaves(got)):
         if not (isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor)):
@@ -274,7 +279,8 @@ def rounded_to(expected: Any, got: Any) -> str | None:
             if k < DOWNGRADE_MIN_ELEMENTS:
                 continue
             hits = int(((gv.to(low).to(gv.dtype) == gv) & mask).sum())
-            if hits == k:
+            near = int((((gv - ev).abs() <= DOWNGRADE_NEAR * mag) & mask).sum())
+            if hits == k and near >= DOWNGRADE_NEAR_FRACTION * k:
                 return str(low).replace("torch.", "")
     return None
 

@@ -324,3 +324,12 @@ def test_digest_sees_permutations_and_agrees_with_itself(dtype):
     y[[0, 1]] = y[[1, 0]]
     if not bool((y[0] == y[1])):
         assert guards.digest(x) != guards.digest(y.reshape(7, 5))
+
+
+def test_rounding_heuristic_ignores_zeros_and_constants():
+    # A loose tolerance admits zeros for a tiny-valued reference: that is a
+    # degenerate problem, not a rounded output.
+    e = 1e-3 * torch.rand(64, 64) + 1e-5
+    assert guards.rounded_to(e, torch.zeros_like(e)) is None
+    assert guards.rounded_to(e, torch.full_like(e, 0.5)) is None
+    assert guards.rounded_to(e, e.bfloat16().float()) == "bfloat16"
