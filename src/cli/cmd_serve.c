@@ -169,13 +169,27 @@ static void release_stale(kg_store *store, const char *host_prefix)
     free(w);
 }
 
-/* Starts the supervisor of the local workers (see supervise.h). */
-static int start_workers(struct local_ctx *lc, kg_super **super,
-                         kg_http *http, char (*devices)[KG_SUPER_DEVICE],
-                         int ndev, const char *token, const char *token_file,
-                         int grace_s)
+/* The local workers' ids begin HOST-local-: host is filled with this
+ * host's name as an id may hold it. */
+static void host_name(char host[64])
 {
-    char exe[PATH_MAX], url[160], host[64], prefix[128];
+    if (gethostname(host, 63) || !host[0])
+        snprintf(host, 64, "localhost");
+    host[40] = 0;
+    for (char *c = host; *c; c++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                    "0123456789._-",
+                    *c))
+            *c = '-';
+}
+
+/* Makes the supervisor of the local workers (see supervise.h); they start
+ * with run_workers once the server listens. */
+static int new_workers(struct local_ctx *lc, kg_super **super,
+                       char (*devices)[KG_SUPER_DEVICE], int ndev,
+                       const char *token, const char *token_file, int grace_s)
+{
+    char exe[PATH_MAX], host[64], prefix[128];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (k <= 0) {
         fprintf(stderr, "kgym serve: cannot find the kgym binary: %s\n",
@@ -183,27 +197,9 @@ static int start_workers(struct local_ctx *lc, kg_super **super,
         return -1;
     }
     exe[k] = 0;
-    /* a wildcard listen address is reached through loopback */
-    const char *addr = kg_http_address(http);
-    if (!strncmp(addr, "0.0.0.0:", 8))
-        snprintf(url, sizeof url, "http://127.0.0.1:%s", addr + 8);
-    else if (!strncmp(addr, "[::]:", 5))
-        snprintf(url, sizeof url, "http://[::1]:%s", addr + 5);
-    else
-        snprintf(url, sizeof url, "http://%s", addr);
-    if (gethostname(host, sizeof host - 1) || !host[0])
-        snprintf(host, sizeof host, "localhost");
-    host[40] = 0;
-    for (char *c = host; *c; c++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                    "0123456789._-",
-                    *c))
-            *c = '-';
-    snprintf(prefix, sizeof prefix, "%s-local-", host);
-    release_stale(lc->store, prefix);
+    host_name(host);
     snprintf(prefix, sizeof prefix, "%s-local-%ld-", host, (long)getpid());
     kg_super_cfg cfg = {.exe = exe,
-                        .server_url = url,
                         .token = token,
                         .token_file = token ? NULL : token_file,
                         .n = ndev,
@@ -214,7 +210,31 @@ static int start_workers(struct local_ctx *lc, kg_super **super,
                         .on_exit = on_worker_exit,
                         .ctx = lc};
     kg_err err;
-    if (kg_super_start(super, &cfg, &err)) {
+    if (kg_super_new(super, &cfg, &err)) {
+        fprintf(stderr, "kgym serve: local workers: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Releases an earlier server's local workers, then starts this one's
+ * against the address the server listens on. */
+static int run_workers(struct local_ctx *lc, kg_super *super)
+{
+    char url[160], host[64], prefix[128];
+    /* a wildcard listen address is reached through loopback */
+    const char *addr = kg_http_address(lc->http);
+    if (!strncmp(addr, "0.0.0.0:", 8))
+        snprintf(url, sizeof url, "http://127.0.0.1:%s", addr + 8);
+    else if (!strncmp(addr, "[::]:", 5))
+        snprintf(url, sizeof url, "http://[::1]:%s", addr + 5);
+    else
+        snprintf(url, sizeof url, "http://%s", addr);
+    host_name(host);
+    snprintf(prefix, sizeof prefix, "%s-local-", host);
+    release_stale(lc->store, prefix);
+    kg_err err;
+    if (kg_super_run(super, url, &err)) {
         fprintf(stderr, "kgym serve: local workers: %s\n", err.msg);
         return -1;
     }
@@ -350,6 +370,7 @@ int kg_cli_serve(int argc, char **argv)
     kg_api *api = NULL;
     kg_http *http = NULL;
     kg_super *super = NULL;
+    struct local_ctx lc = {NULL, NULL};
     kg_store_opts so;
     kg_store_opts_default(&so);
     if (lease_s)
@@ -375,6 +396,14 @@ int kg_cli_serve(int argc, char **argv)
         fprintf(stderr, "kgym serve: out of memory\n");
         goto out;
     }
+    /* made before the server answers, so /health shows the local workers
+     * from its first reply */
+    lc.store = store;
+    if (ndev > 0 && new_workers(&lc, &super, devices, ndev,
+                                local_token[0] ? local_token : NULL,
+                                worker_token_file, (int)grace_s))
+        goto out;
+    kg_api_set_supervisor(api, super);
     kg_http_config hc = {
         .listen = listen, .threads = (int)threads, .allow_remote = auth_on};
     if (kg_http_start(&hc, api, auth, metrics, &http, &err)) {
@@ -382,6 +411,7 @@ int kg_cli_serve(int argc, char **argv)
         goto out;
     }
     kg_api_set_http(api, http);
+    lc.http = http;
 
     char desc[512] = "";
     kg_store_describe(store, desc, sizeof desc, NULL);
@@ -403,12 +433,8 @@ int kg_cli_serve(int argc, char **argv)
                                   : " (the same file)");
     fflush(stdout);
 
-    struct local_ctx lc = {store, http};
-    if (ndev > 0 && start_workers(&lc, &super, http, devices, ndev,
-                                  local_token[0] ? local_token : NULL,
-                                  worker_token_file, (int)grace_s))
+    if (super && run_workers(&lc, super))
         goto out;
-    kg_api_set_supervisor(api, super);
 
     for (;;) {
         int sig = 0;

@@ -531,12 +531,12 @@ static void free_super(kg_super *s)
     free(s);
 }
 
-int kg_super_start(kg_super **out, const kg_super_cfg *cfg, kg_err *err)
+int kg_super_new(kg_super **out, const kg_super_cfg *cfg, kg_err *err)
 {
     *out = NULL;
-    if (!cfg->exe || !cfg->server_url || cfg->n < 1 || cfg->n > KG_SUPER_MAX)
-        return kg_errf(err, KG_EINVAL, "local workers: 1..%d, with a server "
-                                       "and an executable",
+    if (!cfg->exe || cfg->n < 1 || cfg->n > KG_SUPER_MAX)
+        return kg_errf(err, KG_EINVAL,
+                       "local workers: 1..%d, with an executable",
                        KG_SUPER_MAX);
     if (cfg->id_prefix && strlen(cfg->id_prefix) > 60)
         return kg_errf(err, KG_EINVAL, "worker id prefix over 60 characters");
@@ -573,14 +573,37 @@ int kg_super_start(kg_super **out, const kg_super_cfg *cfg, kg_err *err)
 #undef DEF
     for (int i = 0; i < cfg->n; i++)
         snprintf(s->slots[i].device, KG_SUPER_DEVICE, "%s", cfg->devices[i]);
-    int rc = pthread_create(&s->thread, NULL, watch, s);
-    if (rc) {
-        free_super(s);
-        return kg_errf(err, KG_EIO, "thread: %s", strerror(rc));
-    }
-    s->thread_started = 1;
     *out = s;
     return 0;
+}
+
+int kg_super_run(kg_super *s, const char *server_url, kg_err *err)
+{
+    if (s->thread_started || s->stopping)
+        return kg_errf(err, KG_ESTATE, "local workers: already started");
+    if (server_url) {
+        free(s->url);
+        if (!(s->url = strdup(server_url)))
+            return kg_errf(err, KG_ENOMEM, "out of memory");
+    }
+    if (!s->url)
+        return kg_errf(err, KG_EINVAL, "local workers: no server URL");
+    s->cfg.server_url = s->url;
+    int rc = pthread_create(&s->thread, NULL, watch, s);
+    if (rc)
+        return kg_errf(err, KG_EIO, "thread: %s", strerror(rc));
+    s->thread_started = 1;
+    return 0;
+}
+
+int kg_super_start(kg_super **out, const kg_super_cfg *cfg, kg_err *err)
+{
+    int rc = kg_super_new(out, cfg, err);
+    if (!rc && (rc = kg_super_run(*out, cfg->server_url, err))) {
+        kg_super_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 void kg_super_stats_get(kg_super *s, kg_super_stats *out)

@@ -85,10 +85,20 @@ typedef struct kg_super_stats {
 typedef struct kg_super kg_super;
 
 /*
- * Starts the workers (one line each on stdout: device, pid, id) and the
- * thread that watches them. cfg and the strings it points to are copied.
- * *out is the caller's, released with kg_super_free.
+ * Makes a supervisor that starts nothing yet (its stats already show the
+ * configured workers): cfg and the strings it points to are copied;
+ * cfg->server_url may be NULL until kg_super_run. *out is the caller's,
+ * released with kg_super_free.
  */
+int kg_super_new(kg_super **out, const kg_super_cfg *cfg, kg_err *err);
+
+/*
+ * Starts the workers against server_url (NULL: cfg's), one line each on
+ * stdout (device, pid, id), and the thread that watches them. Once only.
+ */
+int kg_super_run(kg_super *s, const char *server_url, kg_err *err);
+
+/* kg_super_new, then kg_super_run with cfg->server_url. */
 int kg_super_start(kg_super **out, const kg_super_cfg *cfg, kg_err *err);
 
 /* Thread-safe. s may be NULL (all zero). */
