@@ -606,7 +606,7 @@ static void print_header(const struct widths *w)
 
 static void table_widths(const struct redteam *rt, struct widths *w)
 {
-    w->family = 6, w->name = 9, w->expect = 8, w->got = 28;
+    w->family = 6, w->name = 9, w->expect = 8, w->got = 36;
     for (int i = 0; i < rt->n; i++) {
         const struct cand *c = &rt->c[i];
         char exp[512];
