@@ -15,6 +15,8 @@ and the figures the issues ask for:
   e2e         Linear+ReLU 4096^3 fp32, 5 trials, 100 timed, profiling and
               hack checks on, several candidates in one run: wall per eval
   concurrency 16 triton tasks with --concurrency 4 vs 1
+  redteam     the red-team corpus (kgym redteam --backend all): every cheat
+              caught as labelled, no honest candidate flagged
 
 Writes every result object to OUTDIR/gpu_results.jsonl and the summary to
 OUTDIR/gpu_summary.txt. Exit status 1 if any check failed.
@@ -252,6 +254,63 @@ def run_concurrency() -> None:
           f"{[round(100 * d, 2) for d in diffs]} %")
 
 
+# ---- redteam (tests/redteam, docs/redteam.md) ---------------------------------
+
+def run_redteam() -> None:
+    """The whole red-team corpus on this machine: `kgym redteam --backend all
+    --json` (cpu candidates on the CPU engine, triton and cuda ones on the GPU
+    engine). Writes redteam.json and redteam_table.txt to the output dir;
+    every row must be OK (no MISS, FALSE_ALARM or ERROR)."""
+    out_dir = os.environ.get("OUT") or os.path.join(ROOT, "bench", "results")
+    jobs = os.environ.get("KGYM_REDTEAM_JOBS", "2")
+    say(f"== redteam: kgym redteam --backend all --json --jobs {jobs}")
+    tmp = tempfile.mkdtemp(prefix="kgym-redteam-")
+    os.chmod(tmp, 0o755)  # the sandboxed candidate (nobody) enters its work dir below
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run([KGYM, "redteam", "--backend", "all", "--json", "--jobs", jobs],
+                           capture_output=True, text=True,
+                           timeout=float(os.environ.get("KGYM_REDTEAM_TIMEOUT", "540")),
+                           env=dict(os.environ, TMPDIR=tmp))
+    finally:
+        subprocess.run(["rm", "-rf", tmp])
+    wall = time.perf_counter() - t0
+    try:
+        doc = json.loads(p.stdout)
+    except ValueError:
+        check("redteam ran", False, f"rc={p.returncode}, no JSON; stderr: {p.stderr[-2000:]}")
+        return
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "redteam.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    rows = doc.get("rows", [])
+    table = [f"{'family':<22} {'candidate':<58} {'expected':<44} {'got':<40} {'time_s':>6}  status"]
+    for r in rows:
+        exp = r["expect"] + (f"[{r['reasons']}]" if r.get("reasons") else "") + \
+            (f" {r['code']}" if r.get("code") else "") + (f" +{r['warn']}" if r.get("warn") else "")
+        g = r["got"]
+        got = g["verdict"] + (f"[{','.join(g['hack_reasons'])}]" if g.get("hack_reasons") else
+                              (f" {g['error_code']}" if g.get("error_code") else ""))
+        secs = ((r.get("result") or {}).get("timings") or {}).get("total") or 0
+        table.append(f"{r['family']:<22} {r['candidate']:<58} {exp:<44} {got:<40} "
+                     f"{secs / 1e3:6.1f}  {r['status']}")
+        if r["status"] != "OK":
+            table.append(f"    {r['status']}: {(g.get('error_message') or '')[:300]} "
+                         f"(speedup {g.get('speedup')})")
+    c = doc.get("counts", {})
+    table.append(f"{len(rows)} candidates in {wall:.0f} s: {c.get('ok')} OK, {c.get('miss')} MISS, "
+                 f"{c.get('false_alarm')} FALSE_ALARM, {c.get('error')} ERROR, "
+                 f"{c.get('skipped_need_gpu')} skipped")
+    with open(os.path.join(out_dir, "redteam_table.txt"), "w") as f:
+        f.write("\n".join(table) + "\n")
+    for ln in table:
+        say("  " + ln)
+    check("redteam: every cheat caught as labelled, no honest candidate flagged",
+          p.returncode == 0 and doc.get("gpu") is True and rows and
+          all(r["status"] == "OK" for r in rows),
+          f"rc={p.returncode}, counts {c}; stderr tail: {p.stderr[-500:]!r}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"))
@@ -259,6 +318,7 @@ def main() -> int:
     args = ap.parse_args()
     steps = {"honest": run_honest, "cheats": run_cheats, "repeat": run_self_and_repeat,
              "overhead": run_overhead, "e2e": run_e2e, "concurrency": run_concurrency}
+    steps["redteam"] = run_redteam  # the red-team corpus, docs/redteam.md
     chosen = [s for s in args.only.split(",") if s] or list(steps)
     say(f"# gpu suite {time.strftime('%Y-%m-%d %H:%M:%S')} host={os.uname().nodename}")
     try:
