@@ -87,6 +87,7 @@ struct kg_sqldb {
     int test_delay_ms;     /* kg_sqldb_test_slow_sync */
     char broken_msg[KG_ERR_MAX];
     uint64_t seq, committed_seq; /* write numbers */
+    int ckpt_mark; /* WAL pages at the last background checkpoint */
     kg_sqldb_stats stats;
 
     pthread_mutex_t pmu; /* the reader pool */
@@ -428,23 +429,34 @@ int kg_sqldb_read(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err)
  * checkpoint does not block writers, so no write waits for one. SQLite
  * syncs the WAL before and the database file after each checkpoint.
  */
-#define CHECKPOINT_PAGES 1000 /* WAL size that asks for one (4 MiB) */
-/* Under a steady stream of writes a background checkpoint may never catch
-   up with the end of the WAL, and the WAL only starts over from its
-   beginning once one has; past this size the writer checkpoints itself,
-   in its commit, as SQLite would (32 MiB, rare). */
-#define CHECKPOINT_PAGES_MAX (8 * CHECKPOINT_PAGES)
+#define CHECKPOINT_PAGES 1000 /* WAL growth that asks for one (4 MiB) */
+/*
+ * The WAL starts over from its beginning only when a checkpoint has
+ * copied all of it before the writer's next transaction begins, which a
+ * background checkpoint under a steady stream of writes rarely manages.
+ * So the WAL grows; the background one runs once per CHECKPOINT_PAGES of
+ * growth (not after every commit: each run costs two fsyncs, which
+ * compete with the group commit's), and past CHECKPOINT_PAGES_MAX the
+ * writer checkpoints in its commit, as SQLite's automatic checkpoint
+ * would: by then the background runs have copied nearly everything, so
+ * this is short, and the WAL starts over.
+ */
+#define CHECKPOINT_PAGES_MAX (4 * CHECKPOINT_PAGES)
 
 /* After every commit of the writer (wmu held): the WAL holds pages. */
 static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 {
     kg_sqldb *d = arg;
+    if (pages < d->ckpt_mark) /* the WAL started over */
+        d->ckpt_mark = 0;
     if (pages >= CHECKPOINT_PAGES_MAX) {
         sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL,
                                   NULL);
+        d->ckpt_mark = 0;
         return SQLITE_OK;
     }
-    if (pages >= CHECKPOINT_PAGES) {
+    if (pages >= d->ckpt_mark + CHECKPOINT_PAGES) {
+        d->ckpt_mark = pages;
         pthread_mutex_lock(&d->cmu);
         d->cwanted = 1;
         pthread_cond_signal(&d->ccv);
