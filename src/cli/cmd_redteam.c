@@ -15,38 +15,25 @@
 
 #include "cli/cli.h"
 #include "cli/cli_util.h"
+#include "cli/redteam_case.h"
 #include "common/request.h"
 #include "worker/engine.h"
 
 #define MAX_CANDS 1024
-#define HEADER_TAG "# redteam:"
 
 enum { ENG_CPU, ENG_GPU, N_ENG };
-enum { ST_PENDING, ST_OK, ST_MISS, ST_FALSE_ALARM, ST_ERROR };
-static const char *const STATUS[] = {"-", "OK", "MISS", "FALSE_ALARM", "ERROR"};
-
-/* Verdicts a header may expect (infra_error is kgym's failure, never a
- * candidate's expected outcome). */
-static const char *const VERDICTS[] = {
-    "pass", "mismatch", "compile_error", "runtime_error", "timeout", "hacked"};
+static const char *const STATUS[] = {"-", "OK", "MISS", "FALSE_ALARM",
+                                     "ERROR"}; /* by KG_RT_* */
 
 /* One candidate: its header, where it runs and what came back. */
 struct cand {
-    char *path;    /* file, as found under the corpus dir */
-    char *name;    /* path relative to the corpus dir, without .py */
-    char *family;  /* "honest" or a THREATS.md family */
-    char *problem; /* as written in the header */
-    char *backend; /* cpu | triton | cuda */
-    char *expect;  /* verdicts, '|'-separated */
-    char *reasons; /* codes, ','-separated; alternatives '|'-separated */
-    char *code;    /* error codes, '|'-separated, or NULL */
-    char *warn;    /* a warning that must be present, or NULL */
-    int needs_gpu;
-    json_t *fields; /* request fields of the header (owned) */
+    char *path;     /* file, as found under the corpus dir */
+    char *name;     /* path relative to the corpus dir, without .py */
+    kg_rt_case h;   /* its header */
     json_t *task;   /* normalized request (owned until submitted) */
     json_t *result; /* owned */
     int engine;
-    int status;
+    int status;    /* KG_RT_*, 0 until the result is in */
     double wall_s; /* submission to result, this process's clock */
 };
 
@@ -141,183 +128,15 @@ static void find_root(char *buf, size_t n)
     }
 }
 
-/* 1 when word is one of the '|'-separated items of list. */
-static int in_list(const char *list, const char *word)
+/* Frees what c owns and zeroes it. */
+static void free_cand(struct cand *c)
 {
-    size_t w = strlen(word);
-    for (const char *p = list; p && *p;) {
-        const char *e = strchr(p, '|');
-        size_t l = e ? (size_t)(e - p) : strlen(p);
-        if (l == w && !strncmp(p, word, l))
-            return 1;
-        p = e ? e + 1 : NULL;
-    }
-    return 0;
-}
-
-static int is_verdict(const char *s, size_t l)
-{
-    for (size_t i = 0; i < sizeof VERDICTS / sizeof VERDICTS[0]; i++)
-        if (strlen(VERDICTS[i]) == l && !strncmp(VERDICTS[i], s, l))
-            return 1;
-    return 0;
-}
-
-/* 1 when s is a non-empty list of [a-z0-9_] words joined by seps. */
-static int words_ok(const char *s, const char *seps)
-{
-    int need_word = 1;
-    for (; *s; s++) {
-        if ((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_' ||
-            (*s >= 'A' && *s <= 'Z'))
-            need_word = 0;
-        else if (strchr(seps, *s) && !need_word)
-            need_word = 1;
-        else
-            return 0;
-    }
-    return !need_word;
-}
-
-/* "name:value,name:value" -> request fields; values as kgym eval's flags. */
-static int parse_fields(struct cand *c, const char *v, kg_err *err)
-{
-    char *copy = strdup(v), *save = NULL;
-    if (!copy)
-        return kg_errf(err, KG_ENOMEM, "out of memory");
-    for (char *tok = strtok_r(copy, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        char *colon = strchr(tok, ':');
-        if (!colon || colon == tok || !colon[1]) {
-            free(copy);
-            return kg_errf(err, KG_EINVAL, "fields: '%s' is not name:value",
-                           tok);
-        }
-        *colon = 0;
-        if (!strcmp(tok, "kernel_code") || !strcmp(tok, "reference_code") ||
-            !strcmp(tok, "backend")) {
-            kg_errf(err, KG_EINVAL,
-                    "fields: %s comes from the file and the header", tok);
-            free(copy);
-            return KG_EINVAL;
-        }
-        json_object_set_new(c->fields, tok, kg_cli_flag_value(colon + 1));
-    }
-    free(copy);
-    return 0;
-}
-
-/* Stores one key=value of the header; the strings are owned by c. */
-static int header_kv(struct cand *c, const char *key, const char *val,
-                     kg_err *err)
-{
-    char **slot = NULL;
-    if (!strcmp(key, "family"))
-        slot = &c->family;
-    else if (!strcmp(key, "problem"))
-        slot = &c->problem;
-    else if (!strcmp(key, "backend"))
-        slot = &c->backend;
-    else if (!strcmp(key, "expect"))
-        slot = &c->expect;
-    else if (!strcmp(key, "reasons"))
-        slot = &c->reasons;
-    else if (!strcmp(key, "code"))
-        slot = &c->code;
-    else if (!strcmp(key, "warn"))
-        slot = &c->warn;
-    else if (!strcmp(key, "needs")) {
-        if (strcmp(val, "gpu"))
-            return kg_errf(err, KG_EINVAL, "needs=%s: only needs=gpu exists",
-                           val);
-        c->needs_gpu = 1;
-        return 0;
-    } else if (!strcmp(key, "fields"))
-        return parse_fields(c, val, err);
-    else
-        return kg_errf(err, KG_EINVAL,
-                       "unknown key '%s' (family, problem, backend, expect, "
-                       "reasons, code, warn, needs, fields)",
-                       key);
-    if (*slot)
-        return kg_errf(err, KG_EINVAL, "%s= given twice", key);
-    *slot = strdup(val);
-    return *slot ? 0 : kg_errf(err, KG_ENOMEM, "out of memory");
-}
-
-/* Checks what the header says against itself (not yet the problem file). */
-static int header_check(struct cand *c, kg_err *err)
-{
-    static const char *const need[] = {"family", "problem", "backend",
-                                       "expect"};
-    char *const have[] = {c->family, c->problem, c->backend, c->expect};
-    for (int i = 0; i < 4; i++)
-        if (!have[i] || !*have[i])
-            return kg_errf(err, KG_EINVAL, "header lacks %s=", need[i]);
-    if (!words_ok(c->family, ""))
-        return kg_errf(err, KG_EINVAL, "family=%s: one word of [a-z0-9_]",
-                       c->family);
-    if (strcmp(c->backend, "cpu") && strcmp(c->backend, "triton") &&
-        strcmp(c->backend, "cuda"))
-        return kg_errf(err, KG_EINVAL,
-                       "backend=%s: must be cpu, triton or cuda", c->backend);
-    for (const char *p = c->expect; p;) {
-        const char *e = strchr(p, '|');
-        size_t l = e ? (size_t)(e - p) : strlen(p);
-        if (!is_verdict(p, l))
-            return kg_errf(err, KG_EINVAL,
-                           "expect=%s: '%.*s' is not a verdict (pass, "
-                           "mismatch, compile_error, runtime_error, timeout, "
-                           "hacked)",
-                           c->expect, (int)l, p);
-        p = e ? e + 1 : NULL;
-    }
-    if (!strcmp(c->family, "honest") && strcmp(c->expect, "pass"))
-        return kg_errf(err, KG_EINVAL, "family=honest must expect=pass, not %s",
-                       c->expect);
-    if (c->reasons && !words_ok(c->reasons, ",|"))
-        return kg_errf(err, KG_EINVAL, "reasons=%s: codes joined by , or |",
-                       c->reasons);
-    if (c->reasons && !in_list(c->expect, "hacked"))
-        return kg_errf(err, KG_EINVAL,
-                       "reasons= needs expect= to include hacked");
-    if (c->code && !words_ok(c->code, "|"))
-        return kg_errf(err, KG_EINVAL, "code=%s: codes joined by |", c->code);
-    if (c->warn && !words_ok(c->warn, ""))
-        return kg_errf(err, KG_EINVAL, "warn=%s: one word", c->warn);
-    if (!strcmp(c->backend, "cuda"))
-        c->needs_gpu = 1;
-    return 0;
-}
-
-/* Parses the first line of code ("# redteam: key=value ..."). */
-static int parse_header(struct cand *c, const char *code, kg_err *err)
-{
-    size_t tag = strlen(HEADER_TAG);
-    if (strncmp(code, HEADER_TAG, tag))
-        return kg_errf(err, KG_EINVAL,
-                       "no header: the first line must start with '%s' "
-                       "(docs/redteam.md)",
-                       HEADER_TAG);
-    const char *eol = strchr(code, '\n');
-    size_t len = eol ? (size_t)(eol - code) : strlen(code);
-    char *line = strndup(code + tag, len - tag);
-    if (!line)
-        return kg_errf(err, KG_ENOMEM, "out of memory");
-    char *save = NULL;
-    int rc = 0;
-    for (char *tok = strtok_r(line, " \t\r", &save); tok && !rc;
-         tok = strtok_r(NULL, " \t\r", &save)) {
-        char *eq = strchr(tok, '=');
-        if (!eq || eq == tok || !eq[1]) {
-            rc = kg_errf(err, KG_EINVAL, "header: '%s' is not key=value", tok);
-            break;
-        }
-        *eq = 0;
-        rc = header_kv(c, tok, eq + 1, err);
-    }
-    free(line);
-    return rc ? rc : header_check(c, err);
+    kg_rt_case_free(&c->h);
+    json_decref(c->task);
+    json_decref(c->result);
+    free(c->path);
+    free(c->name);
+    memset(c, 0, sizeof *c);
 }
 
 static int cmp_cand(const void *a, const void *b)
@@ -370,8 +189,7 @@ static int walk(struct redteam *rt, const char *dir, const char *rel,
         struct cand *c = &rt->c[rt->n++];
         c->path = strdup(full);
         c->name = strndup(sub, l - 3);
-        c->fields = json_object();
-        if (!c->path || !c->name || !c->fields)
+        if (!c->path || !c->name)
             rc = kg_errf(err, KG_ENOMEM, "out of memory");
     }
     closedir(d);
@@ -384,41 +202,41 @@ static int load_cand(struct redteam *rt, struct cand *c, kg_err *err)
     char *code = kg_cli_read_file(c->path, err);
     if (!code)
         return KG_EIO;
-    int rc = parse_header(c, code, err);
+    int rc = kg_rt_case_parse(&c->h, code, err);
     if (rc) {
         free(code);
         return rc;
     }
     char prob[PATH_MAX];
-    int k = c->problem[0] == '/'
-                ? snprintf(prob, sizeof prob, "%s", c->problem)
-                : snprintf(prob, sizeof prob, "%s/%s", rt->root, c->problem);
+    int k = c->h.problem[0] == '/'
+                ? snprintf(prob, sizeof prob, "%s", c->h.problem)
+                : snprintf(prob, sizeof prob, "%s/%s", rt->root, c->h.problem);
     struct stat st;
     if (k < 0 || (size_t)k >= sizeof prob || stat(prob, &st) < 0 ||
         !S_ISREG(st.st_mode)) {
         free(code);
         return kg_errf(err, KG_ENOTFOUND,
-                       "problem=%s: no such file (looked for %s)", c->problem,
+                       "problem=%s: no such file (looked for %s)", c->h.problem,
                        prob);
     }
     kg_err ferr;
     char *ref = kg_cli_read_file(prob, &ferr);
     if (!ref) {
         free(code);
-        return kg_errf(err, KG_EIO, "problem=%s: %s", c->problem, ferr.msg);
+        return kg_errf(err, KG_EIO, "problem=%s: %s", c->h.problem, ferr.msg);
     }
     json_t *req = json_deep_copy(rt->defaults);
-    json_object_update(req, c->fields);
+    json_object_update(req, c->h.fields);
     json_object_set_new(req, "reference_code", json_string(ref));
     json_object_set_new(req, "kernel_code", json_string(code));
-    json_object_set_new(req, "backend", json_string(c->backend));
+    json_object_set_new(req, "backend", json_string(c->h.backend));
     free(ref);
     free(code);
     if (!json_object_get(req, "reference_code") ||
         !json_object_get(req, "kernel_code")) {
         json_decref(req);
         return kg_errf(err, KG_EINVAL, "not valid UTF-8 (candidate or %s)",
-                       c->problem);
+                       c->h.problem);
     }
     int code_rc;
     kg_err nerr;
@@ -428,7 +246,7 @@ static int load_cand(struct redteam *rt, struct cand *c, kg_err *err)
         return kg_errf(err, KG_EINVAL, "fields: %s", nerr.msg);
     const char *key;
     json_t *v;
-    json_object_foreach(c->fields, key, v)
+    json_object_foreach(c->h.fields, key, v)
     {
         if (!json_object_get(c->task, key))
             return kg_errf(err, KG_EINVAL, "fields: unknown request field '%s'",
@@ -473,77 +291,8 @@ static int backend_bit(const char *b)
 
 static const char *str(json_t *o, const char *k)
 {
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "";
-}
-
-static int has_reason(json_t *reasons, const char *code, size_t l)
-{
-    size_t i;
-    json_t *v;
-    json_array_foreach(reasons, i, v)
-    {
-        const char *s = json_string_value(v);
-        if (s && strlen(s) == l && !strncmp(s, code, l))
-            return 1;
-    }
-    return 0;
-}
-
-/* Every ','-group of c->reasons has one of its '|'-alternatives in r's
- * hack_reasons. */
-static int reasons_met(const struct cand *c, json_t *r)
-{
-    json_t *hr = json_object_get(r, "hack_reasons");
-    for (const char *g = c->reasons; g && *g;) {
-        const char *ge = strchr(g, ',');
-        size_t gl = ge ? (size_t)(ge - g) : strlen(g);
-        int found = 0;
-        for (const char *a = g; a < g + gl;) {
-            const char *ae = memchr(a, '|', (size_t)(g + gl - a));
-            size_t al = ae ? (size_t)(ae - a) : (size_t)(g + gl - a);
-            found |= has_reason(hr, a, al);
-            a += al + 1;
-        }
-        if (!found)
-            return 0;
-        g = ge ? ge + 1 : NULL;
-    }
-    return 1;
-}
-
-/* The warning is present: in a warnings entry (substring) or as a truthy
- * key of checks. */
-static int warn_met(const struct cand *c, json_t *r)
-{
-    size_t i;
-    json_t *v;
-    json_array_foreach(json_object_get(r, "warnings"), i, v)
-    {
-        const char *s = json_string_value(v);
-        if (s && strstr(s, c->warn))
-            return 1;
-    }
-    json_t *chk = json_object_get(json_object_get(r, "checks"), c->warn);
-    return chk && !json_is_false(chk) && !json_is_null(chk) &&
-           !(json_is_integer(chk) && json_integer_value(chk) == 0);
-}
-
-static int judge_row(const struct cand *c, json_t *r)
-{
-    const char *verdict = str(r, "verdict");
-    int ok = in_list(c->expect, verdict);
-    if (ok && !strcmp(verdict, "hacked"))
-        ok = reasons_met(c, r);
-    if (ok && c->code)
-        ok = in_list(c->code, str(r, "error_code"));
-    if (ok && c->warn)
-        ok = warn_met(c, r);
-    if (ok)
-        return ST_OK;
-    if (!strcmp(verdict, "infra_error") || !*verdict)
-        return ST_ERROR;
-    return strcmp(c->family, "honest") ? ST_MISS : ST_FALSE_ALARM;
+    const char *v = json_string_value(json_object_get(o, k));
+    return v ? v : "";
 }
 
 /* ---- the table --------------------------------------------------------- */
@@ -552,48 +301,20 @@ struct widths {
     int family, name, expect, got;
 };
 
-static void expected_text(const struct cand *c, char *buf, size_t n)
-{
-    snprintf(buf, n, "%s%s%s%s%s%s%s%s", c->expect, c->reasons ? "[" : "",
-             c->reasons ? c->reasons : "", c->reasons ? "]" : "",
-             c->code ? " " : "", c->code ? c->code : "", c->warn ? " +" : "",
-             c->warn ? c->warn : "");
-}
-
-static void got_text(json_t *r, char *buf, size_t n)
-{
-    const char *v = str(r, "verdict");
-    json_t *hr = json_object_get(r, "hack_reasons");
-    int k = snprintf(buf, n, "%s", *v ? v : "?");
-    if (json_array_size(hr) > 0) {
-        size_t i;
-        json_t *x;
-        k += snprintf(buf + k, n > (size_t)k ? n - k : 0, "[");
-        json_array_foreach(hr, i, x)
-        {
-            k += snprintf(buf + k, n > (size_t)k ? n - k : 0, "%s%s",
-                          i ? "," : "", json_string_value(x));
-        }
-        k += snprintf(buf + k, n > (size_t)k ? n - k : 0, "]");
-    } else if (strcmp(v, "pass") && *str(r, "error_code"))
-        k += snprintf(buf + k, n > (size_t)k ? n - k : 0, " %s",
-                      str(r, "error_code"));
-    (void)k;
-}
-
 static void print_row(const struct redteam *rt, const struct cand *c,
                       const struct widths *w)
 {
     char exp[512], got[512];
     (void)rt;
-    expected_text(c, exp, sizeof exp);
-    got_text(c->result, got, sizeof got);
+    kg_rt_expected_text(&c->h, exp, sizeof exp);
+    kg_rt_got_text(c->result, got, sizeof got);
     json_t *t = json_object_get(c->result, "timings");
     json_t *tot = json_object_get(t, "total");
     double secs =
         json_is_number(tot) ? json_number_value(tot) / 1e3 : c->wall_s;
-    printf("%-*s  %-*s  %-*s  %-*s  %6.1f  %s\n", w->family, c->family, w->name,
-           c->name, w->expect, exp, w->got, got, secs, STATUS[c->status]);
+    printf("%-*s  %-*s  %-*s  %-*s  %6.1f  %s\n", w->family, c->h.family,
+           w->name, c->name, w->expect, exp, w->got, got, secs,
+           STATUS[c->status]);
     fflush(stdout);
 }
 
@@ -610,8 +331,8 @@ static void table_widths(const struct redteam *rt, struct widths *w)
     for (int i = 0; i < rt->n; i++) {
         const struct cand *c = &rt->c[i];
         char exp[512];
-        expected_text(c, exp, sizeof exp);
-        int lf = (int)strlen(c->family), ln = (int)strlen(c->name),
+        kg_rt_expected_text(&c->h, exp, sizeof exp);
+        int lf = (int)strlen(c->h.family), ln = (int)strlen(c->name),
             le = (int)strlen(exp);
         w->family = lf > w->family ? lf : w->family;
         w->name = ln > w->name ? ln : w->name;
@@ -632,7 +353,7 @@ static void on_done(void *ctx, void *user, json_t *result)
     struct cand *c = &x->rt->c[(int)(intptr_t)user];
     c->result = json_incref(result);
     c->wall_s = now_s() - x->rt->started;
-    c->status = judge_row(c, result);
+    c->status = kg_rt_case_judge(&c->h, result);
     x->rt->done++;
     if (!x->rt->json_out)
         print_row(x->rt, c, &x->w);
@@ -645,11 +366,11 @@ static json_t *row_json(const struct cand *c, json_error_t *je)
         je, 0,
         "{s:s, s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:s?, s:b, s:O, s:s, "
         "s:{s:s, s:s?, s:O?, s:O?, s:O?, s:s?}, s:O?}",
-        "candidate", c->name, "path", c->path, "family", c->family, "problem",
-        c->problem, "backend", c->backend, "expect", c->expect, "reasons",
-        c->reasons, "code", c->code, "warn", c->warn, "needs_gpu", c->needs_gpu,
-        "fields", c->fields, "status", STATUS[c->status], "got", "verdict",
-        str(r, "verdict"), "error_code",
+        "candidate", c->name, "path", c->path, "family", c->h.family, "problem",
+        c->h.problem, "backend", c->h.backend, "expect", c->h.expect, "reasons",
+        c->h.reasons, "code", c->h.code, "warn", c->h.warn, "needs_gpu",
+        c->h.needs_gpu, "fields", c->h.fields, "status", STATUS[c->status],
+        "got", "verdict", str(r, "verdict"), "error_code",
         json_string_value(json_object_get(r, "error_code")), "hack_reasons",
         json_object_get(r, "hack_reasons"), "warnings",
         json_object_get(r, "warnings"), "speedup",
@@ -678,9 +399,9 @@ static int print_json(const struct redteam *rt, const int counts[])
     json_t *doc = json_pack_ex(
         &je, 0, "{s:s, s:s, s:b, s:f, s:{s:i, s:i, s:i, s:i, s:i}, s:o}",
         "kgym_version", KG_VERSION, "dir", rt->dir, "gpu", rt->gpu, "wall_s",
-        now_s() - rt->started, "counts", "ok", counts[ST_OK], "miss",
-        counts[ST_MISS], "false_alarm", counts[ST_FALSE_ALARM], "error",
-        counts[ST_ERROR], "skipped_need_gpu", rt->skipped_gpu, "rows", rows);
+        now_s() - rt->started, "counts", "ok", counts[KG_RT_OK], "miss",
+        counts[KG_RT_MISS], "false_alarm", counts[KG_RT_FALSE_ALARM], "error",
+        counts[KG_RT_ERROR], "skipped_need_gpu", rt->skipped_gpu, "rows", rows);
     char *s = doc ? json_dumps(doc, JSON_INDENT(1)) : NULL;
     if (!s)
         fprintf(stderr, "kgym redteam: JSON report: %s\n",
@@ -697,8 +418,8 @@ static void print_summary(const struct redteam *rt, const int counts[])
 {
     printf("\n%d candidates in %.1f s: %d OK, %d MISS, %d FALSE_ALARM, %d "
            "ERROR",
-           rt->done, now_s() - rt->started, counts[ST_OK], counts[ST_MISS],
-           counts[ST_FALSE_ALARM], counts[ST_ERROR]);
+           rt->done, now_s() - rt->started, counts[KG_RT_OK],
+           counts[KG_RT_MISS], counts[KG_RT_FALSE_ALARM], counts[KG_RT_ERROR]);
     if (rt->skipped_gpu)
         printf(" (%d skipped: they need a GPU)", rt->skipped_gpu);
     printf("\n");
@@ -709,11 +430,11 @@ static void print_summary(const struct redteam *rt, const int counts[])
                    c->name);
             continue;
         }
-        if (c->status == ST_OK)
+        if (c->status == KG_RT_OK)
             continue;
         char exp[512], got[512];
-        expected_text(c, exp, sizeof exp);
-        got_text(c->result, got, sizeof got);
+        kg_rt_expected_text(&c->h, exp, sizeof exp);
+        kg_rt_got_text(c->result, got, sizeof got);
         printf("%s %s: expected %s, got %s", STATUS[c->status], c->name, exp,
                got);
         json_t *sp = json_object_get(c->result, "speedup");
@@ -820,21 +541,16 @@ static int prepare(struct redteam *rt)
             fprintf(stderr, "kgym redteam: %s: %s\n", c->path, err.msg);
             return 2;
         }
-        int selected = (rt->backends & backend_bit(c->backend)) != 0;
-        if (selected && c->needs_gpu && !rt->gpu) {
+        int selected = (rt->backends & backend_bit(c->h.backend)) != 0;
+        if (selected && c->h.needs_gpu && !rt->gpu) {
             rt->skipped_gpu++;
             selected = 0;
         }
         if (!selected) {
-            json_decref(c->task);
-            json_decref(c->fields);
-            free(c->path), free(c->name), free(c->family), free(c->problem);
-            free(c->backend), free(c->expect), free(c->reasons);
-            free(c->code), free(c->warn);
-            memset(c, 0, sizeof *c);
+            free_cand(c);
             continue;
         }
-        c->engine = strcmp(c->backend, "cpu") && rt->gpu ? ENG_GPU : ENG_CPU;
+        c->engine = strcmp(c->h.backend, "cpu") && rt->gpu ? ENG_GPU : ENG_CPU;
         if (keep != i) {
             rt->c[keep] = *c;
             memset(c, 0, sizeof *c);
@@ -856,12 +572,7 @@ static void free_all(struct redteam *rt)
 {
     for (int i = 0; i < rt->n; i++) {
         struct cand *c = &rt->c[i];
-        json_decref(c->task);
-        json_decref(c->fields);
-        json_decref(c->result);
-        free(c->path), free(c->name), free(c->family), free(c->problem);
-        free(c->backend), free(c->expect), free(c->reasons);
-        free(c->code), free(c->warn);
+        free_cand(c);
     }
 }
 
@@ -1003,14 +714,15 @@ int kg_cli_redteam(int argc, char **argv)
     rc = prepare(&rt);
     if (rc == 0) {
         rc = run_all(&rt, &cfg);
-        int counts[ST_ERROR + 1] = {0};
+        int counts[KG_RT_ERROR + 1] = {0};
         for (int i = 0; i < rt.n; i++)
-            counts[rt.c[i].result ? rt.c[i].status : ST_ERROR]++;
+            counts[rt.c[i].result ? rt.c[i].status : KG_RT_ERROR]++;
         if (rt.json_out)
             rc |= print_json(&rt, counts);
         else
             print_summary(&rt, counts);
-        if (counts[ST_MISS] || counts[ST_FALSE_ALARM] || counts[ST_ERROR])
+        if (counts[KG_RT_MISS] || counts[KG_RT_FALSE_ALARM] ||
+            counts[KG_RT_ERROR])
             rc = 1;
     }
     free_all(&rt);
