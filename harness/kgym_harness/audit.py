@@ -104,16 +104,21 @@ def shared_storage(r: RunReply, facts: ReferenceFacts) -> list[Finding]:
              "it; the reference's output does not)")]
 
 
-def copies_of_inputs(expected: Any, got: Any, inputs: list) -> list[Finding]:
+def copies_of_inputs(expected: Any, got: Any, inputs: list, sent: list) -> list[Finding]:
     """Received outputs that hold exactly the bytes of an input the judge
-    sent while the expected output does not (a returned input, a copy or a
-    reshaped view of one). Trusted: the judge's own data only."""
+    sent (a returned input, a copy or a reshaped view of one) while the
+    expected output does not. Trusted: the judge's own data only. The
+    received tensor is digested where it is (no copy to the device); only
+    a matching digest is confirmed byte for byte."""
     for i, (e, g) in enumerate(zip(flatten(expected), flatten(got))):
         if not (isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor)):
             continue
-        for j, x in enumerate(inputs):
-            if (isinstance(x, torch.Tensor) and x.dtype == g.dtype and x.numel() == g.numel()
-                    and guards.same_values(x, g) and not guards.same_values(x, e)):
+        for j, (x, d) in enumerate(zip(inputs, sent)):
+            if (not isinstance(x, torch.Tensor) or d is None or x.dtype != g.dtype
+                    or x.numel() != g.numel() or x.numel() == 0):
+                continue
+            if (guards.digest_on(g, x.device) == d and guards.same_values(x, g)
+                    and not guards.same_values(x, e)):
                 return [("aliases_input", "ALIASES_INPUT",
                          f"{_name(i)} is input {j}, unchanged (the expected output is not)")]
     return []

@@ -12,6 +12,7 @@ integrity.py watches this module's functions like the rest of the harness.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 from typing import Any
 
 import torch
@@ -25,11 +26,11 @@ M_PERTURB = -6
 PERTURB_VALUE = 0x100         # glibc fills allocations with ~value (0xFF), frees with 0
 POISON_COPIES = 2             # freed blocks per size (LIFO reuse takes the last)
 STALE_FRACTION = 0.9          # of an output's 16-bit words: never written at all
-DIGEST_CHUNK = 1 << 20        # int32 words per reduction (bounded temporaries)
+DIGEST_CHUNK = 1 << 22        # int64 words per device reduction (bounded temporaries)
 DOWNGRADE_MIN_ELEMENTS = 256  # evidence needed before calling an output rounded
 DOWNGRADE_NEAR = 2.0 ** -4    # a rounded value lies this close (relative) to the expected
 DOWNGRADE_NEAR_FRACTION = 0.9
-DOWNGRADE_SAMPLE = 1 << 20    # elements looked at per output
+DOWNGRADE_SAMPLE = 1 << 14    # elements looked at per output (evenly spaced)
 _LOWER = {torch.float32: (torch.bfloat16, torch.float16),
           torch.float64: (torch.float32, torch.bfloat16, torch.float16)}
 _TENSOR_PROTOCOLS = ("__torch_function__", "__torch_dispatch__")
@@ -152,11 +153,13 @@ class Poisoned:
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
-    """t's elements as a flat uint8 tensor (a copy only when t is not contiguous)."""
+    """t's elements as a flat uint8 tensor starting 8-byte aligned (a copy
+    only when t is not contiguous or starts at an odd offset)."""
     raw = t.detach().contiguous().reshape(-1)
     if raw.dtype == torch.bool:
         raw = raw.to(torch.uint8)
-    return raw.view(torch.uint8)
+    raw = raw.view(torch.uint8)
+    return raw if raw.storage_offset() % 8 == 0 else raw.clone()
 
 
 def _halfwords(t: torch.Tensor) -> torch.Tensor:
@@ -211,7 +214,7 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
 # ---- input_mutation -----------------------------------------------------------------
 
 def _pattern(device: torch.device, n: int) -> torch.Tensor:
-    """Position weights 1..251 (they make the digest see a permutation)."""
+    """Position weights 1..251 (they make the device digest see a permutation)."""
     key = str(device)
     p = _PATTERNS.get(key)
     if p is None or p.numel() < n:
@@ -221,20 +224,37 @@ def _pattern(device: torch.device, n: int) -> torch.Tensor:
 
 
 def digest(t: torch.Tensor) -> list[int]:
-    """[nbytes, sum, weighted sum] of t's bytes as int32 words, computed in
-    exact integer arithmetic (chunked, no overflow), so CPU and GPU agree
-    and the reduction order does not matter."""
+    """[nbytes, a, b]: a fingerprint of t's bytes in element order, the same
+    for equal contents whatever the layout. Host tensors: BLAKE2b (two
+    64-bit halves). Device tensors, without a copy to the host: word_digest.
+    Both sides of a comparison digest tensors on the same device."""
     raw = _bytes(t)
+    if raw.device.type != "cpu":
+        return word_digest(raw)
+    h = hashlib.blake2b(memoryview(raw.numpy()), digest_size=16).digest() if raw.numel() else bytes(16)
+    return [raw.numel(), int.from_bytes(h[:8], "little"), int.from_bytes(h[8:], "little")]
+
+
+def word_digest(raw: torch.Tensor) -> list[int]:
+    """[nbytes, sum, weighted sum] of a flat uint8 tensor read as int64
+    words (zero-padded), the weights 1..251 by position; both sums wrap
+    modulo 2^64, which is exact, so the reduction order does not matter."""
     n = raw.numel()
-    if n % 4:
-        raw = torch.cat([raw, raw.new_zeros(4 - n % 4)])
-    words = raw.view(torch.int32)
+    if n % 8:
+        raw = torch.cat([raw, raw.new_zeros(8 - n % 8)])
+    words = raw.view(torch.int64)
     s1 = s2 = 0
     for start in range(0, words.numel(), DIGEST_CHUNK):
-        w = words[start:start + DIGEST_CHUNK].to(torch.int64)
+        w = words[start:start + DIGEST_CHUNK]
         s1 += int(w.sum())
         s2 += int((w * _pattern(w.device, w.numel())).sum())
     return [n, s1 & (2**64 - 1), s2 & (2**64 - 1)]
+
+
+def digest_on(t: torch.Tensor, device: torch.device) -> list[int]:
+    """digest() of t as if it lived on `device` (the algorithm of that
+    device type), without moving it there."""
+    return digest(t) if device.type == "cpu" else word_digest(_bytes(t))
 
 
 def digests(values: list) -> list[list[int] | None]:
@@ -268,8 +288,9 @@ def rounded_to(expected: Any, got: Any) -> str | None:
             continue
         if e.dtype != g.dtype or e.dtype not in _LOWER or e.shape != g.shape:
             continue
-        ev = e.detach().reshape(-1)[:DOWNGRADE_SAMPLE]
-        gv = g.detach().reshape(-1)[:DOWNGRADE_SAMPLE].to(ev.device)
+        step = max(1, e.numel() // DOWNGRADE_SAMPLE)
+        ev = e.detach().reshape(-1)[::step]
+        gv = g.detach().reshape(-1)[::step].to(ev.device)
         for low in _LOWER[e.dtype]:
             info = torch.finfo(low)
             mag = ev.abs()

@@ -221,7 +221,7 @@ class Judge:
             self.report(late + (audit.stale(got) if not late else [])
                         + audit.mutation(reply, sent, self.facts)
                         + audit.shared_storage(reply, self.facts)
-                        + (audit.copies_of_inputs(expected, got, inputs) if check else []))
+                        + (audit.copies_of_inputs(expected, got, inputs, sent) if check else []))
         if not check:
             return None
         fail = compare.compare_outputs(expected, got, self.req["atol"], self.req["rtol"])

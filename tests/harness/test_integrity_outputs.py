@@ -326,6 +326,23 @@ def test_digest_sees_permutations_and_agrees_with_itself(dtype):
         assert guards.digest(x) != guards.digest(y.reshape(7, 5))
 
 
+def test_device_digest_arithmetic():
+    # The words digest (what CUDA tensors get), run on the CPU: exact,
+    # layout-independent, sensitive to a permutation and to one flipped bit.
+    x = torch.randn(1000, 37)
+    raw = x.reshape(-1).view(torch.uint8)
+    d = guards.word_digest(raw)
+    assert d == guards.word_digest(x.t().contiguous().t().contiguous().reshape(-1).view(torch.uint8))
+    assert d[0] == x.numel() * 4
+    y = x.clone().reshape(-1)
+    y[[3, 700]] = y[[700, 3]]
+    assert guards.word_digest(y.view(torch.uint8)) != d
+    z = raw.clone()
+    z[12345] ^= 1
+    assert guards.word_digest(z) != d
+    assert guards.word_digest(raw[:13]) != guards.word_digest(raw[:14])  # padding is counted
+
+
 def test_rounding_heuristic_ignores_zeros_and_constants():
     # A loose tolerance admits zeros for a tiny-valued reference: that is a
     # degenerate problem, not a rounded output.
