@@ -214,7 +214,10 @@ def run_e2e() -> None:
     for r in res:
         say(f"  {brief(r)}")
         say(f"  timings {json.dumps(r.get('timings'))}")
-    if len(res) >= 2:
+    check("e2e: every evaluation passes", len(res) == 8 and all(r.get("verdict") == "pass"
+                                                                for r in res),
+          str([r.get("verdict") for r in res]))
+    if len(res) >= 2 and all(r.get("verdict") == "pass" for r in res):
         walls = [(r.get("timings") or {}).get("total", 0) / 1e3 for r in res[1:]]
         check("e2e wall per warm evaluation <= 2 s", statistics.median(walls) <= 2.0,
               f"median {statistics.median(walls):.3f} s, each {[round(w, 3) for w in walls]} s "

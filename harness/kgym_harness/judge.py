@@ -156,7 +156,9 @@ class Judge:
         """Collect the reply to the load command sent in setup."""
         self.phase = "compile"
         self.remote.watch_wanted = self.req["run_hack_checks"]
-        self.remote.finish_load()
+        load_ms = self.remote.finish_load()
+        if load_ms:
+            self.result["timings"]["load_detail"] = load_ms  # the candidate's claim
         self.result["compiled"] = True
 
     def lock_device(self, exclusive: bool) -> None:
@@ -206,6 +208,8 @@ class Judge:
         t2 = _now()
         self.lap("inputs", t1 - t0)
         self.lap("candidate", t2 - t1)
+        for k, v in reply.ms.items():  # the candidate's claim of where that went
+            self.lap("cand_" + k, v / 1e3)
         self.launches[f"{mode}/{'grad' if grad else 'no_grad'}"] += launches["count"]
         self.kernel_names.update(r["name"] for r in launches["records"])
         self.records.extend(launches["records"][:max(0, 4 - len(self.records))])
@@ -687,7 +691,7 @@ def _warm_pair(chan: Channel) -> dict:
         chan.recv()
         lock.close()
         out["device_ms"] = (_now() - t0) * 1e3
-        if cuda:
+        if cuda and os.environ.get("KGYM_WARM_PROFILER") == "1":
             chan.send({"cmd": "warm", "part": "profiler"})
             chan.recv()
             out["profiler_ms"] = (_now() - t0) * 1e3 - out["device_ms"]

@@ -137,6 +137,7 @@ class RunReply:
     aliases: list = field(default_factory=list)      # [output leaf, input]
     inputs: list | None = None                       # digest per input, after the call
     quiet: dict = field(default_factory=dict)
+    ms: dict = field(default_factory=dict)          # the candidate's own time split
 
 
 def _guard(v: Any, n_inputs: int) -> tuple[list, list, dict]:
@@ -250,15 +251,19 @@ class Remote:
         """The first half of load(): the candidate works while we do."""
         self.chan.send({"cmd": "load", **fields})
 
-    def finish_load(self) -> None:
+    def finish_load(self) -> dict:
+        """The load reply's own account of its time (diagnostics only)."""
         try:
             pid = peer_pid(self.chan.sock, self.chan.deadline) if self.watch_wanted else None
         finally:
             self._pass_creds(False)  # later messages may carry fds (channel.py's regions)
-        self._reply(allow_infra=True)
+        reply, _ = self._reply(allow_infra=True)
         if pid is not None and quiet.proc_stat(pid) is not None:
             self.pid = pid
             self.watch = quiet.ProcWatch(pid)
+        ms = reply.get("ms")
+        return {k: _num(v) for k, v in list(ms.items())[:8] if isinstance(k, str) and len(k) < 32} \
+            if isinstance(ms, dict) else {}
 
     def close(self) -> None:
         """Stop the watch's thread (idempotent)."""
@@ -280,6 +285,9 @@ class Remote:
         r.output = unpack(reply.get("output"), out)
         if guard:
             r.aliases, r.inputs, r.quiet = _guard(reply.get("guard"), len(inputs))
+        ms = reply.get("ms")
+        if isinstance(ms, dict):  # the candidate's own account: diagnostics only
+            r.ms = {k: _num(ms.get(k)) for k in ("prepare", "forward", "output", "guard")}
         return r
 
     def time(self, n_warmup: int, n_iter: int, seed: int, start: int = 0,

@@ -43,7 +43,7 @@ static void usage(FILE *f)
                "  --prewarm N                 warm judge+candidate pairs "
                "started ahead of\n"
                "                              their task (default: "
-               "concurrency, +2 on a GPU;\n"
+               "concurrency, +3 on a GPU;\n"
                "                              0: none)\n"
                "  --json                      one result object per line\n"
                "  --fresh                     a fresh interpreter per child "

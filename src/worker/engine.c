@@ -60,6 +60,7 @@ struct slot {
     int res_fd;
     int task_fd; /* a spare's judge reads "go" here once its task is written */
     int interp;  /* children started with TRITON_INTERPRET=1 */
+    int prof;    /* a spare that warms the profiler up (tasks that profile) */
     int warm;    /* the task runs in a pair started before it (a spare) */
     struct buf res;
     int timed_out;
@@ -96,6 +97,7 @@ struct kg_engine {
     struct slot slots[MAX_SLOTS];
     struct slot spares[MAX_SPARES]; /* S_SPARE or S_FREE */
     int last_interp;                /* what the newest task's children need */
+    int last_prof;                  /* the newest task profiles */
     struct pending *head, *tail;
     int npending;
     long next_id;
@@ -200,7 +202,7 @@ static const char *child_device(const kg_engine *e)
 /* The environment a child starts with: nothing of the worker's but what the
  * runtime needs. */
 static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
-                         int interp)
+                         int interp, int prof)
 {
     static const char *pass[] = {"PATH",
                                  "LD_LIBRARY_PATH",
@@ -245,8 +247,11 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
                             json_string(e->cuda_env));
     if (interp)
         json_object_set_new(env, "TRITON_INTERPRET", json_string("1"));
-    if (!strcmp(role, "judge"))
+    if (!strcmp(role, "judge")) {
         json_object_set_new(env, "KGYM_DEVICE_LOCK", json_string(e->lock_path));
+        if (prof)
+            json_object_set_new(env, "KGYM_WARM_PROFILER", json_string("1"));
+    }
     return env;
 }
 
@@ -440,7 +445,10 @@ static json_t *sandbox_cfg(kg_engine *e, const char *role,
          * (the task's disk quota), the rest read-only but for the cache */
         json_object_set_new(s, "private_tmp", json_true());
         json_object_set_new(s, "tmp_bytes", json_integer(TASK_TMP_BYTES));
-        json_object_set_new(s, "readonly_root", json_true());
+        /* CUDA's first initialisation in a process may create device
+         * nodes (nvidia-uvm) and writes driver state: on a GPU worker the
+         * root stays writable (the uid still owns nothing there) */
+        json_object_set_new(s, "readonly_root", json_boolean(!gpu));
         char cd[PATH_MAX + 16];
         snprintf(cd, sizeof cd, "%s/candidate", e->cache_dir);
         json_t *keep = json_array();
@@ -514,7 +522,8 @@ static int spawn(kg_engine *e, struct slot *sl, const char *role,
     json_object_set_new(req, "id", json_integer(++e->next_id));
     json_object_set_new(req, "role", json_string(role));
     json_object_set_new(req, "sandbox", sandbox_cfg(e, role, c));
-    json_object_set_new(req, "env", child_env(e, role, c, sl->interp));
+    json_object_set_new(req, "env",
+                        child_env(e, role, c, sl->interp, sl->prof));
     json_object_set_new(req, "device", json_string(child_device(e)));
     int fds[4], nfds = 0;
     json_t *names = json_array();
@@ -925,6 +934,7 @@ static void top_up_spares(kg_engine *e)
         memset(sp, 0, sizeof *sp);
         sp->res_fd = sp->task_fd = sp->judge.log_fd = sp->cand.log_fd = -1;
         sp->interp = e->last_interp;
+        sp->prof = e->last_prof;
         sp->state = S_SPARE;
         kg_err serr;
         if (spawn_pair(e, sp, &serr)) {
@@ -954,6 +964,8 @@ int kg_engine_submit(kg_engine *e, json_t *task, void *user, kg_err *err)
     p->user = user;
     p->t_submit = now_ms();
     e->last_interp = task_interp(e, task);
+    json_t *ep = json_object_get(task, "enable_profiling");
+    e->last_prof = !json_is_false(ep);
     if (e->tail)
         e->tail->next = p;
     else
@@ -1407,7 +1419,7 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
             e->spares[i].judge.log_fd = e->spares[i].cand.log_fd = -1;
     int gpu = !strncmp(cfg->device, "cuda:", 5);
     e->prewarm = cfg->prewarm < 0    ? 0
-                 : cfg->prewarm == 0 ? e->cfg.concurrency + (gpu ? 2 : 0)
+                 : cfg->prewarm == 0 ? e->cfg.concurrency + (gpu ? 3 : 0)
                                      : cfg->prewarm;
     if (e->prewarm > MAX_SPARES)
         e->prewarm = MAX_SPARES;

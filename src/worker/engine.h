@@ -34,7 +34,7 @@ typedef struct kg_engine_cfg {
      * initialise CUDA, cuBLAS and the profiler while other tasks run, then
      * wait; a task takes a ready pair instead of forking one. Each pair is
      * still used for one task only. prewarm: most spares (-1: none, 0:
-     * default = concurrency, +2 on a GPU, where a pair's start-up takes
+     * default = concurrency, +3 on a GPU, where a pair's start-up takes
      * seconds). idle_warm: spares kept when no task is queued (-1: none,
      * 0: default = prewarm); `kgym eval` keeps none beyond its queue. Zygote
      * mode only. */
