@@ -227,6 +227,10 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
         json_object_set_new(env, "PATH",
                             json_string("/usr/local/bin:/usr/bin:/bin"));
     json_object_set_new(env, "HOME", json_string(c->wd));
+    /* candidate uids have no passwd entry: getpass.getuser() (the torch
+     * profiler, inductor's cache) reads these before asking getpwuid */
+    json_object_set_new(env, "USER", json_string("kgym"));
+    json_object_set_new(env, "LOGNAME", json_string("kgym"));
     json_object_set_new(env, "TMPDIR", json_string(c->wd));
     json_object_set_new(env, "PYTHONPATH", json_string(e->pythonpath));
     json_object_set_new(env, "PYTHONDONTWRITEBYTECODE", json_string("1"));

@@ -99,3 +99,21 @@ def test_no_pair_outlives_the_engine():
         assert not left, f"processes left behind: {left}"
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_candidate_without_a_passwd_entry_can_ask_who_it_is(tmp_path):
+    """Candidate uids have no passwd entry; libraries that ask for the user
+    name (torch.profiler, inductor's cache dir) must still work."""
+    src = open(SOL).read() + (
+        "\nimport getpass as _gp\n"
+        "_orig_init = ModelNew.__init__\n"
+        "def _init(self, *a, **k):\n"
+        "    assert _gp.getuser()\n"
+        "    _orig_init(self, *a, **k)\n"
+        "ModelNew.__init__ = _init\n")
+    cand = tmp_path / "who.py"
+    cand.write_text(src)
+    os.chmod(tmp_path, 0o755)
+    os.chmod(cand, 0o644)
+    res = evaluate([str(cand)])
+    assert res[0]["verdict"] == "pass", res[0]["error_message"]
