@@ -581,9 +581,12 @@ int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
     pthread_mutex_init(&h->lock, NULL);
     pthread_cond_init(&h->cond, NULL);
 
+    /* default 4 per CPU: a handler waits in the store for an fsync, and
+       the store's group commit shares one fsync among the requests that
+       are in it at once (docs/store.md) */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned threads = cfg->threads > 0 ? (unsigned)cfg->threads
-                                        : (unsigned)(ncpu > 0 ? ncpu : 1);
+                                        : 4 * (unsigned)(ncpu > 0 ? ncpu : 1);
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;

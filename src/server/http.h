@@ -78,7 +78,7 @@ int kg_http_route(const char *method, const char *path, int *route, int *role,
 
 typedef struct kg_http_config {
     const char *listen; /* "HOST:PORT", "[V6]:PORT"; default 127.0.0.1:10907 */
-    int threads;        /* thread pool size; 0 = online CPUs */
+    int threads;        /* thread pool size; 0 = 4 per online CPU */
     int conn_limit;     /* simultaneous connections; 0 = default */
     int idle_timeout_s; /* idle connection timeout; 0 = default */
     int allow_remote;   /* 0: refuse an address that is not loopback */
