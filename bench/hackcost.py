@@ -12,8 +12,9 @@ round per solution (builds and first-call costs). Everything else is the
 request's defaults: 5 correctness trials, 100 timed iterations, profiling.
 
 Reported per solution: the median of the judge's total time per mode, the
-ratio on/off, and where the difference goes (median per phase); overall,
-the geometric mean of the ratios. Time is the judge's timings.total (from
+median over rounds of the ratio on/off of the two back-to-back evaluations
+of a round, and where the difference goes (median per phase); overall, the
+geometric mean of the ratios. Time is the judge's timings.total (from
 setup to the result), which is what a worker spends per task apart from
 spawning the two children.
 
@@ -104,6 +105,20 @@ def machine() -> str:
     return f"{platform.node()}: {os.cpu_count()} CPUs ({cpu}){gpu}"
 
 
+def source_state() -> str:
+    """The commit measured, and whether the harness had uncommitted changes."""
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", ROOT, *a], capture_output=True, text=True,
+                                  timeout=20).stdout.rstrip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--", "harness", "src/worker")
+    return head + (f" + uncommitted changes in {', '.join(ln[3:] for ln in dirty.splitlines())}"
+                   if dirty else "")
+
+
 def geomean(xs: list[float]) -> float:
     xs = [x for x in xs if x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
@@ -137,6 +152,7 @@ def main() -> int:
         meta = write_candidates(corpus, sols, args.repeats)
         cmd = [KGYM, "redteam", "--dir", corpus, "--json", "--jobs", str(args.jobs),
                "--backend", ",".join(sorted(set(backends)))]
+        load0 = os.getloadavg()[0]
         t0 = time.time()
         p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, TMPDIR=work))
         wall = time.time() - t0
@@ -148,8 +164,8 @@ def main() -> int:
         print(f"kgym redteam failed (rc {p.returncode}):\n{p.stderr[-3000:]}", file=sys.stderr)
         return 1
 
-    # solution -> mode -> list of timings dicts (recorded rounds only)
-    runs: dict[str, dict[str, list[dict]]] = {}
+    # solution -> round -> mode -> timings (recorded rounds only)
+    runs: dict[str, dict[int, dict[str, dict]]] = {}
     bad = []
     for row in doc["rows"]:
         m = meta[row["candidate"]]
@@ -160,37 +176,41 @@ def main() -> int:
             continue
         if m["round"] == 0:
             continue
-        runs.setdefault(m["solution"], {"on": [], "off": []})[m["mode"]].append(res["timings"])
+        runs.setdefault(m["solution"], {}).setdefault(m["round"], {})[m["mode"]] = res["timings"]
 
     lines = [f"# bench/hackcost.py: evaluation time with run_hack_checks on vs off",
              f"# date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}  machine: {machine()}",
              f"# command: {' '.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}  "
              f"(kgym redteam --jobs {args.jobs}, {args.repeats} recorded rounds after one warm-up "
              f"round, ABBA order, request defaults: 5 correctness trials, 100 timed, profiling on)",
-             f"# whole run {wall:.0f} s",
+             f"# source: {source_state()}",
+             f"# load average (1 min) {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the "
+             f"end; whole run {wall:.0f} s; ratio = median over rounds of on/off of the same round "
+             f"(the two evaluations ran back to back)",
              "",
-             f"{'solution':<58} {'n':>2} {'on_s':>7} {'off_s':>7} {'ratio':>6}  "
+             f"{'solution':<62} {'n':>2} {'on_s':>7} {'off_s':>7} {'ratio':>6}  "
              + " ".join(f"{ph[:5] + '+ms':>10}" for ph in PHASES)]
     ratios = []
-    for sol, modes in sorted(runs.items()):
-        if not modes["on"] or not modes["off"]:
+    for sol, rounds in sorted(runs.items()):
+        pairs = [r for r in rounds.values() if "on" in r and "off" in r]
+        if not pairs:
             continue
-        on = statistics.median(t["total"] for t in modes["on"]) / 1e3
-        off = statistics.median(t["total"] for t in modes["off"]) / 1e3
-        ratio = on / off if off > 0 else float("nan")
+        on = statistics.median(r["on"]["total"] for r in pairs) / 1e3
+        off = statistics.median(r["off"]["total"] for r in pairs) / 1e3
+        ratio = statistics.median(r["on"]["total"] / r["off"]["total"] for r in pairs
+                                  if r["off"]["total"] > 0)
         ratios.append(ratio)
-        deltas = []
-        for ph in PHASES:
-            a = statistics.median(t.get(ph) or 0.0 for t in modes["on"])
-            b = statistics.median(t.get(ph) or 0.0 for t in modes["off"])
-            deltas.append(f"{a - b:>+10.1f}")
-        lines.append(f"{sol:<58} {min(len(modes['on']), len(modes['off'])):>2} {on:>7.3f} "
-                     f"{off:>7.3f} {ratio:>6.3f}  " + " ".join(deltas))
+        deltas = [f"{statistics.median((r['on'].get(ph) or 0.0) - (r['off'].get(ph) or 0.0) for r in pairs):>+10.1f}"
+                  for ph in PHASES]
+        lines.append(f"{sol:<62} {len(pairs):>2} {on:>7.3f} {off:>7.3f} {ratio:>6.3f}  "
+                     + " ".join(deltas))
     g = geomean(ratios)
-    lines += ["", f"geometric mean of on/off: {g:.3f} over {len(ratios)} solutions "
-                  f"(+{100 * (g - 1):.1f}%; issue 5's bar: at most +25% on the GPU problems); "
+    lines += ["", f"geometric mean of the ratios: {g:.3f} over {len(ratios)} solutions "
+                  f"({100 * (g - 1):+.1f}%; issue 5's bar: at most +25% on the GPU problems); "
                   f"worst {max(ratios) if ratios else float('nan'):.3f}",
-              "(phase columns: median on minus median off, ms: where the checks' time goes)"]
+              "(phase columns: median over rounds of on minus off, ms: where the checks' time "
+              "goes; timing and profiling do the same work either way, so their columns are "
+              "noise)"]
     if bad:
         lines += ["", "not passing (excluded):"] + [f"  {b}" for b in bad]
     text = "\n".join(lines) + "\n"
