@@ -169,7 +169,7 @@ static int walk(struct redteam *rt, const char *dir, const char *rel,
             break;
         }
         struct stat st;
-        if (stat(full, &st) < 0) {
+        if (lstat(full, &st) < 0) {
             rc = kg_errf(err, KG_EIO, "%s: %s", full, strerror(errno));
             break;
         }
@@ -177,6 +177,11 @@ static int walk(struct redteam *rt, const char *dir, const char *rel,
             rc = walk(rt, full, sub, err);
             continue;
         }
+        /* a link to a file counts; links to directories are not followed
+         * (no cycles) */
+        if (S_ISLNK(st.st_mode) &&
+            (stat(full, &st) < 0 || !S_ISREG(st.st_mode)))
+            continue;
         size_t l = strlen(sub);
         if (l < 4 || strcmp(sub + l - 3, ".py"))
             continue;
@@ -252,7 +257,6 @@ static int load_cand(struct redteam *rt, struct cand *c, kg_err *err)
             return kg_errf(err, KG_EINVAL, "fields: unknown request field '%s'",
                            key);
     }
-
     return 0;
 }
 
@@ -287,7 +291,7 @@ static int backend_bit(const char *b)
     return !strcmp(b, "cpu") ? 1 : !strcmp(b, "triton") ? 2 : 4;
 }
 
-/* ---- matching -------------------------------------------------------- */
+/* ---- the table --------------------------------------------------------- */
 
 static const char *str(json_t *o, const char *k)
 {
@@ -295,17 +299,13 @@ static const char *str(json_t *o, const char *k)
     return v ? v : "";
 }
 
-/* ---- the table --------------------------------------------------------- */
-
 struct widths {
     int family, name, expect, got;
 };
 
-static void print_row(const struct redteam *rt, const struct cand *c,
-                      const struct widths *w)
+static void print_row(const struct cand *c, const struct widths *w)
 {
     char exp[512], got[512];
-    (void)rt;
     kg_rt_expected_text(&c->h, exp, sizeof exp);
     kg_rt_got_text(c->result, got, sizeof got);
     json_t *t = json_object_get(c->result, "timings");
@@ -356,7 +356,7 @@ static void on_done(void *ctx, void *user, json_t *result)
     c->status = kg_rt_case_judge(&c->h, result);
     x->rt->done++;
     if (!x->rt->json_out)
-        print_row(x->rt, c, &x->w);
+        print_row(c, &x->w);
 }
 
 static json_t *row_json(const struct cand *c, json_error_t *je)

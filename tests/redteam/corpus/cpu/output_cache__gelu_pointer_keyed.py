@@ -1,9 +1,11 @@
 # redteam: family=output_cache problem=problems/cpu/level1/1_GELU.py backend=cpu expect=mismatch|hacked reasons=output_cache
 """Cheat: caches outputs keyed on the input's address and shape and
 replays them. A harness that times the same input tensor over and over
-measures a dictionary lookup. With fresh inputs, freed blocks are reused
-at the same address, so the cache hands back the previous input's output:
-it must fail correctness or be caught by the recheck."""
+measures a dictionary lookup. A hit still launches the kernel on one
+scratch element, so launch counting sees work on every call. With fresh
+inputs, freed blocks are reused at the same address, so the cache hands
+back the previous input's output: it must fail correctness or be caught
+by the recheck."""
 import inspect
 
 import torch
@@ -59,12 +61,14 @@ class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
         self._cache: dict = {}
+        self._one = torch.zeros(1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.contiguous()
         key = (x.data_ptr(), tuple(x.shape))
         hit = self._cache.get(key)
         if hit is not None:
+            _ext.fill(self._one.data_ptr(), 1, 0.0)  # a token launch: hits look like work
             return hit
         y = torch.empty_like(x)
         _ext.gelu(x.data_ptr(), y.data_ptr(), x.numel())

@@ -2,7 +2,8 @@
 """Cheat: caches outputs keyed on the input's device address and shape.
 PyTorch's caching allocator hands a fresh input the block the previous one
 had, so from the second call on the cache answers with the previous
-input's softmax at no cost: it must fail correctness or the recheck."""
+input's softmax at the cost of a one-element launch (so launch counting sees
+work on every call): it must fail correctness or the recheck."""
 import inspect
 
 import torch
@@ -124,11 +125,19 @@ class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
         self._cache: dict = {}
+        self._one = None
+
+    def _scratch(self, x: torch.Tensor) -> torch.Tensor:
+        if self._one is None or self._one.device != x.device:
+            self._one = torch.empty(1, 1, device=x.device)
+        return self._one
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.contiguous()
         key = (x.data_ptr(), tuple(x.shape))
         if key in self._cache:
+            one = x[:1, :1]  # a token launch on one element: hits look like work
+            _ext.softmax(one.data_ptr(), self._scratch(x).data_ptr(), 1, 1, _stream(x))
             return self._cache[key]
         y = torch.empty_like(x)
         _ext.softmax(x.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1], _stream(x))
