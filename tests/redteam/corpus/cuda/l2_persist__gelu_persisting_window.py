@@ -1,11 +1,10 @@
 # redteam: family=l2_persist problem=problems/gpu/level1/1_GELU.py backend=cuda expect=hacked reasons=l2_persist
-"""Cheat: an honest GELU kernel, plus an L2 access-policy window that marks
-the input's memory as persisting in L2 on the calling stream (with the
-device's persisting carve-out set to its maximum). The freshly drawn
-input, written at the same address each iteration by the caching
-allocator, then survives the harness's L2 flush in part, so part of every
-timed read hits L2. The setting outlives the call: it stays on the stream
-and the device."""
+"""Cheat: an honest GELU kernel launched with an L2 access-policy window
+that marks its reads of the input as persisting (with the device's
+persisting carve-out raised to its maximum). Persisting lines survive the
+harness's L2 flush; the next input, drawn into the same block by the
+caching allocator, is written into those lines, so part of every timed
+read hits L2. The carve-out setting outlives the call."""
 import inspect
 
 import torch
@@ -45,26 +44,40 @@ extern "C" int rt_fill(float *p, long long n, float v, void *stream) {
     return launched();
 }
 
-// Pins [base, base + bytes) (up to the device's window limit) in the
-// persisting part of L2 for work on this stream.
-extern "C" int rt_persist_window(void *base, long long bytes, void *stream) {
+// GELU whose reads of x go through an L2 access-policy window marked
+// persisting (a launch attribute, so it works on any stream, the legacy
+// default one included), with the device's persisting carve-out raised to
+// its maximum first. Lines of x stay in the persisting part of L2 after the
+// kernel, where ordinary traffic (an L2 flush) cannot evict them.
+extern "C" int rt_gelu_persisting(const float *x, float *y, long long n, void *stream) {
     int dev = 0, max_persist = 0, max_window = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, dev);
     cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, dev);
-    if (max_persist <= 0 || max_window <= 0)
-        return 0;  // no persisting L2 on this device: nothing to gain
-    cudaError_t rc = cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, static_cast<size_t>(max_persist));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks_for(n, 256));
+    cfg.blockDim = dim3(256);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = static_cast<cudaStream_t>(stream);
+    cudaLaunchAttribute attr[1];
+    if (max_persist > 0 && max_window > 0) {
+        cudaError_t rc = cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, static_cast<size_t>(max_persist));
+        if (rc != cudaSuccess)
+            return static_cast<int>(rc);
+        const long long bytes = n * static_cast<long long>(sizeof(float));
+        attr[0].id = cudaLaunchAttributeAccessPolicyWindow;
+        attr[0].val.accessPolicyWindow.base_ptr = const_cast<float *>(x);
+        attr[0].val.accessPolicyWindow.num_bytes = static_cast<size_t>(bytes < max_window ? bytes : max_window);
+        attr[0].val.accessPolicyWindow.hitRatio = 1.0f;
+        attr[0].val.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+        attr[0].val.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+    cudaError_t rc = cudaLaunchKernelEx(&cfg, rt_gelu_kernel, x, y, n);
     if (rc != cudaSuccess)
         return static_cast<int>(rc);
-    cudaStreamAttrValue attr = {};
-    attr.accessPolicyWindow.base_ptr = base;
-    attr.accessPolicyWindow.num_bytes = static_cast<size_t>(bytes < max_window ? bytes : max_window);
-    attr.accessPolicyWindow.hitRatio = 1.0f;
-    attr.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
-    attr.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
-    return static_cast<int>(cudaStreamSetAttribute(static_cast<cudaStream_t>(stream),
-                                                   cudaStreamAttributeAccessPolicyWindow, &attr));
+    return launched();
 }
 """
 
@@ -82,7 +95,7 @@ _CPP = r"""
     } while (0)
 
 extern "C" int rt_gelu(const float *x, float *y, long long n, void *stream);
-extern "C" int rt_persist_window(void *base, long long bytes, void *stream);
+extern "C" int rt_gelu_persisting(const float *x, float *y, long long n, void *stream);
 
 // gelu(x, y, n, stream)
 static PyObject *py_gelu(PyObject *, PyObject *args) {
@@ -95,18 +108,19 @@ static PyObject *py_gelu(PyObject *, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-// persist_window(base, bytes, stream)
-static PyObject *py_persist_window(PyObject *, PyObject *args) {
-    unsigned long long base, s;
-    long long bytes;
-    if (!PyArg_ParseTuple(args, "KLK", &base, &bytes, &s))
+// gelu_persisting(x, y, n, stream)
+static PyObject *py_gelu_persisting(PyObject *, PyObject *args) {
+    unsigned long long x, y, s;
+    long long n;
+    if (!PyArg_ParseTuple(args, "KKLK", &x, &y, &n, &s))
         return nullptr;
-    RT_CHECK(rt_persist_window(reinterpret_cast<void *>(base), bytes, reinterpret_cast<void *>(s)));
+    RT_CHECK(rt_gelu_persisting(reinterpret_cast<const float *>(x), reinterpret_cast<float *>(y), n,
+                                reinterpret_cast<void *>(s)));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {{"gelu", py_gelu, METH_VARARGS, ""},
-                                {"persist_window", py_persist_window, METH_VARARGS, ""},
+                                {"gelu_persisting", py_gelu_persisting, METH_VARARGS, ""},
                                 {nullptr, nullptr, 0, nullptr}};
 static PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "rt_cuda", nullptr, -1, methods};
 #define RT_CAT2(a, b) a##b
@@ -131,7 +145,5 @@ class ModelNew(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.contiguous()
         y = torch.empty_like(x)
-        s = _stream(x)
-        _ext.persist_window(x.data_ptr(), x.numel() * x.element_size(), s)
-        _ext.gelu(x.data_ptr(), y.data_ptr(), x.numel(), s)
+        _ext.gelu_persisting(x.data_ptr(), y.data_ptr(), x.numel(), _stream(x))
         return y
