@@ -1,6 +1,7 @@
 /* engine.c - task state machine of one worker (see engine.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -394,6 +395,23 @@ static int uids_init(kg_engine *e, kg_err *err)
     return 0;
 }
 
+/* nftw callback: one cache entry to the candidates' group, group
+ * read/write (directories setgid and searchable); links left alone. */
+static int cache_entry_fix(const char *path, const struct stat *st, int type,
+                           struct FTW *ftw)
+{
+    (void)ftw;
+    if (type == FTW_SL || S_ISLNK(st->st_mode))
+        return 0;
+    mode_t want = S_ISDIR(st->st_mode) ? (st->st_mode & 07777) | 02070
+                                       : (st->st_mode & 07777) | 0060;
+    if (st->st_gid != CAND_GID && lchown(path, (uid_t)-1, CAND_GID) < 0)
+        return 0; /* best effort: the rest may still be fine */
+    if ((st->st_mode & 07777) != want)
+        chmod(path, want);
+    return 0;
+}
+
 /* The candidates' cache: root:CAND_GID, mode 2770 (setgid: what a
  * candidate makes there stays in the group; umask 007 keeps it group
  * writable, so any candidate uid can use and refresh any entry). A cache of
@@ -413,6 +431,10 @@ static int cand_cache_dir(const char *d, kg_err *err)
         return kg_errf(err, KG_EIO, "mkdir %s: %s", d, strerror(errno));
     if (chown(d, 0, CAND_GID) < 0 || chmod(d, 02770) < 0)
         return kg_errf(err, KG_EIO, "cache dir %s: %s", d, strerror(errno));
+    /* entries made by someone else (a root process run without the uid
+     * switch, e.g. the harness's own launcher) would make the cache
+     * unusable for every candidate uid: give them to the group */
+    nftw(d, cache_entry_fix, 16, FTW_PHYS);
     return 0;
 }
 

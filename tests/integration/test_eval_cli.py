@@ -103,3 +103,30 @@ def test_harness_out_of_the_candidates_reach_is_refused(tmp_path):
             {"KGYM_ROOT": str(root), "KGYM_PYTHON": os.path.join(ROOT, ".venv", "bin", "python")})
     assert p.returncode == 1, p.stdout
     assert "not reachable by uid 65534" in p.stderr and "harness" in p.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the candidate cache's group needs root")
+def test_cache_entries_made_by_root_do_not_lock_candidates_out(tmp_path):
+    """A root process run without the uid switch (the harness's own
+    launcher) can leave root-owned entries in the candidate cache; the
+    worker hands them to the candidates' group at start instead of failing
+    every extension build with 'cache unusable'."""
+    import shutil
+    base = tempfile.mkdtemp(prefix="kgym-cachefix-", dir="/tmp")
+    os.chmod(base, 0o711)
+    try:
+        cand_cache = os.path.join(base, "kgym-cache", "candidate")
+        os.makedirs(os.path.join(cand_cache, "ext", "stale"), mode=0o755)
+        os.chmod(os.path.join(base, "kgym-cache"), 0o755)
+        os.chown(cand_cache, 0, 65400)
+        os.chmod(cand_cache, 0o2770)  # the layout the worker wants at the top
+        ref = os.path.join(ROOT, "problems", "cpu", "level1", "1_GELU.py")
+        sol = os.path.join(ROOT, "problems", "cpu", "level1", "solutions", "1_GELU.cpu.py")
+        p = run(["--ref", ref, "--cand", sol, "--backend", "cpu", "--json", *FAST],
+                env={"TMPDIR": base})
+        r = json.loads(p.stdout.splitlines()[-1])
+        assert r["verdict"] == "pass", r["error_message"]
+        st = os.stat(os.path.join(cand_cache, "ext"))
+        assert st.st_gid == 65400 and st.st_mode & 0o2070 == 0o2070
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
