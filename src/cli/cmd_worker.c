@@ -293,9 +293,14 @@ static void do_heartbeat(struct worker *w)
 {
     kg_client_resp r;
     w->next_hb_ms = next_heartbeat(w);
+    /* every lease still held: tasks evaluating, and tasks whose result
+     * waits in the outbox (not posted yet: listing only the first would
+     * make the server think the lease was lost and requeue the task) */
     json_t *tasks = json_array();
     for (struct job *j = w->jobs; j; j = j->next)
         json_array_append_new(tasks, json_string(j->task_id));
+    for (struct outbox *o = w->out; o; o = o->next)
+        json_array_append_new(tasks, json_string(o->task_id));
     if (call(w, "heartbeat", "/worker/heartbeat",
              json_pack("{s:o}", "tasks", tasks), CALL_TIMEOUT_MS, &r)) {
         w->next_hb_ms = now_ms(); /* as soon as the server is back */

@@ -60,7 +60,7 @@ def test_tasks_after_the_first_run_in_warm_pairs():
     assert modes[0] == "zygote" and modes[1:] == ["zygote+warm"] * 2, modes
     for r in res[1:]:
         t = r["timings"]
-        assert t["spawn"] < 5, t  # no fork at hand-over
+        assert t["spawn"] < 50, t  # no fork at hand-over (a task file and one byte)
         assert isinstance(t["warm_spare"], dict) and "device_ms" in t["warm_spare"], t
         assert "warm_spare" not in res[0]["timings"]
     # each task its own pair: distinct judge results, same seeds would be a bug
