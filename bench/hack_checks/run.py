@@ -18,8 +18,9 @@ commands with guard off and on over the same inputs, and measures
                       50 + 10 ms settle once)
 
 and the estimate per evaluation: 9 checked calls x (call_on - call_off +
-judge) + first-call settle + the judge's final idle window (70 ms when no
-gap between commands was long enough, as on these CPU problems).
+judge) + the first call's settle. Not included: the judge's final idle
+window, run when no gap between commands was long enough (as on these CPU
+problems): at most 70 ms, ending after 10 ms once the candidate is quiet.
 
 usage: PYTHONPATH=harness bench/hack_checks/run.py [--set cpu] [--backend cpu]
            [--device cpu] [--n 30]
@@ -43,7 +44,7 @@ sys.path.insert(0, os.path.join(ROOT, "harness"))
 
 import torch  # noqa: E402
 
-from kgym_harness import audit, guards, loader, quiet  # noqa: E402
+from kgym_harness import audit, guards, loader  # noqa: E402
 from kgym_harness.channel import Channel  # noqa: E402
 from kgym_harness.remote import Remote  # noqa: E402
 
@@ -136,8 +137,7 @@ def main() -> None:
     for ref, sol in problems(a.set, a.backend):
         m = measure(ref, sol, a.backend, a.device, a.n)
         settle = max(0.0, m["first"] - m["on"])
-        per_eval = (CHECKED_CALLS * (m["on"] - m["off"] + m["judge"]) + settle
-                    + (quiet.SETTLE_S + quiet.FINAL_WINDOW_S) * 1e3)
+        per_eval = CHECKED_CALLS * (m["on"] - m["off"] + m["judge"]) + settle
         name = os.path.relpath(ref, os.path.join(ROOT, "problems"))
         print(f"{name:38s} {m['off']:9.2f} {m['on']:8.2f} {m['judge']:7.2f} {m['first']:9.1f} "
               f"{per_eval:12.1f}", flush=True)

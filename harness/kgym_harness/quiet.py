@@ -46,6 +46,9 @@ NATIVE_BUSY_FRAC = 0.2  # of WINDOW_S, for new native threads after settling
 GAP_ABS_MS = 5.0       # judge: idle-gap CPU beyond max(this, GAP_FRAC x gap) counts
 GAP_FRAC = 0.1
 FINAL_WINDOW_S = 0.02  # judge: the one explicit window when no gap was long enough
+QUIET_STEP_S = 0.005   # its sampling step; it ends early once QUIET_RUN steps
+QUIET_RUN = 2          # used less than QUIET_IDLE_NS of CPU in all
+QUIET_IDLE_NS = 500_000
 NEW_WINDOW_S = 0.01    # judge: look at threads new since a timing command
 NEW_BUSY_FRAC = 0.2    # of NEW_WINDOW_S
 MIN_FRESH_S = 0.0005   # a gap shorter than this leaves new threads unjudged
@@ -418,13 +421,27 @@ class ProcWatch:
 
     def final_window(self, phase: str) -> None:
         """One explicit idle window at the end, for evaluations whose gaps
-        were all too short to measure."""
+        were all too short to measure. It ends early, with no finding, as
+        soon as the candidate's processes have used less than QUIET_IDLE_NS
+        over the last QUIET_RUN steps of QUIET_STEP_S (spinning pools stop
+        within SETTLE_S; a kernel without any is quiet at once); otherwise
+        the last FINAL_WINDOW_S after SETTLE_S is judged as a gap is."""
         self.busy()
-        time.sleep(SETTLE_S)
+        start = time.monotonic()
         pids = self.pids()
-        before = Usage(pids)
-        time.sleep(FINAL_WINDOW_S)
-        self._judge(before, Usage(pids + [p for p in self.tree() if p not in pids]), phase)
+        seen = [Usage(pids)]
+        while True:
+            time.sleep(QUIET_STEP_S)
+            now = Usage(pids + [p for p in self.tree() if p not in pids])
+            seen.append(now)
+            if len(seen) > QUIET_RUN and now.busy_since(seen[-1 - QUIET_RUN]) < QUIET_IDLE_NS:
+                self.windows += 1
+                self.window_ms += (now.at - seen[-1 - QUIET_RUN].at) * 1e3
+                return
+            if now.at - start >= SETTLE_S + FINAL_WINDOW_S:
+                before = next(u for u in seen if u.at - start >= SETTLE_S)
+                self._judge(before, now, phase)
+                return
 
     def _judge(self, before: Usage, after: Usage, phase: str) -> None:
         window_ms = (after.at - before.at) * 1e3

@@ -321,3 +321,26 @@ def test_peer_pid_is_the_writers_pid_from_the_kernel():
         os.waitpid(pid, 0)
         a.close()
         b.close()
+
+
+def test_final_window_ends_early_when_quiet_and_judges_a_burner():
+    p = _spawn("import sys, time\nsys.stdin.readline()")
+    q = _spawn(BURNER)
+    try:
+        time.sleep(0.2)
+        w = quiet.ProcWatch(p.pid)
+        t0 = time.monotonic()
+        w.final_window("last")
+        assert time.monotonic() - t0 < quiet.SETTLE_S and w.findings == [] and w.windows == 1
+        w.close()
+        q.stdin.write("x\n")
+        q.stdin.flush()
+        assert q.stdout.readline().strip() == "go"
+        w = quiet.ProcWatch(q.pid)
+        w.final_window("last")
+        assert [f["what"] for f in w.findings] == ["idle"], w.findings
+        w.close()
+    finally:
+        for x in (p, q):
+            x.kill()
+            x.wait()
