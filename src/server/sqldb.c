@@ -413,6 +413,13 @@ int kg_sqldb_read(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err)
     int i = d->idle[--d->nidle];
     pthread_mutex_unlock(&d->pmu);
     int rc = fn(&d->readers[i], arg, err);
+    /* a statement left stepped keeps the connection's read transaction,
+     * and with it an old snapshot, open: the next read on this connection
+     * would not see writes acknowledged since (a completed task read back
+     * as pending). Reset them all: the next read starts fresh. */
+    for (sqlite3_stmt *st = sqlite3_next_stmt(d->readers[i].db, NULL); st;
+         st = sqlite3_next_stmt(d->readers[i].db, st))
+        sqlite3_reset(st);
     pthread_mutex_lock(&d->pmu);
     d->idle[d->nidle++] = i;
     pthread_cond_signal(&d->pcv);

@@ -238,11 +238,14 @@ def test_sigterm_finishes_the_task_then_unregisters(env: Env, worker) -> None:
     wid = worker_id(log)
     c = env.client()
     tid = c.submit(read(REF), sleeper(3), seed=31, **FIELDS)
-    wait_for(lambda: c.status(tid)["status"] == "running", 30, "the task to start")
+    # running on the server is not enough: a lease written for a long poll
+    # the SIGTERM interrupts never reaches the worker (it is requeued when
+    # the worker unregisters); wait until the worker says it holds the task
+    wait_for(lambda: f"task {tid}: leased" in read(log), 30, "the worker to lease the task")
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=60) == 0, read(log)
     st = c.status(tid)
-    assert st["status"] == "completed" and st["attempts"] == 1, st
+    assert st["status"] == "completed" and st["attempts"] == 1, (st, read(log))
     assert c.result(tid)["verdict"] == "pass"
     text = read(log)
     assert "draining 1 task" in text and "result posted" in text, text
