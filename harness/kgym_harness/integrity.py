@@ -28,7 +28,7 @@ _HARNESS_MODULES = ("kgym_harness.timing", "kgym_harness.hooks",
                     "kgym_harness.quiet")
 # Instance attributes of quiet.LEDGER: the thread-start hook and what it
 # looks for must stay; a method shadowed on the instance is a replacement.
-_LEDGER_ATTRS = ("forward_code", "original")
+_LEDGER_ATTRS = ("forward_code", "original", "joinable")
 _LEDGER_METHODS = ("report", "_record", "_ended", "_on_main_stack", "install")
 
 
@@ -37,8 +37,11 @@ def _targets() -> list[tuple[str, Any, str]]:
     out: list[tuple[str, Any, str]] = []
     import _thread
     import threading
-    out.append(("_thread.start_new_thread", _thread, "start_new_thread"))
-    out.append(("threading._start_new_thread", threading, "_start_new_thread"))
+    for owner, name in ((_thread, "start_new_thread"), (threading, "_start_new_thread"),
+                        (_thread, "start_joinable_thread"),
+                        (threading, "_start_joinable_thread")):
+        if hasattr(owner, name):
+            out.append((f"{owner.__name__}.{name}", owner, name))
     quiet = sys.modules.get("kgym_harness.quiet")
     ledger = getattr(quiet, "LEDGER", None)
     if ledger is not None:

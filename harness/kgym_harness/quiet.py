@@ -270,6 +270,7 @@ class ThreadLedger:
         self.late = 0
         self.lock = threading.Lock()
         self.original: Callable | None = None
+        self.joinable: Callable | None = None
 
     def install(self, forward_code: object) -> None:
         import _thread
@@ -277,12 +278,13 @@ class ThreadLedger:
         if self.original is not None:
             return
         self.original = _thread.start_new_thread
+        self.joinable = getattr(_thread, "start_joinable_thread", None)  # Python >= 3.13
         ledger = self
 
-        def start_new_thread(function, args, kwargs=None):  # noqa: ANN001 - _thread's own signature
+        def watched(function: Callable) -> Callable:
             rec = ledger._record()
             if rec is None:
-                return ledger.original(function, args, kwargs or {})
+                return function
 
             def run(*a: object, **k: object) -> object:
                 rec.native_id = threading.get_native_id()
@@ -290,10 +292,20 @@ class ThreadLedger:
                     return function(*a, **k)
                 finally:
                     ledger._ended(rec)
-            return ledger.original(run, args, kwargs or {})
+            return run
+
+        def start_new_thread(function, args, kwargs=None):  # noqa: ANN001 - _thread's own signature
+            return ledger.original(watched(function), args, kwargs or {})
 
         _thread.start_new_thread = start_new_thread
-        threading._start_new_thread = start_new_thread  # what Thread.start calls
+        if hasattr(threading, "_start_new_thread"):
+            threading._start_new_thread = start_new_thread  # what Thread.start calls (<= 3.12)
+        if self.joinable is not None:
+            def start_joinable_thread(function, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+                return ledger.joinable(watched(function), *args, **kwargs)
+            _thread.start_joinable_thread = start_joinable_thread
+            if hasattr(threading, "_start_joinable_thread"):
+                threading._start_joinable_thread = start_joinable_thread  # Thread.start, 3.13
 
     def _record(self) -> _Started | None:
         f = sys._getframe(1)

@@ -344,3 +344,31 @@ def test_final_window_ends_early_when_quiet_and_judges_a_burner():
         for x in (p, q):
             x.kill()
             x.wait()
+
+
+def test_thread_ledger_tells_late_threads_from_joined_ones(monkeypatch):
+    import _thread
+    import threading
+    for owner, name in ((_thread, "start_new_thread"), (threading, "_start_new_thread"),
+                        (_thread, "start_joinable_thread"), (threading, "_start_joinable_thread")):
+        if hasattr(owner, name):
+            monkeypatch.setattr(owner, name, getattr(owner, name))  # restored after the test
+
+    def forward(join: bool) -> None:
+        t = threading.Thread(target=time.sleep, args=(0.02,))
+        t.start()
+        if join:
+            t.join()
+        return t
+
+    ledger = quiet.ThreadLedger()
+    ledger.install(forward.__code__)
+    forward(True)
+    assert ledger.report() == {"late": 0, "running": 0, "busy_ms": 0.0}
+    t = forward(False)
+    assert ledger.report()["running"] == 1
+    t.join()
+    assert ledger.report()["late"] == 1
+    threading.Thread(target=time.sleep, args=(0.001,)).start()  # not from a forward: ignored
+    time.sleep(0.01)
+    assert ledger.report() == {"late": 0, "running": 0, "busy_ms": 0.0}
