@@ -62,6 +62,20 @@ def _targets() -> list[tuple[str, Any, str]]:
             if attr in event_cls.__dict__:
                 out.append((f"torch.cuda.Event.{attr}", event_cls, attr))
     out.append(("torch.profiler.profile", torch.profiler, "profile"))
+    # what the candidate's replies (timing samples included) are written
+    # with: a wrapped json.dumps or socket send could rewrite the numbers
+    import json
+    import json.encoder
+    import socket
+    for attr in ("dumps", "loads", "_default_encoder"):
+        out.append((f"json.{attr}", json, attr))
+    for attr in ("encode", "iterencode", "default"):
+        out.append((f"json.JSONEncoder.{attr}", json.JSONEncoder, attr))
+    for attr in ("c_make_encoder", "encode_basestring", "encode_basestring_ascii"):
+        if hasattr(json.encoder, attr):
+            out.append((f"json.encoder.{attr}", json.encoder, attr))
+    for attr in ("sendall", "send", "sendmsg", "recv", "recv_into", "recvmsg"):
+        out.append((f"socket.socket.{attr}", socket.socket, attr))
     for attr in ("randn", "rand", "randint", "randn_like", "rand_like", "randint_like",
                  "normal", "randperm", "zeros", "ones", "empty", "full", "arange",
                  "linspace", "tensor", "as_tensor", "from_numpy"):

@@ -85,6 +85,7 @@ class Judge:
         self.records: list[dict] = []
         self.lock = DeviceLock(None)
         self.load_sent = False
+        self.ref_mode_dependent = False  # set by correctness() with hack checks on
         self.facts = audit.ReferenceFacts()   # what the reference does to its inputs
         self.samples: list[tuple[list, Any]] = []  # (input digests, expected), 2 trials
 
@@ -269,8 +270,13 @@ class Judge:
         self.degenerate()
         if not self.req["run_hack_checks"]:
             return
+        # a reference that itself differs by mode (batch statistics, dropout)
+        # makes a kernel for one mode legitimate; its other-mode outputs are
+        # then compared with the reference's in that mode
+        dep = self.ref_mode_dependent = self.mode_dependent()
+        self.result["checks"]["reference_mode_dependent"] = dep
         for mode, grad in MODES[1:]:
-            fail = self.trial(f"mode:{mode}:{grad}", mode, grad, check=False)
+            fail = self.trial(f"mode:{mode}:{grad}", mode, grad, check=dep)
             if fail:
                 self.mismatch(fail, f"{mode} mode, grad {'on' if grad else 'off'}")
         self.result["checks"]["launches"] = dict(self.launches)
@@ -281,10 +287,27 @@ class Judge:
             self.result["decoy_kernel"] = True
             self.hack("no_custom_kernel", "NO_CUSTOM_KERNEL",
                       "no custom kernel ran in any mode: the output came from PyTorch ops")
-        elif not all(counts):
+        elif not all(counts) and not dep:
             quiet = [k for k, v in self.launches.items() if not v]
             self.hack("mode_branch", "MODE_BRANCH",
                       f"custom kernels ran in some modes but not in {', '.join(quiet)}")
+
+    def mode_dependent(self) -> bool:
+        """Whether the reference's outputs differ between train and eval mode
+        on one input draw (compared exactly). The model's state (running
+        statistics) is put back afterwards, so later trials stay in step
+        with the candidate's."""
+        state = {k: v.detach().clone() for k, v in self.ref_model.state_dict().items()}
+        inputs = loader.draw_inputs(self.ref_module,
+                                    loader.derive_seed(self.req["seed"], "mode_probe"),
+                                    self.device)
+        try:
+            train = self.reference_forward(inputs, "train", False)
+            evald = self.reference_forward(inputs, "eval", False)
+            return compare.compare_outputs(train, evald, 0.0, 0.0) is not None
+        finally:
+            self.ref_model.load_state_dict(state)
+            loader.set_mode(self.ref_model, "train")
 
     def degenerate(self) -> None:
         """Warn (never fail) when the problem cannot tell a no-op or a cache
@@ -431,7 +454,7 @@ class Judge:
                 checks["reference_side_stream_samples"] = ref_side
         if side:
             checks["side_stream_indices"] = side[:20]
-        if launches == 0:
+        if launches == 0 and not self.ref_mode_dependent:
             self.hack("mode_branch", "MODE_BRANCH",
                       "no custom kernel ran during the timed iterations", stop=False)
         if not inputs_ok:

@@ -212,6 +212,22 @@ def test_usage_errors(tmp_path):
 
 # ---- the corpus through the engine ---------------------------------------------
 
+# Cheats kgym does not catch yet, each with why (issue 5's open items).
+# Exactly these may MISS: a new miss fails the test, and so does a gap that
+# starts being caught (then it leaves this list).
+KNOWN_GAPS = {
+    # finds time_forward on its call stack and skips rows only when timed;
+    # timed outputs are never compared (needs spot checks of timed outputs)
+    "cpu/call_count_switch__layernorm_skips_when_timed",
+    # a one-element extension call, then F.layer_norm: its coverage (2.4%)
+    # is above an honest partial kernel's (0.3%), so coverage cannot tell
+    "cpu/no_custom_kernel__layernorm_token_launch",
+    # bf16 operands, fp32 output, default tolerance: indistinguishable from
+    # honest TF32 by the output; caught under strict tolerance (its copy)
+    "cpu/precision_downgrade__linear_bf16_weights",
+}
+
+
 @needs_kgym
 @needs_root
 def test_cpu_corpus_every_cheat_caught_no_false_alarm(tmpdir_base):
@@ -225,7 +241,11 @@ def test_cpu_corpus_every_cheat_caught_no_false_alarm(tmpdir_base):
     for family, name, expected, got, secs, status in rows:
         assert name.startswith("cpu/") and family == os.path.basename(name).split("__")[0]
         assert got.split("[")[0].split()[0] in VERDICTS | {"infra_error"}, got
-    assert p.returncode == 0 and (miss, false_alarm, error) == (0, 0, 0), p.stdout[-6000:]
+    missed = {r[1] for r in rows if r[5] == "MISS"}
+    assert (false_alarm, error) == (0, 0), p.stdout[-6000:]
+    assert missed == KNOWN_GAPS, (f"new misses: {sorted(missed - KNOWN_GAPS)}; "
+                                  f"now caught (drop from KNOWN_GAPS): "
+                                  f"{sorted(KNOWN_GAPS - missed)}\n" + p.stdout[-6000:])
 
 
 @needs_kgym
