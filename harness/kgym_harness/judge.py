@@ -692,6 +692,15 @@ def _say_goodbye(chan: Channel, polite: bool) -> None:
 WARM_TIMEOUT_S = 120.0
 
 
+def _note_warm_error(out: dict, key: str, reply: Any) -> None:
+    """A warm-up part that failed in the candidate (the task will meet the
+    same problem, or pay the start-up itself): kept in timings.warm_spare,
+    bounded, so a slow first call can be explained."""
+    err = reply.get("warm_error") if isinstance(reply, dict) else None
+    if isinstance(err, str) and err:
+        out[key] = err[:300]
+
+
 def _warm_pair(chan: Channel) -> dict:
     """A spare's start-up before its task: this process's CUDA context and
     cuBLAS handle, then the candidate's (with the device lock held shared,
@@ -711,12 +720,12 @@ def _warm_pair(chan: Channel) -> dict:
             a = torch.ones(64, 64, device=dev)
             (a @ a).sum().item()
         chan.send({"cmd": "warm", "part": "device"})
-        chan.recv()
+        _note_warm_error(out, "device_error", chan.recv()[0])
         lock.close()
         out["device_ms"] = (_now() - t0) * 1e3
         if cuda and os.environ.get("KGYM_WARM_PROFILER") == "1":
             chan.send({"cmd": "warm", "part": "profiler"})
-            chan.recv()
+            _note_warm_error(out, "profiler_error", chan.recv()[0])
             out["profiler_ms"] = (_now() - t0) * 1e3 - out["device_ms"]
     except (ChannelTimeout, PeerClosed, ProtocolError, LockTimeout) as e:
         out["error"] = f"{type(e).__name__}: {e}"[:300]  # the task will find out

@@ -454,3 +454,12 @@ def test_infra_claims_only_from_the_load_reply():
     assert sanitize_failure(claim, allow_infra=True)["verdict"] == "infra_error"
     assert sanitize_failure(dict(claim, code="BAD_REQUEST"), allow_infra=True)["verdict"] \
         == "runtime_error"
+
+
+def test_warm_spare_errors_are_kept_bounded():
+    from kgym_harness.judge import _note_warm_error
+    out: dict = {}
+    _note_warm_error(out, "device_error", {"ok": True, "warm_error": "x" * 1000})
+    _note_warm_error(out, "profiler_error", {"ok": True, "ms": 3.0})
+    _note_warm_error(out, "other", ["not", "a", "reply"])
+    assert out == {"device_error": "x" * 300}
