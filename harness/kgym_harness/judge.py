@@ -9,6 +9,7 @@ result_fd as one framed message (channel.write_result), then returns.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import tempfile
@@ -752,7 +753,6 @@ def _wait_for_task(task_fd: int) -> Any:
         with open(path, encoding="utf-8") as f:
             text = f.read()
         os.unlink(path)
-        import json
         return json.loads(text)
     except (OSError, ValueError) as e:
         return {"_task_error": f"the task file could not be read: {e}"}

@@ -757,6 +757,13 @@ static void stamp(kg_engine *e, struct slot *sl, json_t *r)
                                                           : "zygote"));
 }
 
+/* An empty slot: everything zero, no fds (S_FREE). */
+static void slot_clear(struct slot *sl)
+{
+    memset(sl, 0, sizeof *sl);
+    sl->res_fd = sl->task_fd = sl->judge.log_fd = sl->cand.log_fd = -1;
+}
+
 static void free_slot(kg_engine *e, struct slot *sl)
 {
     close_fd(&sl->res_fd);
@@ -781,8 +788,7 @@ static void free_slot(kg_engine *e, struct slot *sl)
     uid_release(e, uid);
     json_decref(sl->task);
     json_decref(sl->held);
-    memset(sl, 0, sizeof *sl);
-    sl->res_fd = sl->task_fd = sl->judge.log_fd = sl->cand.log_fd = -1;
+    slot_clear(sl);
 }
 
 /* Tries again to remove task cgroups that were still emptying; each one
@@ -885,12 +891,10 @@ static int start_task(kg_engine *e, struct slot *sl, struct pending *p,
     if (sp) {
         e->spare_deaths = 0;
         *sl = *sp; /* the pair, its fds and buffers move to the slot */
-        memset(sp, 0, sizeof *sp);
-        sp->res_fd = sp->task_fd = sp->judge.log_fd = sp->cand.log_fd = -1;
+        slot_clear(sp);
         sl->warm = 1;
     } else {
-        memset(sl, 0, sizeof *sl);
-        sl->res_fd = sl->task_fd = sl->judge.log_fd = sl->cand.log_fd = -1;
+        slot_clear(sl);
         sl->interp = interp;
     }
     sl->task = p->task;
@@ -957,8 +961,7 @@ static void top_up_spares(kg_engine *e)
         struct slot *sp = &e->spares[i];
         if (sp->state != S_FREE)
             continue;
-        memset(sp, 0, sizeof *sp);
-        sp->res_fd = sp->task_fd = sp->judge.log_fd = sp->cand.log_fd = -1;
+        slot_clear(sp);
         sp->interp = e->last_interp;
         sp->prof = e->last_prof;
         sp->state = S_SPARE;
@@ -1438,11 +1441,9 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
     if (e->cfg.concurrency > MAX_SLOTS)
         e->cfg.concurrency = MAX_SLOTS;
     for (int i = 0; i < MAX_SLOTS; i++)
-        e->slots[i].res_fd = e->slots[i].task_fd = e->slots[i].judge.log_fd =
-            e->slots[i].cand.log_fd = -1;
+        slot_clear(&e->slots[i]);
     for (int i = 0; i < MAX_SPARES; i++)
-        e->spares[i].res_fd = e->spares[i].task_fd =
-            e->spares[i].judge.log_fd = e->spares[i].cand.log_fd = -1;
+        slot_clear(&e->spares[i]);
     int gpu = !strncmp(cfg->device, "cuda:", 5);
     e->prewarm = cfg->prewarm < 0    ? 0
                  : cfg->prewarm == 0 ? e->cfg.concurrency + (gpu ? 3 : 0)
