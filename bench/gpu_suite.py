@@ -217,6 +217,12 @@ def run_e2e() -> None:
     check("e2e: every evaluation passes", len(res) == 8 and all(r.get("verdict") == "pass"
                                                                 for r in res),
           str([r.get("verdict") for r in res]))
+    warm_errs = [w for r in res for k, w in ((r.get("timings") or {}).get("warm_spare") or {}).items()
+                 if k.endswith("_error")]
+    check("e2e: warm spares warmed without error", not warm_errs, str(warm_errs)[:600])
+    prof = [r.get("profile") or {} for r in res]
+    check("e2e: every evaluation has a profile summary", all(p.get("summary") for p in prof),
+          str([(p.get("summary") or "")[:90] for p in prof[:2]]))
     if len(res) >= 2 and all(r.get("verdict") == "pass" for r in res):
         walls = [(r.get("timings") or {}).get("total", 0) / 1e3 for r in res[1:]]
         check("e2e wall per warm evaluation <= 2 s", statistics.median(walls) <= 2.0,

@@ -8,6 +8,8 @@ runs in the zygote: CUDA must never start before the fork."""
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
 
@@ -34,7 +36,9 @@ def warm_device(device: str) -> dict:
     a = torch.ones(64, 64, device=dev)
     (a @ a).sum().item()
     try:
-        import torch.utils.cpp_extension  # noqa: F401  (seconds on a cold import)
+        # (importlib: an `import torch.utils...` statement here would make
+        # torch a local name of this function, unbound in the lines above)
+        importlib.import_module("torch.utils.cpp_extension")  # seconds when cold
     except Exception as e:
         errors["cpp_extension"] = str(e)[:200]
     kernel = _tiny_triton()
