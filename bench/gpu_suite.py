@@ -70,11 +70,12 @@ def kgym_eval(ref: str, cands: list[str], backend: str, *extra: str, fresh: bool
     for ln in p.stdout.splitlines():
         if ln.startswith("{"):
             r = json.loads(ln)
-            r["_cand"] = os.path.relpath(cands[len(out)] if len(out) < len(cands) else "?", ROOT)
+            r["_cand"] = os.path.relpath(r.get("candidate") or "?", ROOT)
             out.append(r)
             all_results.append(r)
-    if p.returncode != 0 or len(out) != len(cands):
-        say(f"  kgym eval rc={p.returncode}, {len(out)}/{len(cands)} results; stderr tail:")
+    want = len(cands) + list(extra).count("--cand")
+    if p.returncode != 0 or len(out) != want:
+        say(f"  kgym eval rc={p.returncode}, {len(out)}/{want} results; stderr tail:")
         say("  " + p.stderr[-2000:].replace("\n", "\n  "))
     return out, wall
 
@@ -239,18 +240,25 @@ def run_concurrency() -> None:
         s = solutions(prob, "triton")
         if s:
             tasks.append((prob, s[0]))
+    # one warm engine for all 16 (a worker's steady state): each --cand is
+    # checked against the --ref before it; results come in completion order
+    args: list[str] = []
+    for prob, sol in tasks:
+        args += ["--ref", prob] + ["--cand", sol] * 4
     walls = {}
     med = {}
     for conc in (1, 4):
-        total = 0.0
-        meds = []
-        for prob, sol in tasks:
-            res, wall = kgym_eval(prob, [sol] * 4, "triton", "--enable-profiling", "false",
-                                  concurrency=conc)
-            total += wall
-            meds += [r.get("kernel_runtime") or 0 for r in res]
-        walls[conc] = total
-        med[conc] = meds
+        res, wall = kgym_eval(args[1], [], "triton", *args[2:], "--enable-profiling", "false",
+                              concurrency=conc)
+        walls[conc] = wall
+        by_task: dict = {}
+        for r in res:
+            by_task.setdefault((r.get("reference"), r.get("candidate")), []).append(
+                r.get("kernel_runtime") or 0)
+        med[conc] = [m for k in sorted(by_task) for m in by_task[k]]
+        say(f"  concurrency {conc}: {len(res)} results, verdicts "
+            f"{sorted(set(r.get('verdict') for r in res))}, per-task total (s) "
+            f"{[round((r.get('timings') or {}).get('total', 0) / 1e3, 2) for r in res]}")
     ratio = walls[1] / walls[4] if walls[4] else 0
     diffs = [abs(a - b) / a for a, b in zip(med[1], med[4]) if a]
     say(f"  serial {walls[1]:.1f} s, concurrency 4 {walls[4]:.1f} s, throughput x{ratio:.2f}; "

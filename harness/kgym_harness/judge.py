@@ -580,7 +580,9 @@ class Judge:
             finally:
                 timings[name] = (_now() - t0) * 1e3
         self.lock.release()
+        t0 = _now()
         self.quiescence()
+        timings["quiescence"] = (_now() - t0) * 1e3
         if self.remote.tamper:
             self.result["checks"]["replaced_functions"] = sorted(self.remote.tamper)[:20]
             self.hack("timer_tamper", "TIMER_TAMPER", "measuring functions were replaced: "
@@ -601,7 +603,9 @@ class Judge:
         try:
             self._guarded_run()
         finally:
+            t0 = _now()
             self.remote.close()
+            self.result["timings"]["close"] = (_now() - t0) * 1e3
             self.lock.close()
             if self.lock.waited_ms:
                 self.result["timings"]["lock_wait"] = self.lock.waited_ms

@@ -20,19 +20,24 @@ struct evalrun {
     int json_out;
     int n;
     const char *names[MAX_CANDS];
+    const char *refs[MAX_CANDS]; /* the --ref given before it (NULL: first) */
+    const char *cur_ref;
     json_t *results[MAX_CANDS];
 };
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kgym eval --ref R.py --cand C.py [--cand C2.py | --cand "
-               "DIR ...] [options]\n"
+               "DIR ...]\n"
+               "                 [--ref R2.py --cand ...] [options]\n"
                "\n"
                "Evaluates each candidate against the reference in a sandboxed "
                "child forked\n"
                "from one warm zygote, and prints a summary (or, with --json, "
                "one result\n"
-               "object per line).\n"
+               "object per line). Each --cand is checked against the --ref "
+               "given before it\n"
+               "(or the first --ref), so one run can mix problems.\n"
                "\n"
                "options:\n"
                "  --backend cpu|triton|cuda   how the candidate is built "
@@ -76,6 +81,7 @@ static int add_cands(struct evalrun *run, const char *path, kg_err *err)
     if (!S_ISDIR(st.st_mode)) {
         if (run->n >= MAX_CANDS)
             return kg_errf(err, KG_EINVAL, "too many candidates");
+        run->refs[run->n] = run->cur_ref;
         run->names[run->n++] = strdup(path);
         return 0;
     }
@@ -98,6 +104,7 @@ static int add_cands(struct evalrun *run, const char *path, kg_err *err)
     for (int i = 0; i < k; i++) {
         if (run->n >= MAX_CANDS)
             return kg_errf(err, KG_EINVAL, "too many candidates");
+        run->refs[run->n] = run->cur_ref;
         run->names[run->n++] = list[i];
     }
     if (k == 0)
@@ -210,7 +217,13 @@ static void on_done(void *ctx, void *user, json_t *result)
     int i = (int)(intptr_t)user;
     run->results[i] = json_incref(result);
     if (run->json_out) {
-        char *s = json_dumps(result, JSON_COMPACT);
+        /* completion order: say which candidate (and reference) it was */
+        json_t *shown = json_copy(result);
+        json_object_set_new(shown, "candidate", json_string(run->names[i]));
+        if (run->refs[i])
+            json_object_set_new(shown, "reference", json_string(run->refs[i]));
+        char *s = json_dumps(shown, JSON_COMPACT);
+        json_decref(shown);
         if (s) {
             printf("%s\n", s);
             fflush(stdout);
@@ -252,8 +265,11 @@ int kg_cli_eval(int argc, char **argv)
             goto out;
         } else {
             i++;
-            if (!strcmp(a, "--ref"))
-                ref = v;
+            if (!strcmp(a, "--ref")) {
+                if (!ref)
+                    ref = v;
+                run.cur_ref = v;
+            }
             else if (!strcmp(a, "--cand")) {
                 if (add_cands(&run, v, &err)) {
                     fprintf(stderr, "kgym eval: %s\n", err.msg);
@@ -294,25 +310,36 @@ int kg_cli_eval(int argc, char **argv)
         usage(stderr);
         goto out;
     }
-    char *refcode = kg_cli_read_file(ref, &err);
-    if (!refcode) {
-        fprintf(stderr, "kgym eval: --ref %s\n", err.msg);
-        goto out;
-    }
-    json_object_set_new(fields, "reference_code", json_string(refcode));
-    free(refcode);
-
     /* validate every candidate's request before starting anything */
-    json_t *tasks[MAX_CANDS];
+    static json_t *tasks[MAX_CANDS];
     for (int i = 0; i < run.n; i++) {
+        const char *rpath = run.refs[i] ? run.refs[i] : ref;
+        char *refcode = kg_cli_read_file(rpath, &err);
+        if (!refcode) {
+            fprintf(stderr, "kgym eval: --ref %s\n", err.msg);
+            for (int k = 0; k < i; k++)
+                json_decref(tasks[k]);
+            goto out;
+        }
         char *code = kg_cli_read_file(run.names[i], &err);
         if (!code) {
             fprintf(stderr, "kgym eval: --cand %s\n", err.msg);
+            free(refcode);
             for (int k = 0; k < i; k++)
                 json_decref(tasks[k]);
             goto out;
         }
         json_t *req = json_deep_copy(fields);
+        json_object_set_new(req, "reference_code", json_string(refcode));
+        free(refcode);
+        if (!json_object_get(req, "reference_code")) {
+            fprintf(stderr, "kgym eval: %s: not valid UTF-8\n", rpath);
+            free(code);
+            json_decref(req);
+            for (int k = 0; k < i; k++)
+                json_decref(tasks[k]);
+            goto out;
+        }
         json_object_set_new(req, "kernel_code", json_string(code));
         free(code);
         if (!json_object_get(req, "kernel_code")) {

@@ -130,3 +130,23 @@ def test_cache_entries_made_by_root_do_not_lock_candidates_out(tmp_path):
         assert st.st_gid == 65400 and st.st_mode & 0o2070 == 0o2070
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_each_candidate_is_checked_against_the_ref_before_it():
+    """One run mixing problems: a --cand binds to the --ref given before it
+    (the concurrency benchmark's 16 mixed tasks go through one warm engine).
+    Bound to the wrong reference, the softmax solution would fail on GELU."""
+    ref2 = os.path.join(ROOT, "problems", "cpu", "level1", "2_RowSoftmax.py")
+    sol2 = os.path.join(ROOT, "problems", "cpu", "level1", "solutions", "2_RowSoftmax.triton.py")
+    p = run(["--ref", REF, "--cand", SOL, "--ref", ref2, "--cand", sol2, "--cand", sol2,
+             "--backend", "triton", "--json", *FAST])
+    assert p.returncode == 0, p.stderr
+    rs = [json.loads(line) for line in p.stdout.strip().splitlines()]
+    assert len(rs) == 3 and [r["verdict"] for r in rs] == ["pass"] * 3, \
+        [(r["verdict"], r.get("error_message")) for r in rs]
+    # completion order: each line names its candidate and reference
+    assert sorted((r["reference"], r["candidate"]) for r in rs) == sorted(
+        [(REF, SOL), (ref2, sol2), (ref2, sol2)])
+    # and the same softmax candidate against GELU's reference alone is no pass
+    p = run(["--ref", REF, "--cand", sol2, "--backend", "triton", "--json", *FAST])
+    assert json.loads(p.stdout.strip().splitlines()[-1])["verdict"] != "pass"
