@@ -343,25 +343,30 @@ def _early_cuda_init() -> None:
 
 
 def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
-    """A warm spare's start-up, driven by its judge before any task exists:
-    part "device" (the judge holds the device lock shared): CUDA context and
-    cuBLAS handle; part "profiler": CUPTI's one-time start. Refused once a
-    kernel is loaded."""
+    """A warm spare's start-up, driven by its judge before any task exists
+    (the CUDA context was made at start, _early_cuda_init): part "prep", no
+    device work (imports, the tiny Triton kernel's compile); part
+    "profiler", CUPTI's one-time start (CPU); part "device" (the judge
+    holds the device lock shared): cuBLAS and a Triton launch. Refused once
+    a kernel is loaded."""
     if state.model is not None or state.kernel_path is not None:
         return {"ok": False, "failure": {"verdict": "infra_error", "code": "PROTOCOL_ERROR",
                                          "message": "warm after load"}}, []
     want = os.environ.get("KGYM_DEVICE", "")
     t0 = timing._perf_ns()
     try:
-        if want.startswith("cuda") and torch.cuda.is_available():
+        from . import prewarm
+        failed: dict = {}
+        if h.get("part") == "prep":  # any device: the cpu backend's extensions too
+            failed = prewarm.warm_prep(want if want.startswith("cuda") else "cpu")
+        elif want.startswith("cuda") and torch.cuda.is_available():
             dev = torch.device(want if ":" in want else "cuda:0")
             if h.get("part") == "device":
-                from .prewarm import warm_device
-                failed = warm_device(str(dev))
-                if failed:
-                    return {"ok": True, "warm_error": str(failed)[:300]}, []
+                failed = prewarm.warm_device(str(dev))
             elif h.get("part") == "profiler":
                 profiling.warm_profiler(str(dev))
+        if failed:
+            return {"ok": True, "warm_error": str(failed)[:300]}, []
     except Exception as e:  # a broken device shows up again at load
         return {"ok": True, "warm_error": loader.safe_str(e)[:300]}, []
     return {"ok": True, "ms": (timing._perf_ns() - t0) / 1e6}, []

@@ -706,32 +706,45 @@ def _note_warm_error(out: dict, key: str, reply: Any) -> None:
         out[key] = err[:300]
 
 
+def _warm_part(chan: Channel, out: dict, part: str, meanwhile: Any = None) -> None:
+    """One warm-up part in the candidate (and meanwhile() here); its time
+    (the judge's clock) and any failure go into out."""
+    t = _now()
+    chan.send({"cmd": "warm", "part": part})
+    if meanwhile is not None:
+        meanwhile()
+    _note_warm_error(out, f"{part}_error", chan.recv()[0])
+    out[f"{part}_ms"] = round((_now() - t) * 1e3, 1)
+
+
 def _warm_pair(chan: Channel) -> dict:
-    """A spare's start-up before its task: this process's CUDA context and
-    cuBLAS handle, then the candidate's (with the device lock held shared,
-    so no measurement elsewhere sees it), then the candidate's profiler
-    start-up (CPU work, unlocked). Returns what each part took (ms)."""
+    """A spare's start-up before its task. What runs no device work goes
+    first, unlocked: the candidate's imports and Triton compile, then (when
+    tasks profile) CUPTI's one-time start, over 4 s of CPU. Then, with the
+    device lock held shared (no measurement elsewhere sees it), the work
+    that runs on the device: this process's context and cuBLAS, the
+    candidate's cuBLAS and one Triton launch. Returns what each part took
+    (ms) and what failed."""
     out: dict = {}
-    t0 = _now()
     device = os.environ.get("KGYM_DEVICE", "cpu")
     cuda = device.startswith("cuda") and torch.cuda.is_available()
     lock = DeviceLock(os.environ.get("KGYM_DEVICE_LOCK") if cuda else None)
     chan.deadline = time.monotonic() + WARM_TIMEOUT_S
+    dev = torch.device(device if cuda and ":" in device else "cuda:0" if cuda else "cpu")
     try:
+        # this process's CUDA context (no device work) while the candidate preps
+        _warm_part(chan, out, "prep", (lambda: torch.cuda.set_device(dev)) if cuda else None)
+        if cuda and os.environ.get("KGYM_WARM_PROFILER") == "1":
+            _warm_part(chan, out, "profiler")
+        t = _now()
         lock.shared(chan.deadline)
+        out["lock_wait_ms"] = round(lock.waited_ms, 1)
         if cuda:
-            dev = torch.device(device if ":" in device else "cuda:0")
-            torch.cuda.set_device(dev)
             a = torch.ones(64, 64, device=dev)
             (a @ a).sum().item()
-        chan.send({"cmd": "warm", "part": "device"})
-        _note_warm_error(out, "device_error", chan.recv()[0])
+        _warm_part(chan, out, "device")
         lock.close()
-        out["device_ms"] = (_now() - t0) * 1e3
-        if cuda and os.environ.get("KGYM_WARM_PROFILER") == "1":
-            chan.send({"cmd": "warm", "part": "profiler"})
-            _note_warm_error(out, "profiler_error", chan.recv()[0])
-            out["profiler_ms"] = (_now() - t0) * 1e3 - out["device_ms"]
+        out["locked_ms"] = round((_now() - t) * 1e3 - out["lock_wait_ms"], 1)
     except (ChannelTimeout, PeerClosed, ProtocolError, LockTimeout) as e:
         out["error"] = f"{type(e).__name__}: {e}"[:300]  # the task will find out
     finally:
@@ -767,7 +780,10 @@ def run_warm_judge(task_fd: int, chan_fd: int, result_fd: int) -> None:
     candidate, waits for the task, then runs exactly as run_judge."""
     chan = Channel(chan_fd)
     warm = _warm_pair(chan)
+    t = _now()
     task = _wait_for_task(task_fd)
+    # ready this long before its task came (near 0: the task waited for us)
+    warm["idle_ms"] = round((_now() - t) * 1e3, 1)
     if task is None:
         chan.close()
         return

@@ -872,22 +872,35 @@ static int give_task(kg_engine *e, struct slot *sl, kg_err *err)
 
 /* A spare whose children are both alive and whose interpreter setting fits
  * the task, or NULL. */
-static struct slot *take_spare(kg_engine *e, int interp)
+/* The spare for a task: one whose children suit it (interp), preferably
+ * one that warmed the profiler when the task profiles, and of those the
+ * oldest, the one most likely done warming (a younger one would make the
+ * task wait for the rest of its start-up). */
+static struct slot *take_spare(kg_engine *e, int interp, int prof)
 {
+    struct slot *best = NULL;
     for (int i = 0; i < MAX_SPARES; i++) {
         struct slot *sp = &e->spares[i];
-        if (sp->state == S_SPARE && sp->interp == interp &&
-            !sp->judge.exited && !sp->cand.exited)
-            return sp;
+        if (sp->state != S_SPARE || sp->interp != interp ||
+            sp->judge.exited || sp->cand.exited)
+            continue;
+        if (!best)
+            best = sp;
+        else if ((sp->prof >= prof) != (best->prof >= prof)) {
+            if (sp->prof >= prof)
+                best = sp;
+        } else if (sp->t_spawned < best->t_spawned)
+            best = sp;
     }
-    return NULL;
+    return best;
 }
 
 static int start_task(kg_engine *e, struct slot *sl, struct pending *p,
                       kg_err *err)
 {
     int interp = task_interp(e, p->task);
-    struct slot *sp = e->zy ? take_spare(e, interp) : NULL;
+    int prof = !json_is_false(json_object_get(p->task, "enable_profiling"));
+    struct slot *sp = e->zy ? take_spare(e, interp, prof) : NULL;
     if (sp) {
         e->spare_deaths = 0;
         *sl = *sp; /* the pair, its fds and buffers move to the slot */
@@ -1446,7 +1459,8 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
         slot_clear(&e->spares[i]);
     int gpu = !strncmp(cfg->device, "cuda:", 5);
     e->prewarm = cfg->prewarm < 0    ? 0
-                 : cfg->prewarm == 0 ? e->cfg.concurrency + (gpu ? 3 : 0)
+                 : cfg->prewarm == 0 ? (gpu ? 2 * e->cfg.concurrency + 4
+                                            : e->cfg.concurrency)
                                      : cfg->prewarm;
     if (e->prewarm > MAX_SPARES)
         e->prewarm = MAX_SPARES;

@@ -20,7 +20,8 @@ HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "
 PROBE = r"""
 import json, sys
 from kgym_harness import prewarm
-errors = prewarm.warm_device("cpu")
+errors = prewarm.warm_prep("cpu")
+errors.update(prewarm.warm_device("cpu"))
 print(json.dumps({"errors": errors,
                   "cpp_extension": "torch.utils.cpp_extension" in sys.modules}))
 """
