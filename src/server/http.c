@@ -23,16 +23,20 @@
 #define DEFAULT_CONN_LIMIT 4096
 #define DEFAULT_IDLE_TIMEOUT_S 30
 #define CONN_MEMORY_LIMIT (64 * 1024) /* request line + headers */
-#define PARK_RECHECK_S 0.2 /* parked polls re-ask the store this often */
+#define PARK_RECHECK_S 0.2       /* parked polls re-ask the store this often */
+#define DEFAULT_STORE_THREADS 64 /* store jobs (writes) in flight at once */
 
 /* One request's state, from its first byte to its reply being sent. */
 struct conn {
     struct MHD_Connection *mc;
     double t0;
     int route, role, status;
-    int answered; /* a reply was queued before the body was read */
-    int too_big;  /* the body went over the limit; being discarded */
-    int resumed;  /* times resumed after a park */
+    int answered;       /* a reply was queued before the body was read */
+    int too_big;        /* the body went over the limit; being discarded */
+    int resumed;        /* times resumed after a park */
+    int job_done;       /* a store thread answered it: rep is the answer */
+    const char *method; /* MHD's, valid until the request completes */
+    kg_http_reply rep;  /* a store thread's answer, until sent */
     const char *param;
     char *body;
     size_t len, cap;
@@ -40,6 +44,7 @@ struct conn {
     char peer[INET6_ADDRSTRLEN];
     double park_until;
     struct conn *prev, *next; /* in the parked list while parked */
+    struct conn *job_next;    /* in the store job queue */
     void (*undo)(struct kg_api *, json_t *);
     json_t *undo_arg;
     char path[]; /* the URL path, param points into it */
@@ -60,6 +65,15 @@ struct kg_http {
     int stopping;
     pthread_t ticker;
     int ticker_started;
+
+    /* store jobs: requests that write, run by a pool of threads while
+       their connections are suspended (see submit_job) */
+    pthread_mutex_t jlock; /* the job queue and jstop */
+    pthread_cond_t jcond;
+    struct conn *jobs_head, *jobs_tail; /* FIFO */
+    int jstop;
+    pthread_t *jthreads;
+    int njthreads;
 };
 
 double kg_http_now(void)
@@ -308,6 +322,133 @@ static int park(kg_http *h, struct conn *c)
     return 0;
 }
 
+/* ---- store jobs ------------------------------------------------------- */
+
+/*
+ * A request that writes (a submission, a lease, a result...) is answered
+ * only once its write is on disk, which takes an fsync (SQLite's group
+ * commit, Redis's appendfsync always). Run on the thread that reads the
+ * connection, it would hold that thread, and every other connection
+ * libmicrohttpd put on it, for the fsync; few writes would then be in the
+ * store at once to share one. So such a request is a job instead: its
+ * connection is suspended (it costs no thread), the job waits in a FIFO
+ * queue for one of a pool of store threads, which runs the handler
+ * (blocking as long as the store needs) and resumes the connection with
+ * the answer. With 64 store threads, up to 64 writes share each fsync,
+ * and a read (status, results) never waits behind a write.
+ */
+static int writes(int route)
+{
+    switch (route) {
+    case KG_ROUTE_EVALUATE:
+    case KG_ROUTE_EVALUATE_BATCH:
+    case KG_ROUTE_CANCEL:
+    case KG_ROUTE_W_REGISTER:
+    case KG_ROUTE_W_UNREGISTER:
+    case KG_ROUTE_W_HEARTBEAT:
+    case KG_ROUTE_W_LEASE:
+    case KG_ROUTE_W_RESULT:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void run_handler(kg_http *h, struct conn *c, kg_http_reply *rep)
+{
+    kg_http_req req = {
+        .method = c->method,
+        .path = c->path,
+        .param = c->param,
+        .body = c->body ? c->body : "",
+        .body_len = c->len,
+        .peer = c->peer,
+        .route = c->route,
+        .resumed = c->resumed,
+        .now = kg_http_now(),
+        .slot = &c->slot,
+    };
+    kg_api_dispatch(h->api, &req, rep);
+}
+
+static void *job_main(void *arg)
+{
+    kg_http *h = arg;
+    pthread_mutex_lock(&h->jlock);
+    for (;;) {
+        while (!h->jobs_head && !h->jstop)
+            pthread_cond_wait(&h->jcond, &h->jlock);
+        struct conn *c = h->jobs_head;
+        if (!c)
+            break; /* stopping, and the queue is empty */
+        h->jobs_head = c->job_next;
+        if (!h->jobs_head)
+            h->jobs_tail = NULL;
+        pthread_mutex_unlock(&h->jlock);
+        memset(&c->rep, 0, sizeof c->rep);
+        run_handler(h, c, &c->rep);
+        c->job_done = 1;
+        MHD_resume_connection(c->mc); /* on_request sends c->rep */
+        pthread_mutex_lock(&h->jlock);
+    }
+    pthread_mutex_unlock(&h->jlock);
+    return NULL;
+}
+
+/* Suspends c and queues it for a store thread. Returns 0, or -1 when
+ * there is no pool or it is stopping (then the caller runs it inline). */
+static int submit_job(kg_http *h, struct conn *c)
+{
+    pthread_mutex_lock(&h->jlock);
+    if (!h->njthreads || h->jstop) {
+        pthread_mutex_unlock(&h->jlock);
+        return -1;
+    }
+    MHD_suspend_connection(c->mc);
+    c->job_next = NULL;
+    if (h->jobs_tail)
+        h->jobs_tail->job_next = c;
+    else
+        h->jobs_head = c;
+    h->jobs_tail = c;
+    pthread_cond_signal(&h->jcond);
+    pthread_mutex_unlock(&h->jlock);
+    return 0;
+}
+
+/* Starts n store threads (fewer if the system refuses more). */
+static void start_jobs(kg_http *h, int n)
+{
+    pthread_mutex_init(&h->jlock, NULL);
+    pthread_cond_init(&h->jcond, NULL);
+    h->jthreads = calloc((size_t)n, sizeof *h->jthreads);
+    if (!h->jthreads)
+        return;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    for (int i = 0; i < n; i++) {
+        if (pthread_create(&h->jthreads[i], &attr, job_main, h) != 0)
+            break;
+        h->njthreads++;
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* Lets the store threads finish every queued job, then joins them. */
+static void stop_jobs(kg_http *h)
+{
+    pthread_mutex_lock(&h->jlock);
+    h->jstop = 1;
+    pthread_cond_broadcast(&h->jcond);
+    pthread_mutex_unlock(&h->jlock);
+    for (int i = 0; i < h->njthreads; i++)
+        pthread_join(h->jthreads[i], NULL);
+    free(h->jthreads);
+    pthread_mutex_destroy(&h->jlock);
+    pthread_cond_destroy(&h->jcond);
+}
+
 /* ---- the access handler ----------------------------------------------- */
 
 /*
@@ -332,22 +473,19 @@ static enum MHD_Result dispatch(kg_http *h, struct conn *c, const char *method)
     if (c->too_big)
         return send_error(c, 413, "payload_too_large",
                           "request body over 1 MiB", NULL);
-    kg_http_req req = {
-        .method = method,
-        .path = c->path,
-        .param = c->param,
-        .body = c->body ? c->body : "",
-        .body_len = c->len,
-        .peer = c->peer,
-        .route = c->route,
-        .resumed = c->resumed,
-        .now = kg_http_now(),
-        .slot = &c->slot,
-    };
     kg_http_reply rep = {0};
-    kg_api_dispatch(h->api, &req, &rep);
+    if (c->job_done) {
+        rep = c->rep; /* a store thread ran the handler */
+        memset(&c->rep, 0, sizeof c->rep);
+        c->job_done = 0;
+    } else {
+        c->method = method;
+        if (writes(c->route) && submit_job(h, c) == 0)
+            return MHD_YES;
+        run_handler(h, c, &rep);
+    }
     if (rep.status == 0) {
-        if (rep.park_until > req.now && park(h, c) == 0) {
+        if (rep.park_until > kg_http_now() && park(h, c) == 0) {
             c->park_until = rep.park_until;
             c->resumed++;
             json_decref(rep.json);
@@ -451,7 +589,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc,
     }
     if (c->answered)
         return MHD_YES;
-    if (c->resumed && peer_gone(c)) {
+    if (c->resumed && !c->job_done && peer_gone(c)) {
         c->status = 499; /* client closed; nothing is sent */
         return MHD_NO;
     }
@@ -624,6 +762,8 @@ int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
              ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, h->port);
     if (pthread_create(&h->ticker, NULL, ticker_main, h) == 0)
         h->ticker_started = 1;
+    start_jobs(h, cfg->store_threads > 0 ? cfg->store_threads
+                                         : DEFAULT_STORE_THREADS);
     *out = h;
     return 0;
 }
@@ -658,6 +798,8 @@ void kg_http_stop(kg_http *h)
     if (h->ticker_started)
         pthread_join(h->ticker, NULL);
     kg_http_wake(h, -1);
+    /* queued writes finish; later ones run on the connection's thread */
+    stop_jobs(h);
     /* resumed polls answer at once now (park refuses); let them run */
     for (int i = 0; i < 100; i++) {
         pthread_mutex_lock(&h->lock);

@@ -7,6 +7,8 @@
  * bytes) read. A handler fills a kg_http_reply; one with status 0 asks to
  * be parked (a long poll): the connection is suspended, costing no thread,
  * and the handler is called again after kg_http_wake or at its deadline.
+ * A request that writes is also parked while a store thread runs its
+ * handler, so that waiting for an fsync holds no HTTP thread.
  */
 #ifndef KGYM_SERVER_HTTP_H
 #define KGYM_SERVER_HTTP_H
@@ -79,6 +81,7 @@ int kg_http_route(const char *method, const char *path, int *route, int *role,
 typedef struct kg_http_config {
     const char *listen; /* "HOST:PORT", "[V6]:PORT"; default 127.0.0.1:10907 */
     int threads;        /* thread pool size; 0 = 4 per online CPU */
+    int store_threads;  /* threads running writes; 0 = 64 (see http.c) */
     int conn_limit;     /* simultaneous connections; 0 = default */
     int idle_timeout_s; /* idle connection timeout; 0 = default */
     int allow_remote;   /* 0: refuse an address that is not loopback */

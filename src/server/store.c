@@ -58,7 +58,7 @@ void kg_store_opts_default(kg_store_opts *o)
     o->lease_ms = KG_STORE_DEFAULT_LEASE_MS;
     o->worker_ttl_ms = KG_STORE_DEFAULT_WORKER_TTL_MS;
     o->sqlite_sync_full = 1;
-    o->pool_size = 8;
+    o->pool_size = 64;
 }
 
 int64_t kg_store_now_ms(void)

@@ -99,7 +99,13 @@ typedef struct kg_store_opts {
      * Also settable in the URL: sqlite:PATH?sync=normal.
      */
     int sqlite_sync_full;
-    /* Connections kept for concurrent callers (default 8). */
+    /*
+     * Connections kept for concurrent callers (default 64, one per store
+     * thread of kgym serve's HTTP layer: a Redis call holds its connection
+     * while Redis fsyncs, and Redis shares one fsync among the calls it
+     * has at once). Redis connects them as they are first needed; SQLite
+     * opens min(pool_size, 16) readers (reads take microseconds).
+     */
     int pool_size;
 } kg_store_opts;
 

@@ -1170,8 +1170,9 @@ int kg_store_sqlite_open(kg_store **out, const char *path,
     s->base.ops = &SQLITE_OPS;
     s->base.opts = *opts;
     snprintf(s->path, sizeof s->path, "%s", path);
-    int rc = kg_sqldb_open(&s->db, path, opts->sqlite_sync_full,
-                           opts->pool_size, SQL, ST_N, NULL, err);
+    int readers = opts->pool_size < 16 ? opts->pool_size : 16;
+    int rc = kg_sqldb_open(&s->db, path, opts->sqlite_sync_full, readers, SQL,
+                           ST_N, NULL, err);
     if (rc == 0)
         rc = kg_sqldb_write(s->db, w_schema, NULL, err);
     if (rc == 0)
