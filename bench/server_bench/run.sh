@@ -27,7 +27,9 @@ secs=${1:-10}
 threads=${THREADS:-}
 top=$(mktemp -d /tmp/kgym-bench-XXXXXX)
 pids=""
-trap 'for p in $pids; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$top"' EXIT
+# (|| true: under set -e a failed kill, of a server already stopped, would
+# end the trap before the Redis servers and the temp dir)
+trap 'for p in $pids; do kill $p 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$top"' EXIT
 summary="$top/summary"
 : >"$summary"
 

@@ -290,22 +290,36 @@ static int id_field(const json_t *o, const char *key, const char **out,
     return 0;
 }
 
-/* 32 random hex digits. */
+/*
+ * 32 hex digits: the time in ms (12), then 20 random. Ids that grow with
+ * time go to the end of the store's index on task ids (SQLite: a batch
+ * of 100 touches one or two pages of it instead of 100 random ones, each
+ * of them written to the WAL again at every commit).
+ */
 static void new_id(char *out) /* 33 bytes */
 {
+    static const char hex[] = "0123456789abcdef";
     unsigned char r[16];
-    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t ms = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+    for (int i = 5; i >= 0; i--, ms >>= 8)
+        r[i] = (unsigned char)ms;
+    if (getrandom(r + 6, sizeof r - 6, 0) != (ssize_t)(sizeof r - 6)) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
                      (uint64_t)(uintptr_t)out;
-        for (size_t i = 0; i < sizeof r; i++) {
+        for (size_t i = 6; i < sizeof r; i++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
             r[i] = (unsigned char)(x >> 56);
         }
     }
-    for (size_t i = 0; i < sizeof r; i++)
-        snprintf(out + 2 * i, 3, "%02x", r[i]);
+    for (size_t i = 0; i < sizeof r; i++) {
+        out[2 * i] = hex[r[i] >> 4];
+        out[2 * i + 1] = hex[r[i] & 15];
+    }
+    out[32] = 0;
 }
 
 /* ---- views of tasks --------------------------------------------------- */
@@ -816,8 +830,8 @@ static json_t *local_workers_view(kg_api *api)
     kg_super_stats st;
     kg_super_stats_get(api->super, &st);
     return json_pack("{s:i, s:i, s:I, s:i}", "configured", st.configured,
-                     "running", st.running, "restarts",
-                     (json_int_t)st.restarts, "given_up", st.given_up);
+                     "running", st.running, "restarts", (json_int_t)st.restarts,
+                     "given_up", st.given_up);
 }
 
 static void h_health(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
@@ -1058,8 +1072,7 @@ static json_t *not_held(kg_api *api, const char *wid, const json_t *tasks,
         if (!id || !kg_task_id_valid(id)) {
             json_decref(out);
             kg_http_error(rep, json_is_string(v) ? 422 : 400,
-                          json_is_string(v) ? "invalid_value"
-                                            : "invalid_field",
+                          json_is_string(v) ? "invalid_value" : "invalid_field",
                           "tasks",
                           "field \"tasks\": entry %zu is not a task id", i);
             return NULL;
@@ -1151,8 +1164,7 @@ static void h_heartbeat(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     } else {
         rep->status = 200;
         rep->json = json_pack("{s:s, s:I, s:O}", "worker_id", wid, "lease_ms",
-                              (json_int_t)api->opts.lease_ms, "cancel",
-                              cancel);
+                              (json_int_t)api->opts.lease_ms, "cancel", cancel);
     }
     json_decref(cancel);
     json_decref(in);
