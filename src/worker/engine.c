@@ -107,6 +107,7 @@ struct kg_engine {
     kg_sandbox_filter filter; /* fresh mode: built once, before any fork */
     kg_sandbox_cgroups cgroups;
     int prewarm, idle_warm; /* resolved from cfg (engine.h) */
+    int prewarm_noprof;     /* the default's cap while tasks do not profile */
     int spare_deaths;       /* spares that died unused, in a row */
     /* a candidate cgroup that did not empty within the kill grace (a fork
      * bomb's hundreds of exiting processes) is kept here with its pair's
@@ -959,7 +960,7 @@ static void top_up_spares(kg_engine *e)
                 fprintf(stderr, "kgym worker: warm spares keep dying before "
                                 "their task; starting pairs per task "
                                 "instead\n");
-                e->prewarm = e->idle_warm = 0;
+                e->prewarm = e->idle_warm = e->prewarm_noprof = 0;
             }
             continue;
         }
@@ -968,8 +969,9 @@ static void top_up_spares(kg_engine *e)
     if (!e->zy || e->need_probe || e->device_bad)
         return;
     int want = e->npending + e->idle_warm;
-    if (want > e->prewarm)
-        want = e->prewarm;
+    int cap = e->prewarm_noprof && !e->last_prof ? e->prewarm_noprof : e->prewarm;
+    if (want > cap)
+        want = cap;
     for (int i = 0; i < MAX_SPARES && live < want; i++) {
         struct slot *sp = &e->spares[i];
         if (sp->state != S_FREE)
@@ -1467,8 +1469,13 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
     e->idle_warm = cfg->idle_warm < 0    ? 0
                    : cfg->idle_warm == 0 ? e->prewarm
                                          : cfg->idle_warm;
+    /* the GPU default is sized for tasks that profile (CUPTI's start makes
+     * a spare take ~5 s); without profiling a spare is ready in ~2 s, and
+     * more of them would only take CPU from running tasks */
+    if (gpu && cfg->prewarm == 0 && e->prewarm > e->cfg.concurrency + 3)
+        e->prewarm_noprof = e->cfg.concurrency + 3;
     if (cfg->fresh)
-        e->prewarm = e->idle_warm = 0;
+        e->prewarm = e->idle_warm = e->prewarm_noprof = 0;
     if (strcmp(cfg->device, "cpu") && strncmp(cfg->device, "cuda:", 5)) {
         free(e);
         return kg_errf(err, KG_EINVAL, "device must be cpu or cuda:N, not '%s'",

@@ -34,8 +34,9 @@ typedef struct kg_engine_cfg {
      * initialise CUDA, cuBLAS and the profiler while other tasks run, then
      * wait; a task takes a ready pair instead of forking one. Each pair is
      * still used for one task only. prewarm: most spares (-1: none, 0:
-     * default = concurrency; 2 x concurrency + 4 on a GPU, where a pair's
-     * start-up takes seconds, CUPTI's alone over 4 s). idle_warm: spares kept when no task is queued (-1: none,
+     * default = concurrency; on a GPU, where a pair's start-up takes
+     * seconds, 2 x concurrency + 4 while tasks profile (CUPTI's start alone
+     * is over 4 s), else concurrency + 3). idle_warm: spares kept when no task is queued (-1: none,
      * 0: default = prewarm); `kgym eval` keeps none beyond its queue. Zygote
      * mode only. */
     int prewarm;
