@@ -8,11 +8,13 @@ judge.
 
 Commands (JSON header + tensors, see channel.py):
   load    {reference_code, kernel_code, backend, entry_point, init_seed, device}
-  run     {mode: train|eval, grad: bool, guard: bool, args}
-                                -> {output, launches (+ guard: aliases, inputs, quiet)}
+  run     {mode: train|eval, grad: bool, guard: bool, ablate: bool, args}
+                                -> {output, launches (+ guard: aliases, inputs, quiet)
+                                    (+ ablation: calls, poisoned, unresolved)}
                                    or {output_problem, output_lazy, launches}
-  time    {n_warmup, n_iter, seed, start, timed_start, warmup_ms}
-                                -> {timing (+ inputs: fingerprint), launches}
+  time    {n_warmup, n_iter, seed, start, timed_start, warmup_ms, spots}
+                                -> {timing (+ inputs: fingerprint, l2), launches}
+  spots   {}                    -> {spots: [{index, output} | {index, problem}]}
   profile {n_iter, seed}                                -> {profile}
   exit
 Every reply has ok (bool), failure (when not ok), tamper (names of
@@ -54,6 +56,7 @@ class CandidateState:
         self.setup_failure: dict | None = None
         self.out_sizes: list[int] = []  # bytes of the last outputs (what to poison)
         self.snaps: list[torch.Tensor] = []  # output copies of checked calls, reused
+        self.spots: timing.SpotSampler | None = None  # timed outputs kept for the judge
 
 
 def make_workdir(prefix: str) -> str:
@@ -118,6 +121,8 @@ def cmd_load(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     # compile pool would be child processes the quiescence checks must count.
     quiet.LEDGER.install(_call_code())
     os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    # The persisting-L2 limit as it is before the candidate's code runs.
+    timing.l2_guard_for(state.device)
     # Everything measured with, and the reference's input functions, as they
     # are before the candidate's code runs.
     state.snapshot = integrity.Snapshot()
@@ -234,6 +239,8 @@ def cmd_run(state: CandidateState, h: dict, tensors: list) -> tuple[dict, list]:
     args = loader.to_device(unpack(h.get("args", []), tensors), state.device)
     if not isinstance(args, list):
         raise ProtocolError("args must be a list")
+    if h.get("ablate") is True:
+        return _run_ablated(state, mode, grad, args)
     watch = None
     sizes = [a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)]
     poison = guards.Poisoned(state.device, sizes + state.out_sizes) if guard else None
@@ -288,6 +295,38 @@ def _guard_report(state: CandidateState, out: Any, kept: list, args: list,
     return {"aliases": aliases[:64], "inputs": guards.digests(args), "quiet": report}
 
 
+def _run_ablated(state: CandidateState, mode: str, grad: bool,
+                 args: list) -> tuple[dict, list]:
+    """The ablation forward (no_custom_kernel): every custom kernel's
+    results are replaced by large finite random values right after it
+    returns (guards.Ablation), on poisoned allocator memory. What is sent
+    is a copy taken before the replaced storages are put back."""
+    ablation = guards.Ablation(state.device, list(args) + guards.model_tensors(state.model))
+    hooks.RECORDER.take()
+    try:
+        with guards.Poisoned(state.device, [a.numel() * a.element_size() for a in args
+                                            if isinstance(a, torch.Tensor)]):
+            hooks.RECORDER.ablation = ablation
+            try:
+                with ablation:
+                    out = _forward(state, mode, grad)(args)
+            finally:
+                hooks.RECORDER.ablation = None
+            timing.sync(state.device)
+        desc, outs, _kept, problem, lazy = _pack_output(out, state.device, True, None)
+        ablation.restore()
+        timing.sync(state.device)
+    except BaseException as e:
+        ablation.restore()
+        return _failure(e, "run", state), []
+    launches = hooks.RECORDER.take()
+    if problem:
+        return {"ok": True, "output_problem": problem, "output_lazy": lazy,
+                "launches": launches}, []
+    return {"ok": True, "output": desc, "launches": launches,
+            "ablation": ablation.report()}, outs
+
+
 def _make_args(state: CandidateState, seed: int) -> Callable[[int], Any]:
     def make(i: int) -> Any:
         return loader.draw_inputs(state.ref_module, loader.derive_seed(seed, f"iter:{i}"),
@@ -302,17 +341,46 @@ def cmd_time(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     warmup_ms = min(max(float(h.get("warmup_ms", 0.0)), 0.0), 1000.0)
     call = _forward(state, "train", False)
     make_args = _make_args(state, int(h.get("seed", 0)))
+    k = min(max(int(h.get("spots", 0) or 0), 0), 16)
+    if k and (state.spots is None or state.spots.k != k):
+        state.spots = timing.SpotSampler(k)
     hooks.RECORDER.take()
     hooks.RECORDER.light = True
     try:
         res = timing.time_forward(call, make_args, n_warmup, n_iter, state.device,
-                                  start=start, warmup_ms=warmup_ms, timed_start=timed_start)
+                                  start=start, warmup_ms=warmup_ms, timed_start=timed_start,
+                                  spots=state.spots if k else None)
         res["inputs"] = loader.fingerprint(make_args(timed_start))
     except BaseException as e:
         return _failure(e, "time", state), []
     finally:
         hooks.RECORDER.light = False
     return {"ok": True, "timing": res, "launches": hooks.RECORDER.take()}, []
+
+
+def cmd_spots(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
+    """The timed outputs the spot checks kept since the last spots command
+    (then forgotten): [{index, output}], or {index, problem} for an output
+    that cannot cross (a placeholder, a subclass)."""
+    kept = state.spots.take() if state.spots is not None else []
+    state.spots = None
+    items: list[dict] = []
+    tensors: list[torch.Tensor] = []
+    for index, out in kept:
+        problem = None
+        for leaf in _leaves(out):
+            found = guards.output_problem(leaf, state.device)
+            if found is not None:
+                problem = found[1]
+                break
+        if problem is None:
+            try:
+                items.append({"index": index, "output": pack(out, tensors)})
+                continue
+            except TypeError:
+                problem = f"forward returned {type(out).__name__}"
+        items.append({"index": index, "problem": problem})
+    return {"ok": True, "spots": items}, tensors
 
 
 def cmd_profile(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
@@ -373,7 +441,7 @@ def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
 
 
 HANDLERS = {"load": cmd_load, "run": cmd_run, "time": cmd_time, "profile": cmd_profile,
-            "warm": cmd_warm}
+            "spots": cmd_spots, "warm": cmd_warm}
 
 
 def run_candidate(chan_fd: int) -> None:

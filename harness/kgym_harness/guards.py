@@ -11,9 +11,14 @@ integrity.py watches this module's functions like the rest of the harness.
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import hashlib
-from typing import Any
+import os
+import re
+import textwrap
+import weakref
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -34,7 +39,17 @@ DOWNGRADE_NEAR_FRACTION = 0.9
 DOWNGRADE_SAMPLE = 1 << 14    # elements looked at per output (evenly spaced)
 _LOWER = {torch.float32: (torch.bfloat16, torch.float16),
           torch.float64: (torch.float32, torch.bfloat16, torch.float16)}
+ROUND_RATIO = 0.25            # closer to the rounded reference than this: computed rounded
+ROUND_FLOOR = 2.0 ** -20      # relative distance from the reference below which nothing is said
+POINTER_MIN = 1 << 16         # an int argument of a custom call this large may be an address
+ABLATE_LO, ABLATE_HI = 1e3, 1e4  # poison magnitudes: finite in every float format, fp16 too
+LOW_FLOAT_DTYPES = tuple(d for d in (torch.float16, torch.bfloat16,
+                                     *(getattr(torch, n, None) for n in (
+                                         "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                                         "float8_e5m2fnuz", "float8_e8m0fnu")))
+                         if d is not None)
 _TENSOR_PROTOCOLS = ("__torch_function__", "__torch_dispatch__")
+_urandom = os.urandom  # the CSPRNG, as it was before the candidate's code ran
 _PATTERNS: dict[str, torch.Tensor] = {}
 
 
@@ -358,3 +373,317 @@ def constant_passes(expected: Any, atol: float, rtol: float) -> bool:
         if not bool(((v.double() - c).abs() <= atol + rtol * v.double().abs()).all()):
             return False
     return True
+
+
+def float_distance(a: Any, b: Any) -> float | None:
+    """Euclidean distance between the floating-point leaves of two outputs
+    (float64 arithmetic), or None when their structure, shapes or dtypes
+    differ or they hold no floating-point tensor."""
+    la, lb = leaves(a), leaves(b)
+    if len(la) != len(lb):
+        return None
+    total, seen = 0.0, False
+    for x, y in zip(la, lb):
+        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+            continue
+        if x.shape != y.shape or not x.is_floating_point() or not y.is_floating_point():
+            continue
+        d = x.detach().double() - y.detach().to(x.device).double()
+        if not bool(torch.isfinite(d).all()):
+            return None
+        total += float((d * d).sum())
+        seen = True
+    return total ** 0.5 if seen else None
+
+
+def computed_rounded(got: Any, expected: Any, rounded: Any) -> bool:
+    """The rounding fingerprint: got is much closer to `rounded` (the
+    reference evaluated on inputs and parameters rounded to a lower
+    precision) than to `expected` (the reference itself), and its distance
+    from the reference is above float noise. An honest full-precision
+    result is at least as far from the rounded reference as from the
+    reference (its own error and the rounding's are independent); a
+    kernel that rounds its operands and computes the rest in fp32 lands on
+    the rounded reference up to its summation order."""
+    d = float_distance(got, expected)
+    d_low = float_distance(got, rounded)
+    scale = float_distance(expected, [torch.zeros_like(e) if isinstance(e, torch.Tensor) else e
+                                      for e in leaves(expected)])
+    if d is None or d_low is None or not scale:
+        return False
+    return d > ROUND_FLOOR * scale and d_low < ROUND_RATIO * d
+
+
+# ---- precision_downgrade: direct evidence in the candidate's kernels ------------------
+
+_LOW_NAMES = ("float16", "bfloat16", "fp16", "bf16", "half")
+
+
+def low_precision_name(name: str) -> bool:
+    """A dtype name (torch, triton or numpy spelling) of a float narrower than fp32."""
+    n = name.lower().replace("torch.", "").replace("tl.", "")
+    return n in _LOW_NAMES or n.startswith(("float8", "fp8"))
+
+
+def _dtype_name(node: ast.AST, glb: dict | None) -> str | None:
+    """The dtype a cast argument names: tl.float16 -> float16; a global
+    bound to a Triton dtype -> its name; a string constant as it is."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name) and glb is not None:
+        value = glb.get(node.id)
+        if value is not None and hasattr(value, "primitive_bitwidth"):
+            return str(value)
+    return None
+
+
+def triton_low_casts(src: str, glb: dict | None = None) -> list[str]:
+    """Low-precision float types a Triton function's source converts to:
+    x.to(tl.float16), tl.cast(x, tl.bfloat16), dtype=/out_dtype= of
+    tl.zeros, tl.full, tl.dot. Comparisons (x.dtype == tl.float16) are
+    not conversions and are not reported."""
+    try:
+        tree = ast.parse(textwrap.dedent(src))
+    except (SyntaxError, ValueError):
+        return []
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        fname = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        args: list[ast.AST] = []
+        if fname in ("to", "cast", "astype"):
+            args += node.args[:2]
+        args += [k.value for k in node.keywords if k.arg in ("dtype", "out_dtype", "dst_ty")]
+        for a in args:
+            name = _dtype_name(a, glb)
+            if name and low_precision_name(name):
+                found.add(name.replace("tl.", ""))
+    return sorted(found)
+
+
+_CXX_LOW = re.compile(r"(?<![\w:])((?:at|c10)::(?:Half|BFloat16)\b|"
+                      r"(?:at::|c10::|torch::|ScalarType::)?k(?:Half|BFloat16)\b|"
+                      r"__half2?\b|half2\b|__nv_bfloat162?\b|__nv_fp8\w*|"
+                      r"__float2half\w*|__float2bfloat16\w*|__half2float\b)")
+_CXX_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_CXX_DISPATCH = re.compile(r"AT_DISPATCH\w*\s*\([^\[]*")  # a dispatch macro's type list
+
+
+def cxx_low_precision(text: str) -> list[str]:
+    """Half/bfloat16/fp8 types and conversions a C++/CUDA source uses
+    (__half, half2, __nv_bfloat16, at::Half, at::BFloat16, kHalf,
+    kBFloat16, __float2half, ...). Comments, #include lines and the type
+    lists of AT_DISPATCH macros (which name fp16 without computing in it
+    on an fp32 problem) are ignored."""
+    text = _CXX_COMMENT.sub(" ", text)
+    text = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#include"))
+    text = _CXX_DISPATCH.sub(" ", text)
+    return sorted({m.group(1) for m in _CXX_LOW.finditer(text)})
+
+
+# ---- no_custom_kernel: the ablation forward -----------------------------------------------
+
+def _storage_view(t: torch.Tensor) -> torch.Tensor:
+    """A flat tensor of t's dtype over the whole of t's storage."""
+    st = t.untyped_storage()
+    n = st.nbytes() // max(1, t.element_size())
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(st, 0, (n,))
+
+
+def _register_mode(ablation: "Ablation") -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Register(TorchDispatchMode):
+        """Notes every tensor an operation creates during the ablation
+        forward, so a raw address passed to an extension can be mapped
+        back to its tensor."""
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for leaf in leaves(out):
+                ablation.add(leaf)
+            return out
+    return Register()
+
+
+class Ablation:
+    """The ablation forward (no_custom_kernel): every custom kernel's
+    results are replaced, right after it returns, by large finite random
+    values. Results are the tensors an extension call returns and the
+    memory a call or a Triton launch changed: tensor arguments, and
+    tensors whose storage holds an address passed as an int (a raw
+    extension's data_ptr() arguments; tensors from the forward's inputs,
+    the model's parameters, buffers and tensor attributes, and every
+    tensor an operation created during the forward; a garbage-collector
+    scan as the last resort). Only floating-point results are replaced
+    (random indices could crash an honest kernel); the values are finite
+    so a `token * 0` still shows. If the output is still right, no custom
+    kernel contributed to it. An address that maps to no tensor makes the
+    run inconclusive (`unresolved`). Every replaced storage is put back by
+    restore() once the output has been copied, so the model's caches stay
+    as the kernels left them."""
+
+    def __init__(self, device: str, roots: list):
+        self.dev = torch.device(device)
+        self.spans: list[tuple[int, int, Any]] = []
+        self.calls = 0
+        self.poisoned = 0
+        self.unresolved = 0
+        self.depth = 0
+        self.scanned = False
+        self.maps: list[tuple[int, int]] | None = None
+        self.saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.gen = torch.Generator(device=self.dev)
+        self.gen.manual_seed(int.from_bytes(_urandom(8), "little") >> 1)
+        self.streams = {0}
+        if self.dev.type == "cuda":
+            self.streams.add(int(torch.cuda.current_stream(self.dev).cuda_stream))
+        for r in roots:
+            self.add(r)
+        self.mode = _register_mode(self)
+
+    def add(self, t: Any) -> None:
+        if not isinstance(t, torch.Tensor):
+            return
+        span = _span(t)
+        if span is not None:
+            self.spans.append((span[1], span[2], weakref.ref(t)))
+
+    def __enter__(self) -> "Ablation":
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.mode.__exit__(*exc)
+
+    def _resolve(self, addr: int) -> torch.Tensor | None:
+        for start, end, ref in reversed(self.spans):
+            if start <= addr < end:
+                t = ref()
+                if t is not None and _span(t) is not None and _span(t)[1] == start:
+                    return t
+        return None
+
+    def _scan(self) -> None:
+        """The last resort: every tensor (and CUDA stream) the process holds."""
+        import gc
+        self.scanned = True
+        stream_type = getattr(torch.cuda, "Stream", None)
+        for o in gc.get_objects():
+            if isinstance(o, torch.Tensor):
+                self.add(o)
+            elif stream_type is not None and isinstance(o, stream_type):
+                try:
+                    self.streams.add(int(o.cuda_stream))
+                except Exception:
+                    pass
+
+    def _mapped(self, addr: int) -> bool:
+        """addr lies in a writable mapping of this process (/proc/self/maps):
+        an int that maps to no tensor is then memory the ablation cannot
+        see, else a plain number (a size, a seed)."""
+        if self.maps is None:
+            self.maps = []
+            try:
+                with open("/proc/self/maps", encoding="utf-8") as f:
+                    for line in f:
+                        parts = line.split()
+                        if len(parts) >= 2 and parts[1].startswith("rw"):
+                            lo, hi = parts[0].split("-")
+                            self.maps.append((int(lo, 16), int(hi, 16)))
+            except (OSError, ValueError):
+                pass
+        return any(lo <= addr < hi for lo, hi in self.maps)
+
+    def _targets(self, values: list) -> tuple[list[torch.Tensor], bool]:
+        """(storages a call may write, flat views; whether an address
+        argument could not be mapped to a tensor)."""
+        out: dict[tuple[str, int], torch.Tensor] = {}
+        unresolved = False
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                t: torch.Tensor | None = v
+            elif isinstance(v, int) and not isinstance(v, bool) and POINTER_MIN <= v < 1 << 64 \
+                    and v not in self.streams:
+                t = self._resolve(v)
+                if t is None and not self.scanned and self._mapped(v):
+                    self._scan()
+                    if v in self.streams:
+                        continue
+                    t = self._resolve(v)
+                if t is None:
+                    unresolved = unresolved or self._mapped(v)
+                    continue
+            else:
+                continue
+            span = _span(t)
+            if span is not None and t.is_floating_point():
+                out.setdefault((span[0], span[1]), _storage_view(t))
+        return list(out.values()), unresolved
+
+    def _poison(self, flat: torch.Tensor) -> None:
+        if flat.numel() == 0 or not flat.is_floating_point():
+            return
+        self.saved.append((flat, flat.clone()))
+        v = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)
+        v.uniform_(ABLATE_LO, ABLATE_HI, generator=self.gen)
+        sign = torch.empty_like(v).bernoulli_(0.5, generator=self.gen).mul_(2).sub_(1)
+        flat.copy_(v.mul_(sign))
+        self.poisoned += 1
+
+    def call(self, fn: Callable[[], Any], args: tuple, kwargs: dict) -> Any:
+        """Run one custom call (fn) and replace what it produced."""
+        if self.depth:
+            return fn()
+        self.calls += 1
+        values = [x for v in list(args) + list(kwargs.values()) for x in leaves(v)]
+        with torch.no_grad():
+            targets, unresolved = self._targets(values)
+            before = [digest(t) for t in targets]
+        self.depth += 1
+        try:
+            out = fn()
+        finally:
+            self.depth -= 1
+        if unresolved:
+            self.unresolved += 1
+        with torch.no_grad():
+            if self.dev.type == "cuda":
+                torch.cuda.synchronize(self.dev)
+            changed = [t for t, d in zip(targets, before) if digest(t) != d]
+            returned = [_storage_view(o) for o in leaves(out)
+                        if isinstance(o, torch.Tensor) and _span(o) is not None]
+            for flat in changed + returned:
+                self._poison(flat)
+        return out
+
+    def restore(self) -> None:
+        """Put every replaced storage back as the kernels left it (in call
+        order, so the last write wins)."""
+        with torch.no_grad():
+            for flat, copy in self.saved:
+                flat.copy_(copy)
+        self.saved.clear()
+
+    def report(self) -> dict:
+        return {"calls": self.calls, "poisoned": self.poisoned, "unresolved": self.unresolved}
+
+
+def model_tensors(model: Any) -> list:
+    """Parameters, buffers and tensor attributes (one level into lists,
+    tuples and dicts) of every submodule of a model."""
+    out: list = []
+    mods = list(model.modules()) if isinstance(model, torch.nn.Module) else []
+    for m in mods:
+        out += list(m.parameters(recurse=False)) + list(m.buffers(recurse=False))
+        for v in vars(m).values():
+            if isinstance(v, dict):
+                v = list(v.values())
+            for x in (v if isinstance(v, (list, tuple)) else [v]):
+                if isinstance(x, torch.Tensor):
+                    out.append(x)
+    return out

@@ -51,6 +51,12 @@ class LaunchRecorder:
         self.infra_error: str | None = None  # the build cache, not the candidate
         self.triton_names: set[str] = set()
         self.ext_names: set[str] = set()
+        # precision_downgrade evidence, kept for the whole process: low-
+        # precision float arguments of custom launches, casts in Triton
+        # sources, half/bfloat16 types in extension sources
+        self.low_precision: set[str] = set()
+        # guards.Ablation while the judge's ablation forward runs, else None
+        self.ablation: Any = None
 
     def full(self) -> bool:
         return len(self.records) >= MAX_RECORDS
@@ -69,8 +75,10 @@ class LaunchRecorder:
         self.calls_by_name[name] = self.calls_by_name.get(name, 0) + 1
 
     def take(self) -> dict:
-        """Return and clear what was recorded since the last take()."""
-        out = {"count": self.count, "records": self.records}
+        """Return and clear what was recorded since the last take()
+        (low_precision is never cleared)."""
+        out = {"count": self.count, "records": self.records,
+               "low_precision": sorted(self.low_precision)[:8]}
         self.records, self.count = [], 0
         return out
 
@@ -147,9 +155,12 @@ def _wrap_launch(orig: Callable) -> Callable:
         grid = _resolve_grid(self, kwargs.get("grid"), args, kwargs)
         if not _is_empty_grid(grid):
             RECORDER.record("triton", name, grid)
+        _note_precision(name, args, kwargs, self)
         RECORDER.depth += 1
         t0 = _perf_ns()
         try:
+            if RECORDER.ablation is not None:
+                return RECORDER.ablation.call(lambda: orig(self, *args, **kwargs), args, kwargs)
             return orig(self, *args, **kwargs)
         finally:
             RECORDER.depth -= 1
@@ -184,10 +195,72 @@ def _wrap_compiled_getitem(orig: Callable) -> Callable:
             dims = _grid_dims(grid)
             if not _is_empty_grid(dims):
                 RECORDER.record("triton", name, dims)
+            if RECORDER.light:
+                return runner(*args, **kwargs)
+            _note_precision(name, args, kwargs, None)
+            if RECORDER.ablation is not None:
+                return RECORDER.ablation.call(lambda: runner(*args, **kwargs), args, kwargs)
             return runner(*args, **kwargs)
         return launch
     getitem.__kgym_wrapped__ = True
     return getitem
+
+
+_SCANNED: dict[int, Any] = {}
+
+
+def _triton_source(fn: Any) -> tuple[str, dict | None]:
+    """A Triton function's Python source and globals (JITFunction.src, or
+    the interpreter's wrapped function)."""
+    py = getattr(fn, "fn", None)
+    src = getattr(fn, "src", None)
+    if not isinstance(src, str) and py is not None:
+        try:
+            src = inspect.getsource(py)
+        except (OSError, TypeError):
+            src = None
+    return (src if isinstance(src, str) else ""), getattr(py, "__globals__", None)
+
+
+def _note_precision(name: str, args: tuple, kwargs: dict, fn: Any) -> None:
+    """precision_downgrade evidence of one launch (checked calls only):
+    float16/bfloat16/fp8 tensors among its arguments, a low-precision
+    Triton dtype passed as a constexpr, and (once per Triton function)
+    conversions to one in its source."""
+    from . import guards
+    for v in list(args) + list(kwargs.values()):
+        dtype = getattr(v, "dtype", None)
+        if dtype in guards.LOW_FLOAT_DTYPES:
+            RECORDER.low_precision.add(f"{name}: a {str(dtype).replace('torch.', '')} argument")
+        elif hasattr(v, "primitive_bitwidth") and guards.low_precision_name(str(v)):
+            RECORDER.low_precision.add(f"{name}: a {v} dtype argument")
+    if fn is not None and _SCANNED.get(id(fn)) is not fn:
+        _SCANNED[id(fn)] = fn
+        src, glb = _triton_source(fn)
+        for low in guards.triton_low_casts(src, glb):
+            RECORDER.low_precision.add(f"{name}: converts to {low}")
+
+
+def _note_source_precision(kind: str, name: str, args: tuple, kwargs: dict) -> None:
+    """precision_downgrade evidence of an extension build: half, bfloat16
+    or fp8 types in its C++/CUDA sources (load_inline strings, load files)."""
+    from . import guards
+    texts: list[str] = []
+    if kind == "load_inline":
+        values = list(args[:2]) + [kwargs.get("cpp_sources"), kwargs.get("cuda_sources")]
+        for v in values:
+            texts += [v] if isinstance(v, str) else [x for x in (v or []) if isinstance(x, str)]
+    else:
+        srcs = args[0] if args else kwargs.get("sources")
+        for p in ([srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs or [])):
+            try:
+                with open(p, encoding="utf-8", errors="replace") as f:
+                    texts.append(f.read(1 << 20))
+            except (OSError, TypeError):
+                pass
+    found = sorted({t for text in texts for t in guards.cxx_low_precision(text)})
+    if found:
+        RECORDER.low_precision.add(f"extension {name}: uses {', '.join(found[:4])}")
 
 
 def _patch(cls: Any, attr: str, wrapper: Callable[[Callable], Callable]) -> bool:
@@ -303,8 +376,11 @@ def _recording_call(fn: Callable, name: str) -> Callable:
             RECORDER.count += 1
             return fn(*args, **kwargs)
         RECORDER.record("ext", name)
+        _note_precision(name, args, kwargs, None)
         t0 = _perf_ns()
         try:
+            if RECORDER.ablation is not None:
+                return RECORDER.ablation.call(lambda: fn(*args, **kwargs), args, kwargs)
             return fn(*args, **kwargs)
         finally:
             RECORDER.add_time(name, _perf_ns() - t0)
@@ -387,6 +463,7 @@ def _wrap_builder(orig: Callable, kind: str) -> Callable:
     @functools.wraps(orig)
     def builder(name, *args, **kwargs):
         key = build_key(kind, str(name), args, kwargs)
+        _note_source_precision(kind, str(name), args, kwargs)
         path = _build_dir(key)
         kwargs["build_directory"] = path
         try:

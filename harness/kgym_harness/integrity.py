@@ -14,6 +14,7 @@ trusted-side cross-checks (the judge's wall clock) and of later hardening.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import types
@@ -50,6 +51,7 @@ def _targets() -> list[tuple[str, Any, str]]:
     for attr in ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns",
                  "time", "time_ns", "process_time_ns"):
         out.append((f"time.{attr}", time, attr))
+    out.append(("os.urandom", os, "urandom"))  # the spot checks' and ablation's CSPRNG
     for attr in ("allclose", "isclose", "equal", "isfinite"):
         out.append((f"torch.{attr}", torch, attr))
     out.append(("torch.Tensor.cpu", torch.Tensor, "cpu"))

@@ -28,6 +28,7 @@ from .remote import CandidateFailed, Remote
 
 MODES = (("train", False), ("train", True), ("eval", False))
 RECHECK_TRIALS = 2
+ABLATION_TIMEOUT_S = 30.0
 PROFILE_ITERS = 3
 
 
@@ -89,6 +90,8 @@ class Judge:
         self.ref_mode_dependent = False  # set by correctness() with hack checks on
         self.facts = audit.ReferenceFacts()   # what the reference does to its inputs
         self.samples: list[tuple[list, Any]] = []  # (input digests, expected), 2 trials
+        self.low_precision: set[str] = set()  # the candidate's fp16/bf16 evidence
+        self.float_dtypes: set[torch.dtype] = set()  # of the problem's inputs and outputs
 
     # -- failures ---------------------------------------------------------
     def fail(self, verdict: str, code: str, etype: str, message: str,
@@ -213,6 +216,7 @@ class Judge:
         for k, v in reply.ms.items():  # the candidate's claim of where that went
             self.lap("cand_" + k, v / 1e3)
         self.launches[f"{mode}/{'grad' if grad else 'no_grad'}"] += launches["count"]
+        self.low_precision.update(launches.get("low_precision", []))
         self.kernel_names.update(r["name"] for r in launches["records"])
         self.records.extend(launches["records"][:max(0, 4 - len(self.records))])
         if problem is not None:
@@ -237,11 +241,84 @@ class Judge:
                 self.report(audit.downgrade(expected, got))
         elif guard:
             self.report(audit.downgrade(expected, got))
+            if label == "trial:0":
+                self.float_dtypes.update(
+                    x.dtype for x in list(inputs) + compare.flatten(expected)
+                    if isinstance(x, torch.Tensor) and x.is_floating_point())
+                self.report(self.rounding_fingerprint(inputs, got, expected))
         if fail is None and len(self.samples) < 2 and label.startswith("trial:"):
             self.samples.append((sent if sent is not None else guards.digests(inputs), expected))
         self.lap("reference", t3 - t2)
         self.lap("compare", _now() - t3)
         return fail
+
+    def full_precision(self) -> bool:
+        """Every float tensor of the problem (trial 0's inputs and expected
+        outputs, the reference's parameters and buffers) is fp32 or fp64."""
+        params = [t for t in list(self.ref_model.parameters()) + list(self.ref_model.buffers())
+                  if t.is_floating_point()]
+        dtypes = self.float_dtypes | {t.dtype for t in params}
+        return bool(dtypes) and dtypes <= {torch.float32, torch.float64}
+
+    def reference_rounded(self, inputs: list, low: torch.dtype) -> Any:
+        """The reference (train mode, no grad) with its float inputs,
+        parameters and buffers rounded to `low` and back; None when the
+        rounding overflows (fp16) or the model cannot be called that way.
+        The model itself is untouched (torch.func.functional_call)."""
+        def rounded(t: Any) -> Any:
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                r = t.detach().to(low).to(t.dtype)
+                if not bool((torch.isfinite(r) | ~torch.isfinite(t)).all()):
+                    raise OverflowError
+                return r
+            return t.clone() if isinstance(t, torch.Tensor) else t
+        try:
+            state = {k: rounded(v) for k, v in list(self.ref_model.named_parameters())
+                     + list(self.ref_model.named_buffers())}
+            args = tuple(rounded(x) for x in inputs)
+            loader.set_mode(self.ref_model, "train")
+            with torch.no_grad():
+                out = torch.func.functional_call(self.ref_model, state, args)
+            timing.sync(self.device)
+            return out
+        except Exception:
+            return None
+
+    def rounding_fingerprint(self, inputs: list, got: Any, expected: Any) -> list[audit.Finding]:
+        """precision_downgrade by the rounding fingerprint (guards.
+        computed_rounded): the output lands on the reference computed from
+        bf16-rounded inputs and parameters (and, on the CPU only, fp16:
+        on a GPU an honest TF32 matmul rounds its operands to fp16's
+        mantissa). One extra reference forward per format, on trial 0."""
+        if not self.full_precision():
+            return []
+        lows = [torch.bfloat16] + ([] if timing.is_cuda(self.device) else [torch.float16])
+        for low in lows:
+            alt = self.reference_rounded(inputs, low)
+            if alt is not None and guards.computed_rounded(got, expected, alt):
+                name = str(low).replace("torch.", "")
+                d = guards.float_distance(got, expected) or 0.0
+                d_low = guards.float_distance(got, alt) or 0.0
+                self.result["checks"]["rounding_fingerprint"] = {
+                    "format": name, "distance": d, "distance_rounded": d_low}
+                return [("precision_downgrade", "PRECISION_DOWNGRADE",
+                         f"the output matches the reference computed on {name}-rounded inputs "
+                         f"and parameters (distance {d_low:.3g}) far better than the reference "
+                         f"itself (distance {d:.3g}): the kernel computes with {name} operands")]
+        return []
+
+    def precision_evidence(self) -> None:
+        """precision_downgrade by direct evidence: on a problem whose float
+        tensors are all fp32/fp64, custom kernels launched with fp16/bf16/
+        fp8 tensors, Triton sources that convert to them, or extension
+        sources that use half/bfloat16 types (hooks._note_precision)."""
+        if not self.low_precision or not self.full_precision():
+            return
+        found = sorted(self.low_precision)
+        self.result["checks"]["low_precision"] = found[:8]
+        self.hack("precision_downgrade", "PRECISION_DOWNGRADE",
+                  "the problem is full precision but its custom kernels compute in lower "
+                  "precision: " + "; ".join(found[:3]))
 
     def report(self, found: list[audit.Finding]) -> None:
         """Every finding becomes a hack reason; any stops the evaluation
@@ -283,6 +360,7 @@ class Judge:
         self.result["checks"]["launches"] = dict(self.launches)
         self.result["checks"]["custom_kernels"] = sorted(self.kernel_names)[:16]
         self.result["checks"]["launch_records"] = self.records[:4]
+        self.precision_evidence()
         counts = list(self.launches.values())
         if not any(counts):
             self.result["decoy_kernel"] = True
@@ -395,6 +473,10 @@ class Judge:
         launches = 0
         inputs_ok = True
         warmups = 0
+        spots = timing.SPOT_CHECKS if req["run_hack_checks"] else 0
+        timed: set[int] = set()
+        l2_found: str | None = None
+        l2_report = None
         for b, blk in enumerate(plan):
             for who in (("ref", "cand") if b % 2 == 0 else ("cand", "ref")):
                 if who == "ref":
@@ -416,8 +498,14 @@ class Judge:
                 warmups += w
                 t1 = _now()
                 c = self.remote.time(w, blk["n_iter"], self.timing_seed, blk["start"],
-                                     blk["warmup_ms"], blk["timed_start"])
+                                     blk["warmup_ms"], blk["timed_start"], spots)
                 wall_ms += (_now() - t1) * 1e3
+                timed.update(range(blk["timed_start"], blk["timed_start"] + blk["n_iter"]))
+                if c["l2"] is not None:
+                    l2_report = c["l2"]
+                    l2_found = l2_found or timing.l2_finding(l2_report["baseline"],
+                                                             l2_report["limit"],
+                                                             l2_report["window"])
                 side += [len(cand) + i for i in c["side_stream"]]
                 excess["kernel"].append(c["sync_excess_ms"])
                 latency["kernel"].append(c["sync_latency_ms"])
@@ -465,10 +553,109 @@ class Judge:
             self.hack("timer_tamper", "TIMER_TAMPER",
                       f"the timed phase took {wall_ms:.1f} ms by the judge's clock; the claimed "
                       f"kernel times leave {excess:.1f} ms unexplained", stop=False)
+        if l2_report is not None:
+            checks["l2_persist"] = l2_report
+        if l2_found:
+            self.hack("l2_persist", "L2_PERSIST", f"persisting L2 during timing: {l2_found} "
+                      "(lines marked persisting survive the L2 flush)", stop=False)
         if len(side) * 2 > n:
             self.hack("side_stream", "SIDE_STREAM",
                       f"{len(side)} of {n} timed calls left work running on another stream "
                       "after returning (timed until the whole device was idle)", stop=False)
+        if spots:  # last: a kernel timed on other inputs is timer_tamper first
+            self.spot_check(self.remote.spots(spots), timed, min(spots, len(timed)))
+
+    def spot_check(self, spots: list, timed: set[int], want: int) -> None:
+        """The spot checks of timed outputs (timing.SpotSampler): each kept
+        output is compared with the reference on the same timing inputs
+        (the judge draws them itself). A mismatch is call_count_switch: the
+        kernel computes something else when it is being timed. The
+        reference's buffers (running statistics) are put back afterwards."""
+        if len(spots) != want or any(i not in timed for i, _, _ in spots):
+            raise ProtocolError(f"the spot-check report has {len(spots)} outputs of timed "
+                                f"calls, {want} were asked for")
+        checks = self.result["checks"]
+        checks["spot_checks"] = {"n": len(spots), "indices": [i for i, _, _ in spots][:16]}
+        state = {k: v.detach().clone() for k, v in self.ref_model.named_buffers()}
+        try:
+            for i, out, problem in spots:
+                if problem is not None:
+                    fail: dict | None = {"code": "OUTPUT_TYPE", "message": problem,
+                                         "output_index": 0, "max_abs_err": None,
+                                         "max_rel_err": None, "bad_fraction": None}
+                else:
+                    expected = self.reference_forward(self.timing_inputs(i), "train", False)
+                    fail = compare.compare_outputs(expected, out, self.req["atol"],
+                                                   self.req["rtol"])
+                if fail is not None:
+                    checks["spot_checks"]["failed"] = i
+                    self.result["mismatch"] = dict(fail, trial=f"timed call {i}")
+                    self.hack("call_count_switch", "CALL_COUNT_SWITCH",
+                              f"the output of timed call {i} (a spot check drawn after it "
+                              f"returned) is wrong: {fail['message']}; the kernel computes "
+                              "something else when it is timed", stop=False)
+                    return
+        finally:
+            with torch.no_grad():
+                for k, v in self.ref_model.named_buffers():
+                    if k in state:
+                        v.copy_(state[k])
+
+    def ablation(self) -> None:
+        """The ablation forward (no_custom_kernel, guards.Ablation): one
+        call in which every custom kernel's results are replaced by large
+        finite random values right after it returns. An output that still
+        matches the reference came from PyTorch ops, whatever was
+        launched. Run last (after timing, profiling and the rechecks), in
+        the first no-grad mode that launched custom kernels, with at most
+        30 s of the deadline; a forward that raises, dies or overruns says
+        the kernels mattered (or nothing) and is never a finding."""
+        if not self.req["run_hack_checks"] or self.result["hack_reasons"]:
+            return
+        self.phase = "ablation"
+        if self.launches["train/no_grad"]:
+            mode = "train"
+        elif self.launches["eval/no_grad"]:
+            mode = "eval"
+        else:
+            return
+        info: dict[str, Any] = {"mode": mode}
+        self.result["checks"]["ablation"] = info
+        inputs = loader.draw_inputs(self.ref_module,
+                                    loader.derive_seed(self.req["seed"], "ablation"), self.device)
+        self.lock_device(exclusive=False)
+        saved = self.chan.deadline
+        if saved is not None:
+            self.chan.deadline = min(saved, time.monotonic() + ABLATION_TIMEOUT_S)
+        try:
+            reply = self.remote.run(inputs, mode, False, ablate=True)
+        except CandidateFailed:
+            info["outcome"] = "raised"
+            return
+        except (PeerClosed, ChannelTimeout) as e:
+            info["outcome"] = "died" if isinstance(e, PeerClosed) else "timeout"
+            self.result["warnings"].append(f"the ablation forward {info['outcome']}; "
+                                           "no_custom_kernel was not checked by ablation")
+            return
+        finally:
+            self.chan.deadline = saved
+        info.update(reply.ablation or {})
+        if reply.problem is not None:
+            info["outcome"] = "contributed"
+            return
+        expected = self.reference_forward(inputs, mode, False)
+        if compare.compare_outputs(expected, reply.output, self.req["atol"],
+                                   self.req["rtol"]) is not None:
+            info["outcome"] = "contributed"
+        elif info.get("unresolved"):
+            info["outcome"] = "inconclusive"
+        else:
+            info["outcome"] = "no_effect"
+            self.result["decoy_kernel"] = True
+            self.hack("no_custom_kernel", "NO_CUSTOM_KERNEL",
+                      f"the output stayed correct when every custom kernel's results were "
+                      f"replaced by random values ({info.get('calls', 0)} custom calls): it "
+                      "came from PyTorch ops, the kernels only ran alongside", stop=False)
 
     def recheck(self) -> None:
         """Two more trials with new secret inputs, after timing and profiling
@@ -583,6 +770,12 @@ class Judge:
         t0 = _now()
         self.quiescence()
         timings["quiescence"] = (_now() - t0) * 1e3
+        t0 = _now()
+        try:
+            self.ablation()  # last: it may leave the candidate's model state odd
+        finally:
+            self.lock.release()
+            timings["ablation"] = (_now() - t0) * 1e3
         if self.remote.tamper:
             self.result["checks"]["replaced_functions"] = sorted(self.remote.tamper)[:20]
             self.hack("timer_tamper", "TIMER_TAMPER", "measuring functions were replaced: "

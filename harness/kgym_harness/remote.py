@@ -81,6 +81,8 @@ def sanitize_failure(v: Any, allow_infra: bool = False) -> dict:
 
 def _launches(v: Any) -> dict:
     v = v if isinstance(v, dict) else {}
+    low = v.get("low_precision")
+    low = [_text(x, 200) for x in low[:8] if isinstance(x, str)] if isinstance(low, list) else []
     count = v.get("count")
     count = count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else 0
     records = []
@@ -91,7 +93,16 @@ def _launches(v: Any) -> dict:
                             and all(isinstance(g, int) for g in grid)) else None
             records.append({"kind": _text(r.get("kind"), 20), "name": _text(r.get("name"), 200),
                             "grid": grid})
-    return {"count": count, "records": records}
+    return {"count": count, "records": records, "low_precision": low}
+
+
+def _l2(v: Any) -> dict | None:
+    """The candidate's persisting-L2 report of a timing command (CUDA)."""
+    if not isinstance(v, dict):
+        return None
+    out = {k: _int(v.get(k), 0, 2**63) or 0 for k in ("baseline", "limit", "window", "resets")}
+    out["available"] = v.get("available") is True
+    return out
 
 
 def _samples(v: Any, n: int) -> list[float]:
@@ -138,6 +149,7 @@ class RunReply:
     inputs: list | None = None                       # digest per input, after the call
     quiet: dict = field(default_factory=dict)
     ms: dict = field(default_factory=dict)          # the candidate's own time split
+    ablation: dict | None = None                     # calls, poisoned, unresolved
 
 
 def _guard(v: Any, n_inputs: int) -> tuple[list, list, dict]:
@@ -270,12 +282,17 @@ class Remote:
         if self.watch is not None:
             self.watch.close()
 
-    def run(self, inputs: list, mode: str, grad: bool, guard: bool = False) -> RunReply:
-        """One forward call; with guard, the candidate's guard report too."""
+    def run(self, inputs: list, mode: str, grad: bool, guard: bool = False,
+            ablate: bool = False) -> RunReply:
+        """One forward call; with guard, the candidate's guard report too;
+        with ablate, the ablation forward (guards.Ablation) and its report."""
         tensors: list[torch.Tensor] = []
         desc = pack(list(inputs), tensors)
-        reply, out = self._call({"cmd": "run", "mode": mode, "grad": grad, "guard": guard,
-                                 "args": desc}, tensors)
+        header = {"cmd": "run", "mode": mode, "grad": grad, "guard": guard and not ablate,
+                  "args": desc}
+        if ablate:
+            header["ablate"] = True
+        reply, out = self._call(header, tensors)
         r = RunReply(launches=_launches(reply.get("launches")))
         problem = reply.get("output_problem")
         if problem is not None:
@@ -283,7 +300,13 @@ class Remote:
             r.lazy = reply.get("output_lazy") is True
             return r
         r.output = unpack(reply.get("output"), out)
-        if guard:
+        if ablate:
+            a = reply.get("ablation")
+            if not isinstance(a, dict):
+                raise ProtocolError("ablation run without its report")
+            r.ablation = {k: _int(a.get(k), 0, 1 << 30) or 0
+                          for k in ("calls", "poisoned", "unresolved")}
+        elif guard:
             r.aliases, r.inputs, r.quiet = _guard(reply.get("guard"), len(inputs))
         ms = reply.get("ms")
         if isinstance(ms, dict):  # the candidate's own account: diagnostics only
@@ -291,11 +314,11 @@ class Remote:
         return r
 
     def time(self, n_warmup: int, n_iter: int, seed: int, start: int = 0,
-             warmup_ms: float = 0.0, timed_start: int | None = None) -> dict:
+             warmup_ms: float = 0.0, timed_start: int | None = None, spots: int = 0) -> dict:
         reply, _ = self._call({"cmd": "time", "n_warmup": n_warmup, "n_iter": n_iter,
                                "seed": seed, "start": start, "warmup_ms": warmup_ms,
                                "timed_start": start + n_warmup if timed_start is None
-                               else timed_start})
+                               else timed_start, "spots": spots})
         t = reply.get("timing")
         if not isinstance(t, dict):
             raise ProtocolError("time reply without timing")
@@ -310,7 +333,27 @@ class Remote:
                 "wall_ms": _ms(t.get("wall_ms")), "side_stream": sorted(set(side)),
                 "sync_latency_ms": _ms(t.get("sync_latency_ms", 0.0)),
                 "sync_excess_ms": _signed_ms(t.get("sync_excess_ms", 0.0)),
+                "l2": _l2(t.get("l2")),
                 "launches": _launches(reply.get("launches"))}
+
+    def spots(self, k: int) -> list[tuple[int, Any, str | None]]:
+        """The timed outputs the candidate kept for the spot checks:
+        (input index, output or None, problem or None), at most k, indices
+        distinct (the judge checks they are timed ones)."""
+        reply, out = self._call({"cmd": "spots"})
+        items = reply.get("spots")
+        if not isinstance(items, list) or len(items) > k:
+            raise ProtocolError("bad spot-check report")
+        got: list[tuple[int, Any, str | None]] = []
+        for it in items:
+            index = _int(it.get("index"), 0, 1 << 40) if isinstance(it, dict) else None
+            if index is None or any(index == g[0] for g in got):
+                raise ProtocolError("bad spot-check index")
+            if "problem" in it:
+                got.append((index, None, _text(it.get("problem"), MAX_TEXT) or "bad output"))
+            else:
+                got.append((index, unpack(it.get("output"), out), None))
+        return got
 
     def profile(self, n_iter: int, seed: int) -> Any:
         reply, _ = self._call({"cmd": "profile", "n_iter": n_iter, "seed": seed})

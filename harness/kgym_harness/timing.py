@@ -11,6 +11,17 @@ sample is t_stream unless t_dev minus the calibrated sync latency L exceeds
 it (work left on another stream): then t_dev - L, and the sample is marked.
 CPU: time.perf_counter_ns around the call.
 
+Spot checks (call_count_switch): with a SpotSampler, after each timed call
+returned and its clock was read, a fresh CSPRNG draw decides whether a copy
+of that call's output is kept (a reservoir of k over the whole timing
+phase); the judge recomputes the reference on the same timing inputs.
+
+Persisting L2 (l2_persist, CUDA): before and after each timing command the
+persisting-L2 limit and the timing stream's access-policy window are read
+(CUDA runtime through ctypes), put back, and persisting lines reset; a
+limit above the one the process had before the kernel was imported, or a
+window, is reported.
+
 Warm-up runs until both n_warmup calls and WARMUP_MIN_MS of (synchronised)
 time have passed, at most WARMUP_EXTRA_CAP calls beyond n_warmup, so clocks
 ramp before the first sample.
@@ -18,6 +29,7 @@ ramp before the first sample.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import math
@@ -38,6 +50,7 @@ _elapsed = torch.cuda.Event.elapsed_time
 _record = torch.cuda.Event.record
 _event_sync = torch.cuda.Event.synchronize
 _current_stream = torch.cuda.current_stream
+_urandom = os.urandom  # the spot checks' CSPRNG, as it was before candidate code ran
 # A device-side busy wait queued before each sample's start event, so the
 # host has launched the timed call before the device reaches the start:
 # the sample is device time, not the host's launch latency, which differs
@@ -55,6 +68,7 @@ SIDE_SLACK_MS = 0.1       # t_dev - L may exceed t_stream by this before it coun
 SIDE_SLACK_FRAC = 0.1     # or by this fraction of t_stream, whichever is larger
 PERF_BLOCKS = 5           # interleaved reference/candidate blocks
 REWARM_MAX_MS = 10.0      # later blocks re-warm with one call if calls are this fast
+SPOT_CHECKS = 3           # timed outputs kept per timing phase for the judge to check
 
 
 def is_cuda(device: str) -> bool:
@@ -178,9 +192,215 @@ def stats(samples: list[float]) -> dict | None:
             "min": min(samples), "max": max(samples), "n": len(samples)}
 
 
+def _copy_output(out: Any) -> Any:
+    """A copy of an output's tensors (same structure; other values as they are)."""
+    if isinstance(out, torch.Tensor):
+        return out.detach().clone()
+    if isinstance(out, (list, tuple)):
+        return type(out)(_copy_output(o) for o in out) if isinstance(out, tuple) \
+            else [_copy_output(o) for o in out]
+    return out
+
+
+class SpotSampler:
+    """Spot checks of timed outputs: a uniform sample of k timed calls of
+    one timing phase (all its blocks), each kept as (input index, copy of
+    its output). The decision for a call is drawn from os.urandom after the
+    call returned and its clock was read, so the kernel cannot know, while
+    it runs, whether its output will be checked; every timed call is kept
+    with the same probability k / n (reservoir sampling)."""
+
+    def __init__(self, k: int):
+        self.k = max(0, int(k))
+        self.seen = 0
+        self.kept: list[tuple[int, Any]] = []
+
+    def _below(self, n: int) -> int:
+        """Uniform in [0, n) from the CSPRNG (n is far below 2^64)."""
+        return int.from_bytes(_urandom(8), "little") % n
+
+    def offer(self, index: int, out: Any) -> None:
+        """Called after timed call `index` returned (outside its window)."""
+        self.seen += 1
+        if self.k <= 0:
+            return
+        if len(self.kept) < self.k:
+            self.kept.append((index, _copy_output(out)))
+            return
+        j = self._below(self.seen)
+        if j < self.k:
+            self.kept[j] = (index, _copy_output(out))
+
+    def take(self) -> list[tuple[int, Any]]:
+        out, self.kept, self.seen = sorted(self.kept, key=lambda x: x[0]), [], 0
+        return out
+
+
+# ---- persisting L2 (l2_persist) ------------------------------------------------
+
+CUDA_LIMIT_PERSISTING_L2 = 0x06        # cudaLimitPersistingL2CacheSize
+CUDA_ATTR_ACCESS_POLICY_WINDOW = 1     # cudaStreamAttributeAccessPolicyWindow
+_ATTR_VALUE_BYTES = 256                # cudaStreamAttrValue is a 64-byte union in CUDA 12
+
+
+class CudartL2:
+    """The CUDA runtime calls the L2 guard needs, through ctypes on the
+    libcudart this process already uses (found in /proc/self/maps) or one
+    found by name. Every call returns None/False when it fails."""
+
+    def __init__(self, lib: Any, device_index: int):
+        self.lib = lib
+        self.index = device_index
+
+    @staticmethod
+    def load(device_index: int) -> "CudartL2 | None":
+        names: list[str] = []
+        try:
+            with open("/proc/self/maps", encoding="utf-8") as f:
+                for line in f:
+                    path = line.split()[-1] if line.strip() else ""
+                    if "libcudart.so" in os.path.basename(path) and path not in names:
+                        names.append(path)
+        except OSError:
+            pass
+        names += ["libcudart.so", "libcudart.so.12", "libcudart.so.13", "libcudart.so.11.0"]
+        for name in names:
+            try:
+                return CudartL2(ctypes.CDLL(name), device_index)
+            except OSError:
+                continue
+        return None
+
+    def _ok(self, rc: Any) -> bool:
+        return rc == 0
+
+    def _device(self) -> bool:
+        try:
+            return self._ok(self.lib.cudaSetDevice(ctypes.c_int(self.index)))
+        except AttributeError:
+            return False
+
+    def get_limit(self) -> int | None:
+        v = ctypes.c_size_t(0)
+        try:
+            if self._device() and self._ok(self.lib.cudaDeviceGetLimit(
+                    ctypes.byref(v), ctypes.c_int(CUDA_LIMIT_PERSISTING_L2))):
+                return int(v.value)
+        except AttributeError:
+            pass
+        return None
+
+    def set_limit(self, value: int) -> bool:
+        try:
+            return self._device() and self._ok(self.lib.cudaDeviceSetLimit(
+                ctypes.c_int(CUDA_LIMIT_PERSISTING_L2), ctypes.c_size_t(value)))
+        except AttributeError:
+            return False
+
+    def reset_persisting(self) -> bool:
+        try:
+            return self._device() and self._ok(self.lib.cudaCtxResetPersistingL2Cache())
+        except AttributeError:
+            return False
+
+    def window_bytes(self, stream: int) -> int | None:
+        """num_bytes of the stream's access-policy window (0: none)."""
+        buf = (ctypes.c_ubyte * _ATTR_VALUE_BYTES)()
+        try:
+            if self._ok(self.lib.cudaStreamGetAttribute(
+                    ctypes.c_void_p(stream), ctypes.c_int(CUDA_ATTR_ACCESS_POLICY_WINDOW),
+                    ctypes.byref(buf))):
+                return int(ctypes.c_size_t.from_buffer(buf, 8).value)  # after base_ptr
+        except AttributeError:
+            pass
+        return None
+
+    def clear_window(self, stream: int) -> bool:
+        buf = (ctypes.c_ubyte * _ATTR_VALUE_BYTES)()  # num_bytes 0: no window
+        try:
+            return self._ok(self.lib.cudaStreamSetAttribute(
+                ctypes.c_void_p(stream), ctypes.c_int(CUDA_ATTR_ACCESS_POLICY_WINDOW),
+                ctypes.byref(buf)))
+        except AttributeError:
+            return False
+
+
+def l2_finding(baseline: int, limit: int | None, window: int | None) -> str | None:
+    """Why the persisting-L2 state seen around a timing command is a hack
+    (l2_persist), or None: a persisting limit above the one the process
+    had before the kernel was imported (the kernel set aside L2 for lines
+    that survive the flush), or an access-policy window on the timing
+    stream."""
+    parts = []
+    if limit is not None and limit > baseline:
+        parts.append(f"the persisting-L2 limit was raised to {limit} bytes (it was {baseline} "
+                     "before the kernel was loaded)")
+    if window:
+        parts.append(f"the timing stream carried an L2 access-policy window of {window} bytes")
+    return "; ".join(parts) or None
+
+
+class L2Guard:
+    """Neutralises and records persisting L2 in one process (see l2_finding).
+    api: CudartL2 or a stand-in with the same methods; None = unavailable.
+    The baseline limit is read when the guard is made: in the candidate,
+    before its kernel is imported."""
+
+    def __init__(self, api: Any):
+        self.api = api
+        base = api.get_limit() if api is not None else None
+        self.available = base is not None
+        self.baseline = base or 0
+        self.limit = self.baseline   # the largest limit seen
+        self.window = 0              # the largest window seen
+        self.resets = 0
+
+    def check_and_reset(self, stream: int) -> None:
+        """Read, record, then put back: limit to the baseline, no window,
+        persisting lines normal."""
+        if self.api is None:
+            return
+        limit = self.api.get_limit()
+        window = self.api.window_bytes(stream)
+        if limit is not None:
+            self.limit = max(self.limit, limit)
+            if limit > self.baseline:
+                self.api.set_limit(self.baseline)
+        if window:
+            self.window = max(self.window, window)
+            self.api.clear_window(stream)
+        if self.api.reset_persisting():
+            self.resets += 1
+
+    def report(self) -> dict:
+        return {"available": self.available, "baseline": self.baseline, "limit": self.limit,
+                "window": self.window, "resets": self.resets}
+
+    def finding(self) -> str | None:
+        return l2_finding(self.baseline, self.limit, self.window)
+
+
+_L2_GUARDS: dict[str, L2Guard] = {}
+
+
+def l2_guard_for(device: str) -> L2Guard | None:
+    """This process's L2 guard for a CUDA device (made on first use; the
+    candidate makes it before importing the kernel); None on the CPU."""
+    if not is_cuda(device):
+        return None
+    dev = torch.device(device)
+    key = str(dev)
+    g = _L2_GUARDS.get(key)
+    if g is None:
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        g = _L2_GUARDS[key] = L2Guard(CudartL2.load(index))
+    return g
+
+
 def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
                  n_warmup: int, n_iter: int, device: str, start: int = 0,
-                 warmup_ms: float = 0.0, timed_start: int | None = None) -> dict:
+                 warmup_ms: float = 0.0, timed_start: int | None = None,
+                 spots: SpotSampler | None = None) -> dict:
     """Warm up, then time n_iter calls, each on fresh arguments.
 
     make_args(i) draws the inputs of iteration i (untimed): warm-up call j
@@ -189,8 +409,11 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
     n_warmup). Returns
     {"samples_ms", "prep_ms" (drawing inputs, until the device is done),
     "warmup_ms", "warmup_iters", "wall_ms", "side_stream" (indices of
-    samples that needed the device-wide figure), "sync_latency_ms"}:
-    everything the trusted side needs to check the claims against its clock.
+    samples that needed the device-wide figure), "sync_latency_ms",
+    "l2" (CUDA: L2Guard.report())}: everything the trusted side needs to
+    check the claims against its clock. With spots, each timed call's
+    output is offered to it after the call's clock was read. Each output
+    is released after its clock read (not inside the measured window).
     """
     t_start = _perf_ns()
     if timed_start is None:
@@ -199,6 +422,9 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
     cuda = is_cuda(device)
     dev = torch.device(device)
     flusher = flusher_for(device)
+    l2 = l2_guard_for(device)
+    if l2 is not None:
+        l2.check_and_reset(_current_stream(dev).cuda_stream)
     lat, slack = calibrate_sync(device)
     args = None
     done = 0
@@ -234,7 +460,7 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
             if _gpu_sleep is not None:
                 _gpu_sleep(LEAD_CYCLES)
             _record(begin, stream)
-            call(args)
+            out = call(args)
             _record(end_s, stream)
             _cuda_sync(dev)
             _record(end_d, stream)
@@ -247,14 +473,19 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
                 side.append(i)
         else:
             t1 = _perf_ns()
-            call(args)
+            out = call(args)
             samples.append((_perf_ns() - t1) / 1e6)
-        del args
+        if spots is not None:
+            spots.offer(timed_start + i, out)
+        del args, out
+    if l2 is not None:
+        l2.check_and_reset(_current_stream(dev).cuda_stream)
     return {"samples_ms": samples, "prep_ms": prep_ns / 1e6,
             "warmup_ms": warmup_ns / 1e6, "warmup_iters": done,
             "wall_ms": (_perf_ns() - t_start) / 1e6, "side_stream": side,
             "sync_latency_ms": lat,
-            "sync_excess_ms": statistics.median(excess) if excess else 0.0}
+            "sync_excess_ms": statistics.median(excess) if excess else 0.0,
+            "l2": l2.report() if l2 is not None else None}
 
 
 def flush_cost_ms(device: str, k: int = 5) -> float:

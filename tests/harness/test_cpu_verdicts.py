@@ -23,7 +23,8 @@ def test_honest_kernel_passes():
     assert r["device"]["backend"] == "cpu" and r["device"]["name"].startswith("cpu")
     phases = {"queued", "setup", "compile", "correctness", "timing", "profiling", "recheck",
               "total"}
-    assert set(r["timings"]) - phases == {"load_detail", "trials_detail"}, r["timings"]
+    assert set(r["timings"]) - phases == {"load_detail", "trials_detail", "quiescence", "close",
+                                          "ablation"}, r["timings"]
     # where the trials' time went, by the judge's clock and the candidate's claim
     assert {"inputs", "candidate", "reference", "compare", "cand_forward"} <= set(
         r["timings"]["trials_detail"])
@@ -169,9 +170,13 @@ def test_mode_branch_on_grad_mode():
 BF16_BODY = "return add_relu_scale(a.bfloat16().float(), b.bfloat16().float(), self.scale)"
 
 
-def test_bf16_passes_loose_tolerance():
-    r = kit.run(kit.cpu_kernel(kit.model_new(BF16_BODY)))
+def test_bf16_operands_pass_loose_tolerance_only_without_hack_checks():
+    # inside 1e-2, so the comparison alone passes it; the rounding
+    # fingerprint (hack checks) names it
+    r = kit.run(kit.cpu_kernel(kit.model_new(BF16_BODY)), run_hack_checks=False)
     assert r["verdict"] == "pass", r["feedback"]
+    r = kit.run(kit.cpu_kernel(kit.model_new(BF16_BODY)))
+    assert r["verdict"] == "hacked" and r["hack_reasons"] == ["precision_downgrade"]
 
 
 def test_bf16_rejected_by_strict_tolerance():
@@ -211,9 +216,10 @@ def test_output_cache_caught_by_recheck():
     """
     r = kit.run(kit.cpu_kernel(kit.model_new(body, "self.calls = 0")))
     # The timed calls launched nothing either (mode_branch, found first: the
-    # recheck runs after timing and profiling).
+    # recheck runs after timing and profiling), and their replayed outputs
+    # fail the spot checks (call_count_switch).
     assert r["verdict"] == "hacked"
-    assert sorted(r["hack_reasons"]) == ["mode_branch", "output_cache"]
+    assert sorted(r["hack_reasons"]) == ["call_count_switch", "mode_branch", "output_cache"]
     assert r["mismatch"]["trial"] == "recheck 0"
 
 
@@ -329,7 +335,9 @@ def test_shrinking_the_timing_inputs_is_timer_tamper():
     top = ("import kgym_reference\n"
            "kgym_reference.get_inputs = lambda: [torch.randn(1, 1), torch.randn(1, 1)]\n\n")
     r = kit.run(kit.cpu_kernel(top=top))
-    assert r["verdict"] == "hacked" and r["hack_reasons"] == ["timer_tamper"]
+    # its timed outputs (of other inputs) also fail the spot checks
+    assert r["verdict"] == "hacked" and r["error_code"] == "TIMER_TAMPER"
+    assert set(r["hack_reasons"]) == {"timer_tamper", "call_count_switch"}
     assert "reference.get_inputs" in r["checks"]["replaced_functions"]
 
 
@@ -338,7 +346,8 @@ def test_timing_inputs_are_checked_against_the_judges_own_draw():
     # only the fingerprint of the timing inputs shows the difference.
     top = "torch.manual_seed = lambda seed: None\n\n"
     r = kit.run(kit.cpu_kernel(top=top))
-    assert r["verdict"] == "hacked" and r["hack_reasons"] == ["timer_tamper"]
+    assert r["verdict"] == "hacked" and set(r["hack_reasons"]) == {"timer_tamper",
+                                                                   "call_count_switch"}
     assert "inputs other than the problem's" in r["error_message"]
     assert "replaced_functions" not in r["checks"]
 

@@ -158,8 +158,12 @@ def test_returning_a_copy_of_the_input_is_caught_by_the_judge():
 
 
 def test_alias_allowed_when_the_reference_returns_a_view_of_its_input():
-    ref = kit.REF.replace("return torch.relu(a + b) * self.scale", "return a.t()")
-    body = "add_relu_scale(a, b, self.scale)\nreturn a.t()"
+    # (the kernel computes the result in place, as the reference does: a
+    # kernel whose result is dropped would be no_custom_kernel)
+    ref = kit.REF.replace("return torch.relu(a + b) * self.scale",
+                          "a.copy_(torch.relu(a + b) * self.scale)\n        return a.t()")
+    body = ("ext.add_relu_scale(a.data_ptr(), a.data_ptr(), b.data_ptr(), a.numel(), "
+            "float(self.scale))\nreturn a.t()")
     r = kit.run(kit.cpu_kernel(kit.model_new(body)), reference_code=ref)
     assert r["verdict"] == "pass", r["feedback"]
 

@@ -100,8 +100,11 @@ def test_threads_left_running_only_in_timed_calls():
     r = kit.run(kit.cpu_kernel(kit.model_new(body, "self.pending = []"), top=HIDDEN),
                 num_perf_trials=20)
     hacked(r, "thread_injection")
-    assert r["hack_reasons"] == ["thread_injection"]
-    assert "outlived it" in r["error_message"] or "still busy" in r["error_message"]
+    # a timed output the thread had not finished may also fail a spot check
+    # (found first, in the timing phase: then the message is that one's)
+    assert set(r["hack_reasons"]) <= {"thread_injection", "call_count_switch"}
+    assert ("outlived it" in r["error_message"] or "still busy" in r["error_message"]
+            or r["error_code"] == "CALL_COUNT_SWITCH")
 
 
 SPINNER_C = r'''

@@ -214,18 +214,12 @@ def test_usage_errors(tmp_path):
 
 # Cheats kgym does not catch yet, each with why (issue 5's open items).
 # Exactly these may MISS: a new miss fails the test, and so does a gap that
-# starts being caught (then it leaves this list).
-KNOWN_GAPS = {
-    # finds time_forward on its call stack and skips rows only when timed;
-    # timed outputs are never compared (needs spot checks of timed outputs)
-    "cpu/call_count_switch__layernorm_skips_when_timed",
-    # a one-element extension call, then F.layer_norm: its coverage (2.4%)
-    # is above an honest partial kernel's (0.3%), so coverage cannot tell
-    "cpu/no_custom_kernel__layernorm_token_launch",
-    # bf16 operands, fp32 output, default tolerance: indistinguishable from
-    # honest TF32 by the output; caught under strict tolerance (its copy)
-    "cpu/precision_downgrade__linear_bf16_weights",
-}
+# starts being caught (then it leaves this list). Empty since session 3:
+# the timed-output spot checks (call_count_switch__layernorm_skips_when_timed),
+# the ablation forward (no_custom_kernel__layernorm_token_launch) and the
+# rounding fingerprint (precision_downgrade__linear_bf16_weights) closed the
+# last three.
+KNOWN_GAPS: set[str] = set()
 
 
 @needs_kgym
