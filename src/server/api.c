@@ -1180,6 +1180,33 @@ static void lease_undo(kg_api *api, json_t *arg)
 }
 
 /*
+ * The lease reply as text, the request spliced in as the store holds it
+ * (compact JSON it wrote itself), so the sources are neither parsed nor
+ * printed again. Ids are [A-Za-z0-9._:-] (kg_task_id_valid): no escaping.
+ * Returns malloc'd text (length in *len), or NULL when out of memory.
+ */
+static char *lease_reply(const kg_task *t, int64_t lease_ms, size_t *len)
+{
+    const char *req = t->request_text ? t->request_text : "null";
+    size_t cap = strlen(req) + strlen(t->id) + 200;
+    char *buf = malloc(cap);
+    if (!buf)
+        return NULL;
+    int n = snprintf(buf, cap,
+                     "{\"task_id\": \"%s\", \"request\": %s, \"priority\": "
+                     "\"%s\", \"attempt\": %d, \"lease_deadline_ms\": %lld, "
+                     "\"lease_ms\": %lld}",
+                     t->id, req, kg_priority_name(t->priority), t->attempts,
+                     (long long)t->lease_deadline_ms, (long long)lease_ms);
+    if (n < 0 || (size_t)n >= cap) {
+        free(buf);
+        return NULL;
+    }
+    *len = (size_t)n;
+    return buf;
+}
+
+/*
  * POST /worker/lease {"worker_id", "wait_s"}: a task now, or, while none
  * is pending, a park until wait_s has passed (then 204). The deadline
  * lives in req->slot across parks.
@@ -1217,15 +1244,11 @@ static void h_lease(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     }
     kg_task t;
     kg_err err;
-    int rc = kg_store_lease(api->store, wid, &t, &err);
+    int rc = kg_store_lease_text(api->store, wid, &t, &err);
     if (rc == 1) {
         rep->status = 200;
-        rep->json = json_pack("{s:s, s:O, s:s, s:i, s:I, s:I}", "task_id", t.id,
-                              "request", t.request ? t.request : json_null(),
-                              "priority", kg_priority_name(t.priority),
-                              "attempt", t.attempts, "lease_deadline_ms",
-                              (json_int_t)t.lease_deadline_ms, "lease_ms",
-                              (json_int_t)api->opts.lease_ms);
+        rep->text = lease_reply(&t, api->opts.lease_ms, &rep->text_len);
+        rep->content_type = "application/json";
         rep->undo = lease_undo;
         rep->undo_arg =
             json_pack("{s:s, s:s}", "task_id", t.id, "worker_id", wid);

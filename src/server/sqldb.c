@@ -658,11 +658,11 @@ int kg_sqldb_open(kg_sqldb **out, const char *path, int sync_full, int nreaders,
     pthread_cond_init(&d->pcv, NULL);
     pthread_mutex_init(&d->cmu, NULL);
     pthread_cond_init(&d->ccv, NULL);
-    /* page caches (SQLite's default is 2 MiB): a larger one spares the
-       writer re-reading index pages from the file on every insert */
+    /* the writer's page cache: 16 MiB (SQLite's default is 2), so that
+       the pages inserts and claims touch stay in memory */
     int rc = conn_open(&d->w, d,
                        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
-                       " PRAGMA cache_size=-65536;",
+                       " PRAGMA cache_size=-16384;",
                        err);
     char *msg = NULL;
     if (rc == 0 && schema &&
@@ -686,8 +686,7 @@ int kg_sqldb_open(kg_sqldb **out, const char *path, int sync_full, int nreaders,
             rc = kg_errf(err, KG_ENOMEM, "out of memory");
     }
     for (int i = 0; rc == 0 && i < nreaders; i++) {
-        rc = conn_open(&d->readers[i], d,
-                       "PRAGMA query_only=1; PRAGMA cache_size=-8192;", err);
+        rc = conn_open(&d->readers[i], d, "PRAGMA query_only=1;", err);
         if (rc == 0) {
             d->idle[d->nidle++] = i;
             d->nreaders++;

@@ -376,7 +376,9 @@ void kg_task_free(kg_task *t)
         return;
     json_decref(t->request);
     json_decref(t->result);
+    free(t->request_text);
     t->request = t->result = NULL;
+    t->request_text = NULL;
 }
 
 static int check_id(const char *what, const char *id, kg_err *err)
@@ -465,7 +467,17 @@ int kg_store_lease(kg_store *s, const char *worker_id, kg_task *out,
     memset(out, 0, sizeof *out);
     if ((rc = check_id("worker id", worker_id, err)) < 0)
         return rc;
-    return s->ops->lease(s, worker_id, out, err);
+    return s->ops->lease(s, worker_id, KG_GET_REQUEST, out, err);
+}
+
+int kg_store_lease_text(kg_store *s, const char *worker_id, kg_task *out,
+                        kg_err *err)
+{
+    int rc;
+    memset(out, 0, sizeof *out);
+    if ((rc = check_id("worker id", worker_id, err)) < 0)
+        return rc;
+    return s->ops->lease(s, worker_id, KG_GET_REQUEST_TEXT, out, err);
 }
 
 int kg_store_complete(kg_store *s, const char *id, const char *worker_id,

@@ -150,6 +150,8 @@ typedef struct kg_task {
     int status;         /* enum kg_task_status */
     char cache_key[65]; /* "" when none */
     json_t *request;    /* normalized request; NULL unless asked for */
+    char *request_text; /* kg_store_lease_text: the request as stored,
+                           compact JSON (malloc'd, NUL-terminated) */
     json_t *result;     /* result object; NULL when none or not asked */
     int attempts;       /* leases handed out so far */
     char worker[KG_MAX_WORKER_ID + 1];       /* holder while running, else the
@@ -161,12 +163,14 @@ typedef struct kg_task {
     int64_t lease_deadline_ms; /* while running */
 } kg_task;
 
-/* Releases t->request and t->result (not t); t may be NULL. */
+/* Releases t->request, t->request_text and t->result (not t); t may be
+ * NULL. */
 void kg_task_free(kg_task *t);
 
 /* What kg_store_get fills besides the scalar fields. */
 #define KG_GET_REQUEST 1u
 #define KG_GET_RESULT 2u
+#define KG_GET_REQUEST_TEXT 4u /* kg_store_lease_text only */
 
 /* One submission. Borrowed by the store for the duration of the call. */
 typedef struct kg_submit {
@@ -216,6 +220,15 @@ int kg_store_get(kg_store *s, const char *id, unsigned what, kg_task *out,
  */
 int kg_store_lease(kg_store *s, const char *worker_id, kg_task *out,
                    kg_err *err);
+
+/*
+ * kg_store_lease, but the request comes as the JSON text the store holds
+ * (out->request_text) instead of parsed (out->request NULL): the HTTP
+ * layer puts it into the lease reply as it is, without parsing and
+ * printing it again.
+ */
+int kg_store_lease_text(kg_store *s, const char *worker_id, kg_task *out,
+                        kg_err *err);
 
 /*
  * The final result of task id from its lease holder: status `status`

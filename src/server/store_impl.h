@@ -17,7 +17,9 @@ struct kg_store_ops {
                         kg_err *err);
     int (*get)(kg_store *s, const char *id, unsigned what, kg_task *out,
                kg_err *err);
-    int (*lease)(kg_store *s, const char *worker_id, kg_task *out, kg_err *err);
+    /* what: KG_GET_REQUEST (parsed) or KG_GET_REQUEST_TEXT (as stored) */
+    int (*lease)(kg_store *s, const char *worker_id, unsigned what,
+                 kg_task *out, kg_err *err);
     int (*complete)(kg_store *s, const char *id, const char *worker_id,
                     int status, const json_t *result, int verdict, kg_err *err);
     int (*retry)(kg_store *s, const char *id, const char *worker_id,

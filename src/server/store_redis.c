@@ -742,8 +742,8 @@ static int rd_get(kg_store *base, const char *id, unsigned what, kg_task *out,
     return code;
 }
 
-static int rd_lease(kg_store *base, const char *worker_id, kg_task *out,
-                    kg_err *err)
+static int rd_lease(kg_store *base, const char *worker_id, unsigned what,
+                    kg_task *out, kg_err *err)
 {
     rd_store *s = (rd_store *)base;
     char lease[24];
@@ -772,7 +772,14 @@ static int rd_lease(kg_store *base, const char *worker_id, kg_task *out,
     out->submitted_ms = num(e[5]);
     out->started_ms = num(e[6]);
     out->lease_deadline_ms = num(e[7]);
-    code = set_json(&out->request, e[8], out->id, "request", err);
+    if (what & KG_GET_REQUEST_TEXT) {
+        code = 0;
+        if (e[8]->type == REDIS_REPLY_STRING &&
+            !(out->request_text = strndup(e[8]->str, e[8]->len)))
+            code = kg_errf(err, KG_ENOMEM, "out of memory");
+    } else {
+        code = set_json(&out->request, e[8], out->id, "request", err);
+    }
     freeReplyObject(r);
     return code < 0 ? code : 1;
 }

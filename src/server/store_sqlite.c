@@ -547,17 +547,33 @@ static int w_lease(kg_sqlconn *c, void *arg, kg_err *err)
     if ((r = kg_sqlconn_row(c, st, err)) <= 0)
         return r < 0 ? r
                      : kg_errf(err, KG_EIO, "task %s: no request", a->out->id);
-    rc = col_json(st, 0, &a->out->request, a->out->id, "request", err);
+    /* a copy of the text: parsed, if at all, after the writer is free (a
+       stored request that does not parse then leaves the lease standing,
+       to expire) */
+    const char *t = (const char *)sqlite3_column_text(st, 0);
+    rc = t && !(a->out->request_text =
+                    strndup(t, (size_t)sqlite3_column_bytes(st, 0)))
+             ? kg_errf(err, KG_ENOMEM, "out of memory")
+             : 0;
     sqlite3_reset(st);
     return rc < 0 ? rc : 1;
 }
 
-static int sq_lease(kg_store *base, const char *worker_id, kg_task *out,
-                    kg_err *err)
+static int sq_lease(kg_store *base, const char *worker_id, unsigned what,
+                    kg_task *out, kg_err *err)
 {
     struct lease_args a = {worker_id, kg_store_now_ms(), base->opts.lease_ms,
                            out};
     int rc = kg_sqldb_write(((sq_store *)base)->db, w_lease, &a, err);
+    if (rc == 1 && !(what & KG_GET_REQUEST_TEXT) && out->request_text) {
+        out->request =
+            kg_store_json_parse(out->request_text, strlen(out->request_text));
+        free(out->request_text);
+        out->request_text = NULL;
+        if (!out->request)
+            rc = kg_errf(err, KG_EPARSE, "task %s: stored request is corrupt",
+                         out->id);
+    }
     if (rc < 0)
         kg_task_free(out);
     return rc;

@@ -259,6 +259,37 @@ static void test_submit_get(void **state)
     json_decref(req);
 }
 
+/* kg_store_lease_text: the request as the stored JSON text, which
+ * parses back to what was submitted; nothing parsed. */
+static void test_lease_text(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    json_t *req = request("lt");
+    json_object_set_new(req, "reference_code", json_string("r\"\\\n\u00e9"));
+    json_object_set_new(req, "atol", json_real(0.001));
+    kg_submit sub = {"lt-1", KG_PRIO_NORMAL, req, NULL, 0};
+    OK(kg_store_submit(s, &sub, &err));
+    reg(s, "w1", "cpu:0");
+    kg_task t;
+    assert_int_equal(kg_store_lease_text(s, "w1", &t, &err), 1);
+    assert_string_equal(t.id, "lt-1");
+    assert_int_equal(t.status, KG_TASK_RUNNING);
+    assert_int_equal(t.attempts, 1);
+    assert_null(t.request);
+    assert_non_null(t.request_text);
+    json_error_t je;
+    json_t *back = json_loads(t.request_text, 0, &je);
+    assert_non_null(back);
+    assert_true(json_equal(back, req));
+    json_decref(back);
+    kg_task_free(&t);
+    assert_null(t.request_text);
+    assert_int_equal(kg_store_lease_text(s, "w1", &t, &err), 0);
+    assert_int_equal(kg_store_lease_text(s, "w9", &t, &err), KG_ENOTFOUND);
+    json_decref(req);
+}
+
 static void test_submit_batch_and_replace(void **state)
 {
     kg_store *s = ((fixture *)*state)->s;
@@ -1275,6 +1306,7 @@ static void test_open_errors(void **state)
 
 #define COMMON_TESTS                                                           \
     cmocka_unit_test_setup_teardown(test_submit_get, setup, teardown),         \
+        cmocka_unit_test_setup_teardown(test_lease_text, setup, teardown),     \
         cmocka_unit_test_setup_teardown(test_submit_batch_and_replace, setup,  \
                                         teardown),                             \
         cmocka_unit_test_setup_teardown(test_counts_follow_tasks, setup,       \
