@@ -44,7 +44,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KGYM = os.environ.get("KGYM_BIN") or os.path.join(ROOT, "build", "kgym")
-PHASES = ("setup", "compile", "correctness", "timing", "profiling", "recheck")
+PHASES = ("setup", "compile", "correctness", "timing", "profiling", "recheck", "quiescence",
+          "ablation")
 
 
 def solutions(problem_set: str, backends: list[str], filt: str) -> list[tuple[str, str, str]]:

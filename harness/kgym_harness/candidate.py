@@ -342,8 +342,8 @@ def cmd_time(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     call = _forward(state, "train", False)
     make_args = _make_args(state, int(h.get("seed", 0)))
     k = min(max(int(h.get("spots", 0) or 0), 0), 16)
-    if k and (state.spots is None or state.spots.k != k):
-        state.spots = timing.SpotSampler(k)
+    if k and (state.spots is None or state.spots.k != k or start == 0):
+        state.spots = timing.SpotSampler(k)  # a timing phase starts at index 0
     hooks.RECORDER.take()
     hooks.RECORDER.light = True
     try:

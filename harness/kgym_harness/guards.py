@@ -417,6 +417,8 @@ def computed_rounded(got: Any, expected: Any, rounded: Any) -> bool:
 # ---- precision_downgrade: direct evidence in the candidate's kernels ------------------
 
 _LOW_NAMES = ("float16", "bfloat16", "fp16", "bf16", "half")
+# Python source that computes in a low-precision float somewhere
+LOW_PRECISION_CODE = re.compile(r"\b(half|float16|bfloat16|float8\w*|autocast)\b")
 
 
 def low_precision_name(name: str) -> bool:

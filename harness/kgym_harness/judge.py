@@ -311,9 +311,12 @@ class Judge:
         """precision_downgrade by direct evidence: on a problem whose float
         tensors are all fp32/fp64, custom kernels launched with fp16/bf16/
         fp8 tensors, Triton sources that convert to them, or extension
-        sources that use half/bfloat16 types (hooks._note_precision)."""
-        if not self.low_precision or not self.full_precision():
-            return
+        sources that use half/bfloat16 types (hooks._note_precision). Not
+        when the reference's own code names a low-precision type (.half(),
+        torch.bfloat16, autocast): a kernel may then do what it does."""
+        if (not self.low_precision or not self.full_precision()
+                or guards.LOW_PRECISION_CODE.search(self.req["reference_code"])):
+            return  # the reference itself computes in fp16/bf16 somewhere
         found = sorted(self.low_precision)
         self.result["checks"]["low_precision"] = found[:8]
         self.hack("precision_downgrade", "PRECISION_DOWNGRADE",
