@@ -16,6 +16,7 @@
  *   kg:workers            zset: worker id -> last heartbeat (ms)
  *   kg:dev                hash: "host\tdevice" -> worker id
  *   kg:c:<key>            string: cached result
+ *   kg:sweepcur:<prio>    string: where the sweep's XAUTOCLAIM goes on
  *
  * Reliable-queue primitives do the queueing: a lease is XREADGROUP (new
  * work enters the worker's pending entries list), a heartbeat is XCLAIM of
@@ -264,15 +265,23 @@ static const char *const SCRIPTS[SC_N] = {
     "   end\n"
     "  end\n"
     " end\n"
-    " local cur = '0-0'\n"
+    /* expired leases: XAUTOCLAIM goes on from where the last sweep
+       stopped and examines at most ~5,000 pending entries per stream
+       (Redis >= 7 examines at most COUNT x 10 per call), so a sweep costs
+       the same whatever the number of running tasks; past 5,000 of them
+       a whole pass takes several sweeps (see docs/store.md) */
+    " local ck = 'kg:sweepcur:' .. p\n"
+    " local cur = redis.call('GET', ck) or '0-0'\n"
+    " local budget = 5\n"
     " repeat\n"
     "  local r = redis.call('XAUTOCLAIM', q, 'kg', 'kg-sweep', lease, cur, "
     "'COUNT', 100)\n"
-    "  cur = r[1]\n"
+    "  cur = r[1] budget = budget - 1\n"
     "  for _, e in ipairs(r[2]) do\n"
     "   if type(e) == 'table' then handle(q, e[1], e[2]) end\n"
     "  end\n"
-    " until cur == '0-0'\n"
+    " until cur == '0-0' or budget == 0\n"
+    " redis.call('SET', ck, cur)\n"
     "end\n"
     "for _ in pairs(deadset) do dead = dead + 1 end\n"
     "return {nr, nf, dead}\n",
