@@ -118,9 +118,11 @@ enum {
 };
 
 static const char *const SCRIPTS[SC_N] = {
-    /* ARGV: n, then n x (id, prio, cache key, request, replace) */
+    /* ARGV: n, then n x (id, prio, cache key, request, replace). Three
+       commands per new task (HMGET, XADD, HSET with its entry); the
+       pending counters once per batch. */
     [SC_SUBMIT] = LUA_PRELUDE
-    "local t = now() local out = {}\n"
+    "local t = now() local out = {} local added = {} local n = 0\n"
     "for i = 0, tonumber(ARGV[1]) - 1 do\n"
     " local id, p, ck, req, rep = ARGV[2 + 5 * i], ARGV[3 + 5 * i], "
     "ARGV[4 + 5 * i], ARGV[5 + 5 * i], ARGV[6 + 5 * i]\n"
@@ -130,12 +132,16 @@ static const char *const SCRIPTS[SC_N] = {
     "= 1\n"
     " else\n"
     "  if h[1] then count(h[1], h[2], h[3], -1) redis.call('DEL', k) end\n"
+    "  local e = redis.call('XADD', 'kg:q:' .. p, '*', 'id', id)\n"
     "  redis.call('HSET', k, 'prio', p, 'status', 0, 'ck', ck, 'req', "
     "req, 'att', 0, 'w', '', 'avoid', '', 'avoid_until', 0, 'sub', t, "
-    "'start', 0, 'fin', 0, 'dl', 0, 'verdict', '')\n"
-    "  enqueue(id, p) count(0, p, '', 1) out[#out + 1] = 0\n"
+    "'start', 0, 'fin', 0, 'dl', 0, 'verdict', '', 'entry', e)\n"
+    "  added[p] = (added[p] or 0) + 1 n = n + 1 out[#out + 1] = 0\n"
     " end\n"
     "end\n"
+    "for p, c in pairs(added) do "
+    "redis.call('HINCRBY', 'kg:stats', 'p' .. p, c) end\n"
+    "if n > 0 then redis.call('HINCRBY', 'kg:stats', 's0', n) end\n"
     "return out\n",
     /*
      * ARGV: worker, lease_ms. Per priority: first a parked (retried) task
