@@ -497,14 +497,15 @@ def _storage_view(t: torch.Tensor) -> torch.Tensor:
 
 
 def _register_mode(ablation: "Ablation") -> Any:
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.overrides import TorchFunctionMode
 
-    class Register(TorchDispatchMode):
-        """Notes every tensor an operation creates during the ablation
+    class Register(TorchFunctionMode):
+        """Notes every tensor a torch function returns during the ablation
         forward, so a raw address passed to an extension can be mapped
-        back to its tensor."""
+        back to its tensor. A function mode, not a dispatch mode: the
+        first dispatch mode of a process imports torch._dynamo (2-3 s)."""
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             for leaf in leaves(out):
                 ablation.add(leaf)
@@ -520,8 +521,8 @@ class Ablation:
     tensors whose storage holds an address passed as an int (a raw
     extension's data_ptr() arguments; tensors from the forward's inputs,
     the model's parameters, buffers and tensor attributes, and every
-    tensor an operation created during the forward; a garbage-collector
-    scan as the last resort). Only floating-point results are replaced
+    tensor a torch function returned during the forward; a
+    garbage-collector scan as the last resort). Only floating-point results are replaced
     (random indices could crash an honest kernel); the values are finite
     so a `token * 0` still shows. If the output is still right, no custom
     kernel contributed to it. An address that maps to no tensor makes the
@@ -631,7 +632,7 @@ class Ablation:
         if flat.numel() == 0 or not flat.is_floating_point():
             return
         self.saved.append((flat, flat.clone()))
-        v = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)
+        v = torch.empty(flat.shape, dtype=torch.float32, device=self.dev)  # the generator's
         v.uniform_(ABLATE_LO, ABLATE_HI, generator=self.gen)
         sign = torch.empty_like(v).bernoulli_(0.5, generator=self.gen).mul_(2).sub_(1)
         flat.copy_(v.mul_(sign))
@@ -656,10 +657,11 @@ class Ablation:
         with torch.no_grad():
             if self.dev.type == "cuda":
                 torch.cuda.synchronize(self.dev)
-            changed = [t for t, d in zip(targets, before) if digest(t) != d]
-            returned = [_storage_view(o) for o in leaves(out)
-                        if isinstance(o, torch.Tensor) and _span(o) is not None]
-            for flat in changed + returned:
+            hit = {_span(t)[:2]: t for t, d in zip(targets, before) if digest(t) != d}
+            for o in leaves(out):
+                if isinstance(o, torch.Tensor) and _span(o) is not None:
+                    hit.setdefault(_span(o)[:2], _storage_view(o))
+            for flat in hit.values():
                 self._poison(flat)
         return out
 
