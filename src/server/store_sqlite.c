@@ -101,10 +101,12 @@ static const char *const SQL[ST_N] = {
                     "AND worker = ?2",
     [ST_RETRY] = "UPDATE tasks SET status = 0, "
                  "avoid_worker = ?2, avoid_until = ?4, qseq = ?5, deadline = 0 "
-                 "WHERE id = ?1 AND status = 1 AND worker = ?2",
+                 "WHERE id = ?1 AND status = 1 AND worker = ?2 "
+                 "RETURNING priority",
     [ST_CANCEL] = "UPDATE tasks SET status = 4, finished = ?2, deadline = 0 "
                   "WHERE id = ?1 AND status IN (0, 1)",
-    [ST_STATUS] = "SELECT status, rowid FROM tasks WHERE id = ?1",
+    [ST_STATUS] = "SELECT status, rowid, priority, coalesce(verdict, -1) "
+                  "FROM tasks WHERE id = ?1",
     /* running tasks whose lease ran out or whose holder is dead or gone */
     [ST_EXPIRED] =
         HOLDERS "SELECT id, attempts, worker FROM tasks WHERE "
@@ -114,7 +116,7 @@ static const char *const SQL[ST_N] = {
     [ST_EXPIRE_FAIL] = "UPDATE tasks SET status = 3, verdict = 6, "
                        "finished = ?3, deadline = 0 WHERE id = ?1",
     [ST_REQUEUE] = "UPDATE tasks SET status = 0, qseq = ?2, deadline = 0 "
-                   "WHERE id = ?1",
+                   "WHERE id = ?1 RETURNING priority",
     /* holders that are dead (silent) or gone (unregistered, replaced) */
     [ST_DEAD_HOLDERS] = HOLDERS "SELECT count(*) FROM dead",
     [ST_COUNTER_ADD] = "UPDATE counters SET n = n + ?2 WHERE name = ?1",
@@ -163,13 +165,6 @@ static const char *const SQL[ST_N] = {
  */
 #define SCHEMA_VERSION 2
 #define VERSION_TEXT "2" /* the same, for SQL text */
-/* The counters a task row in (row) adds to (op "+") or leaves (op "-"). */
-#define COUNT(op, row)                                                         \
-    " UPDATE counters SET n = n " op " 1 WHERE name = 's' || " row ".status;"  \
-    " UPDATE counters SET n = n " op " 1 WHERE " row ".status = 0"             \
-    " AND name = 'p' || " row ".priority;"                                     \
-    " UPDATE counters SET n = n " op " 1 WHERE (" row ".status = 2 OR " row    \
-    ".status = 3) AND name = 'v' || " row ".verdict;"
 // clang-format off
 static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS tasks("
@@ -194,17 +189,12 @@ static const char SCHEMA[] =
     " ('s2', 0), ('s3', 0), ('s4', 0), ('p0', 0), ('p1', 0), ('p2', 0),"
     " ('v0', 0), ('v1', 0), ('v2', 0), ('v3', 0), ('v4', 0), ('v5', 0),"
     " ('v6', 0), ('v7', 0), ('lease_expiries', 0);"
-    /* The status counters follow every UPDATE of a task by a trigger,
-       made anew at every open so a file keeps no older definition; each
-       UPDATE finds its counter by key (name IN (...) would build a
-       temporary b-tree per row). INSERTs are counted by w_submit instead,
-       a few UPDATEs per batch: a trigger on INSERT made each insert cost
-       twice as much (a statement journal per row). */
+    /* The counters are kept in C, in the transaction of each change
+       (w_submit, count_move): triggers did it before and cost a statement
+       journal per insert or update, a third of a lease; files from then
+       lose them here. */
     "DROP TRIGGER IF EXISTS tasks_count_ins;"
     "DROP TRIGGER IF EXISTS tasks_count_upd;"
-    "CREATE TRIGGER tasks_count_upd"
-    " AFTER UPDATE OF status, priority, verdict ON tasks BEGIN"
-    COUNT("-", "OLD") COUNT("+", "NEW") " END;"
     "CREATE TABLE IF NOT EXISTS cache(key TEXT PRIMARY KEY,"
     " result TEXT NOT NULL, created INTEGER NOT NULL) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS workers(id TEXT PRIMARY KEY,"
@@ -342,7 +332,10 @@ static int set_result(kg_sqlconn *c, const char *id, const json_t *result,
 
 /* Status of task id: >= 0 (and its rowid in *rid, if rid is not NULL),
    or KG_ENOTFOUND, or < 0 on error. */
-static int task_status(kg_sqlconn *c, const char *id, int64_t *rid, kg_err *err)
+/* Status of task id (or KG_ENOTFOUND); its rowid, priority and verdict
+ * (-1: none) into those that are not NULL. */
+static int task_state(kg_sqlconn *c, const char *id, int64_t *rid, int *prio,
+                      int *verdict, kg_err *err)
 {
     sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_STATUS, err);
     if (!st)
@@ -354,8 +347,68 @@ static int task_status(kg_sqlconn *c, const char *id, int64_t *rid, kg_err *err)
     int status = sqlite3_column_int(st, 0);
     if (rid)
         *rid = sqlite3_column_int64(st, 1);
+    if (prio)
+        *prio = sqlite3_column_int(st, 2);
+    if (verdict)
+        *verdict = sqlite3_column_int(st, 3);
     sqlite3_reset(st);
     return status;
+}
+
+static int task_status(kg_sqlconn *c, const char *id, int64_t *rid, kg_err *err)
+{
+    return task_state(c, id, rid, NULL, NULL, err);
+}
+
+static int count_add(kg_sqlconn *c, char kind, int value, int64_t n,
+                     kg_err *err)
+{
+    char name[16];
+    snprintf(name, sizeof name, "%c%d", kind, value);
+    return exec_id_int(c, ST_COUNTER_ADD, name, n, err);
+}
+
+/*
+ * The counters of a task that goes from status st0 (priority p0, verdict
+ * v0) to st1 (p1, v1), in the writer's transaction: s<status>, p<priority>
+ * while pending, v<verdict> while completed or failed (-1: no verdict).
+ */
+static int count_move(kg_sqlconn *c, int st0, int p0, int v0, int st1, int p1,
+                      int v1, kg_err *err)
+{
+    int rc = count_add(c, 's', st0, -1, err);
+    if (rc == 0)
+        rc = count_add(c, 's', st1, 1, err);
+    if (rc == 0 && st0 == KG_TASK_PENDING)
+        rc = count_add(c, 'p', p0, -1, err);
+    if (rc == 0 && st1 == KG_TASK_PENDING)
+        rc = count_add(c, 'p', p1, 1, err);
+    int fin0 = st0 == KG_TASK_COMPLETED || st0 == KG_TASK_FAILED;
+    int fin1 = st1 == KG_TASK_COMPLETED || st1 == KG_TASK_FAILED;
+    if (rc == 0 && fin0 && v0 >= 0)
+        rc = count_add(c, 'v', v0, -1, err);
+    if (rc == 0 && fin1 && v1 >= 0)
+        rc = count_add(c, 'v', v1, 1, err);
+    return rc;
+}
+
+/* A running task back to pending at the end of its queue (sweep,
+ * unregister), counted. */
+static int requeue(kg_sqlconn *c, sq_store *s, const char *id, kg_err *err)
+{
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_REQUEUE, err);
+    if (!st)
+        return KG_EIO;
+    bind_str(st, 1, id);
+    sqlite3_bind_int64(st, 2, s->next_qseq++);
+    int r = kg_sqlconn_row(c, st, err);
+    if (r <= 0)
+        return r;
+    int prio = sqlite3_column_int(st, 0);
+    if ((r = kg_sqlconn_exec(c, st, err)) < 0)
+        return r;
+    return count_move(c, KG_TASK_RUNNING, prio, -1, KG_TASK_PENDING, prio, -1,
+                      err);
 }
 
 /* After a guarded update changed nothing: KG_ENOTFOUND or KG_ESTATE. */
@@ -467,12 +520,17 @@ static int w_submit(kg_sqlconn *c, void *arg, kg_err *err)
         if (rc == 1) {
             /* exists: left alone unless finished and to be replaced */
             int64_t rid = 0;
-            int status = task_status(c, t->id, &rid, err);
+            int prio = 0, verdict = -1;
+            int status = task_state(c, t->id, &rid, &prio, &verdict, err);
             if (status < 0)
                 return status;
-            rc = t->replace_finished && status >= KG_TASK_COMPLETED
-                     ? put_task(c, a->s, ST_RESET, rid, t, a->now, err)
-                     : 1;
+            rc = 1;
+            if (t->replace_finished && status >= KG_TASK_COMPLETED) {
+                rc = put_task(c, a->s, ST_RESET, rid, t, a->now, err);
+                if (rc == 0)
+                    rc = count_move(c, status, prio, verdict, KG_TASK_PENDING,
+                                    t->priority, -1, err);
+            }
         }
         if (rc < 0)
             return rc;
@@ -556,6 +614,9 @@ static int w_lease(kg_sqlconn *c, void *arg, kg_err *err)
         rc = kg_sqlconn_exec(c, st, err); /* RETURNING: run it to the end */
     else
         sqlite3_reset(st);
+    if (rc == 0)
+        rc = count_move(c, KG_TASK_PENDING, a->out->priority, -1,
+                        KG_TASK_RUNNING, a->out->priority, -1, err);
     if (rc < 0)
         return rc;
     if (!(st = kg_sqlconn_stmt(c, ST_DATA_REQUEST, err)))
@@ -622,7 +683,8 @@ static int w_complete(kg_sqlconn *c, void *arg, kg_err *err)
         return rc;
     if (kg_sqlconn_changes(c) == 0)
         return not_held(c, a->id, a->worker, err);
-    return set_result(c, a->id, a->result, err);
+    rc = count_move(c, KG_TASK_RUNNING, 0, -1, a->status, 0, a->verdict, err);
+    return rc < 0 ? rc : set_result(c, a->id, a->result, err);
 }
 
 static int sq_complete(kg_store *base, const char *id, const char *worker_id,
@@ -648,13 +710,18 @@ static int w_retry(kg_sqlconn *c, void *arg, kg_err *err)
     bind_str(st, 2, a->worker);
     sqlite3_bind_int64(st, 4, a->avoid_until);
     sqlite3_bind_int64(st, 5, a->s->next_qseq);
-    int rc = kg_sqlconn_exec(c, st, err);
+    int rc = kg_sqlconn_row(c, st, err);
     if (rc < 0)
         return rc;
-    if (kg_sqlconn_changes(c) == 0)
+    if (rc == 0)
         return not_held(c, a->id, a->worker, err);
+    int prio = sqlite3_column_int(st, 0);
+    if ((rc = kg_sqlconn_exec(c, st, err)) < 0)
+        return rc;
     a->s->next_qseq++;
-    return set_result(c, a->id, a->result, err);
+    rc = count_move(c, KG_TASK_RUNNING, prio, -1, KG_TASK_PENDING, prio, -1,
+                    err);
+    return rc < 0 ? rc : set_result(c, a->id, a->result, err);
 }
 
 static int sq_retry(kg_store *base, const char *id, const char *worker_id,
@@ -672,11 +739,16 @@ static int sq_retry(kg_store *base, const char *id, const char *worker_id,
 static int w_cancel(kg_sqlconn *c, void *arg, kg_err *err)
 {
     struct end_args *a = arg;
+    int prio = 0;
+    int status = task_state(c, a->id, NULL, &prio, NULL, err);
+    if (status < 0)
+        return status;
+    if (status != KG_TASK_PENDING && status != KG_TASK_RUNNING)
+        return 1; /* already finished */
     int rc = exec_id_int(c, ST_CANCEL, a->id, a->now, err);
-    if (rc < 0 || kg_sqlconn_changes(c) > 0)
-        return rc;
-    rc = task_status(c, a->id, NULL, err);
-    return rc < 0 ? rc : 1; /* already finished */
+    if (rc == 0)
+        rc = count_move(c, status, prio, -1, KG_TASK_CANCELLED, prio, -1, err);
+    return rc;
 }
 
 static int sq_cancel(kg_store *base, const char *id, kg_err *err)
@@ -744,7 +816,7 @@ static int expire_one(kg_sqlconn *c, const struct sweep_args *a,
                       const expired_row *row, kg_err *err)
 {
     if (row->attempts < a->max_attempts) {
-        int rc = exec_id_int(c, ST_REQUEUE, row->id, a->s->next_qseq++, err);
+        int rc = requeue(c, a->s, row->id, err);
         if (rc == 0)
             a->out->requeued++;
         return rc;
@@ -759,6 +831,9 @@ static int expire_one(kg_sqlconn *c, const struct sweep_args *a,
         sqlite3_bind_int64(st, 3, a->now);
         rc = kg_sqlconn_exec(c, st, err);
     }
+    if (rc == 0)
+        rc = count_move(c, KG_TASK_RUNNING, 0, -1, KG_TASK_FAILED, 0,
+                        KG_VERDICT_INFRA_ERROR, err);
     if (rc == 0)
         rc = set_result(c, row->id, res, err);
     json_decref(res);
@@ -1035,7 +1110,7 @@ static int w_unregister(kg_sqlconn *c, void *arg, kg_err *err)
     if ((rc = collect_ids(c, st, &held, &n, err)) < 0)
         return rc;
     for (size_t i = 0; rc == 0 && i < n; i++)
-        rc = exec_id_int(c, ST_REQUEUE, held[i], a->s->next_qseq++, err);
+        rc = requeue(c, a->s, held[i], err);
     free(held);
     return rc;
 }
