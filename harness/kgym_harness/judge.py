@@ -566,7 +566,12 @@ class Judge:
                       f"{len(side)} of {n} timed calls left work running on another stream "
                       "after returning (timed until the whole device was idle)", stop=False)
         if spots:  # last: a kernel timed on other inputs is timer_tamper first
-            self.spot_check(self.remote.spots(spots), timed, min(spots, len(timed)))
+            t0 = _now()
+            try:
+                self.spot_check(self.remote.spots(spots), timed, min(spots, len(timed)))
+            finally:
+                if "spot_checks" in checks:
+                    checks["spot_checks"]["ms"] = round((_now() - t0) * 1e3, 2)
 
     def spot_check(self, spots: list, timed: set[int], want: int) -> None:
         """The spot checks of timed outputs (timing.SpotSampler): each kept
