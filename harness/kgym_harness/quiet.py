@@ -76,10 +76,18 @@ def task_ids(pid: int) -> list[int]:
 
 def thread_ns(pid: int, tid: int) -> int | None:
     """Nanoseconds thread tid of pid has run (None: gone)."""
+    got = thread_sched(pid, tid)
+    return got[0] if got is not None else None
+
+
+def thread_sched(pid: int, tid: int) -> tuple[int, int] | None:
+    """(ns run, ns spent runnable waiting for a CPU) of thread tid of pid
+    (None: gone)."""
     text = _read(f"/proc/{pid}/task/{tid}/schedstat")
     try:
-        return int(text.split()[0]) if text else None
-    except (ValueError, IndexError):
+        f = text.split() if text else []
+        return (int(f[0]), int(f[1])) if len(f) >= 2 else None
+    except ValueError:
         return None
 
 
@@ -142,6 +150,7 @@ class Usage:
     def __init__(self, pids: list[int]):
         self.at = time.monotonic()
         self.threads: dict[tuple[int, int], int] = {}
+        self.waits: dict[tuple[int, int], int] = {}
         self.procs: dict[int, int] = {}
         for pid in pids:
             st = proc_stat(pid)
@@ -149,9 +158,16 @@ class Usage:
                 continue
             self.procs[pid] = st[2]
             for tid in task_ids(pid):
-                ns = thread_ns(pid, tid)
-                if ns is not None:
-                    self.threads[(pid, tid)] = ns
+                got = thread_sched(pid, tid)
+                if got is not None:
+                    self.threads[(pid, tid)], self.waits[(pid, tid)] = got
+
+    def waited_since(self, before: "Usage") -> int:
+        """ns the threads spent runnable but waiting for a CPU between
+        before and self: on a loaded machine a spinning thread can be
+        starved for the whole of a short window; it still waited."""
+        return sum(ns - before.waits.get(k, 0) for k, ns in self.waits.items()
+                   if ns >= before.waits.get(k, 0))
 
     def busy_since(self, before: "Usage") -> int:
         """ns of CPU used between before and self: the larger of the
@@ -434,8 +450,10 @@ class ProcWatch:
     def final_window(self, phase: str) -> None:
         """One explicit idle window at the end, for evaluations whose gaps
         were all too short to measure. It ends early, with no finding, as
-        soon as the candidate's processes have used less than QUIET_IDLE_NS
-        over the last QUIET_RUN steps of QUIET_STEP_S (spinning pools stop
+        soon as the candidate's processes have used (or waited in a run
+        queue for) less than QUIET_IDLE_NS over the last QUIET_RUN steps of
+        QUIET_STEP_S (a starved spinner on a loaded machine is not quiet;
+        spinning pools stop
         within SETTLE_S; a kernel without any is quiet at once); otherwise
         the last FINAL_WINDOW_S after SETTLE_S is judged as a gap is."""
         self.busy()
@@ -446,7 +464,8 @@ class ProcWatch:
             time.sleep(QUIET_STEP_S)
             now = Usage(pids + [p for p in self.tree() if p not in pids])
             seen.append(now)
-            if len(seen) > QUIET_RUN and now.busy_since(seen[-1 - QUIET_RUN]) < QUIET_IDLE_NS:
+            ref = seen[-1 - QUIET_RUN] if len(seen) > QUIET_RUN else None
+            if ref is not None and now.busy_since(ref) + now.waited_since(ref) < QUIET_IDLE_NS:
                 self.windows += 1
                 self.window_ms += (now.at - seen[-1 - QUIET_RUN].at) * 1e3
                 return
