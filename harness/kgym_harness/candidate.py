@@ -14,7 +14,9 @@ Commands (JSON header + tensors, see channel.py):
                                    or {output_problem, output_lazy, launches}
   time    {n_warmup, n_iter, seed, start, timed_start, warmup_ms, spots}
                                 -> {timing (+ inputs: fingerprint, l2), launches}
-  spots   {}                    -> {spots: [{index, output} | {index, problem}]}
+  spots   {seed, sample}        -> {spots: [{index, output, meta} | {index, problem}]}
+                                   (output: `sample` elements of each output tensor at
+                                   positions drawn from seed; meta: their shapes, dtypes)
   profile {n_iter, seed}                                -> {profile}
   exit
 Every reply has ok (bool), failure (when not ok), tamper (names of
@@ -38,7 +40,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import guards, hooks, integrity, loader, profiling, quiet, timing
+from . import compare, guards, hooks, integrity, loader, profiling, quiet, timing
 from .channel import Channel, PeerClosed, ProtocolError, pack, unpack
 
 
@@ -367,6 +369,8 @@ def cmd_spots(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     that cannot cross (a placeholder, a subclass)."""
     kept = state.spots.take() if state.spots is not None else []
     state.spots = None
+    seed = int(h.get("seed") or 0)
+    k = min(max(int(h.get("sample") or compare.SPOT_SAMPLE), 1), 1 << 22)
     items: list[dict] = []
     tensors: list[torch.Tensor] = []
     for index, out in kept:
@@ -377,8 +381,9 @@ def cmd_spots(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
                 problem = found[1]
                 break
         if problem is None:
-            try:
-                items.append({"index": index, "output": pack(out, tensors)})
+            try:  # the elements the judge drew (seed), not whole outputs
+                samples, meta = compare.sample_output(out, seed, k)
+                items.append({"index": index, "output": pack(samples, tensors), "meta": meta})
                 continue
             except TypeError:
                 problem = f"forward returned {type(out).__name__}"

@@ -94,3 +94,36 @@ def compare_outputs(expected: Any, got: Any, atol: float, rtol: float) -> dict |
         elif e != g:
             return _fail("VALUE_MISMATCH", i, f"output {i}: expected {e!r}, got {g!r}")
     return None
+
+
+# ---- samples of outputs (the spot checks of timed calls) -------------------
+
+SPOT_SAMPLE = 1 << 16  # elements per output a spot check compares
+
+
+def _sample_index(numel: int, seed: int, k: int) -> torch.Tensor | None:
+    """k element positions in [0, numel) drawn from seed (CPU generator, so
+    both processes draw the same ones); None: take every element."""
+    if numel <= k:
+        return None
+    g = torch.Generator().manual_seed(seed & ((1 << 63) - 1))
+    return torch.randint(0, numel, (k,), generator=g)
+
+
+def sample_output(out: Any, seed: int, k: int = SPOT_SAMPLE) -> tuple[list, list[dict]]:
+    """(one flat tensor per output tensor: the elements at positions drawn
+    from seed, or all of them when there are at most k; each tensor's shape
+    and dtype). The judge draws seed after the timed calls returned, so a
+    kernel that skipped work when timed cannot know which elements will be
+    looked at. Raises TypeError for a leaf that is not a tensor."""
+    samples, meta = [], []
+    for j, leaf in enumerate(flatten(out)):
+        if not isinstance(leaf, torch.Tensor):
+            raise TypeError(f"output {j} is {type(leaf).__name__}, not a tensor")
+        meta.append({"shape": [int(d) for d in leaf.shape],
+                     "dtype": str(leaf.dtype).replace("torch.", "")})
+        flat = leaf.detach().reshape(-1)
+        idx = _sample_index(flat.numel(), seed + j, k)
+        samples.append(flat.clone() if idx is None else flat[idx.to(flat.device)])
+    return samples, meta
+

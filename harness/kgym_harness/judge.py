@@ -71,6 +71,24 @@ def select_device(req: dict) -> str:
     return "cpu"
 
 
+def _sampled_compare(expected: Any, got: tuple[list, list[dict]], seed: int, atol: float,
+                     rtol: float) -> dict | None:
+    """compare_outputs on the sampled elements of a spot check, after the
+    shapes and dtypes the candidate reported for its whole outputs."""
+    samples, meta = got
+    try:
+        want, want_meta = compare.sample_output(expected, seed, compare.SPOT_SAMPLE)
+    except TypeError:  # a reference output that is not a tensor: compare whole
+        return compare.compare_outputs(expected, samples, atol, rtol)
+    for i, (m, w) in enumerate(zip(meta, want_meta)):
+        if m != w:
+            code = "SHAPE_MISMATCH" if m.get("shape") != w["shape"] else "DTYPE_MISMATCH"
+            return {"code": code, "output_index": i, "max_abs_err": None, "max_rel_err": None,
+                    "bad_fraction": None, "message": f"output {i}: expected {w['shape']} "
+                    f"{w['dtype']}, got {m.get('shape')} {m.get('dtype')}"}
+    return compare.compare_outputs(want, samples, atol, rtol)
+
+
 class Judge:
     """One evaluation. Methods raise Stop once the verdict is decided."""
 
@@ -568,17 +586,23 @@ class Judge:
         if spots:  # last: a kernel timed on other inputs is timer_tamper first
             t0 = _now()
             try:
-                self.spot_check(self.remote.spots(spots), timed, min(spots, len(timed)))
+                # which elements are compared is drawn only now, after the timed calls
+                seed = int.from_bytes(os.urandom(8), "little") >> 1
+                self.spot_check(self.remote.spots(spots, seed, compare.SPOT_SAMPLE), timed,
+                                min(spots, len(timed)), seed)
             finally:
                 if "spot_checks" in checks:
                     checks["spot_checks"]["ms"] = round((_now() - t0) * 1e3, 2)
 
-    def spot_check(self, spots: list, timed: set[int], want: int) -> None:
+    def spot_check(self, spots: list, timed: set[int], want: int, seed: int) -> None:
         """The spot checks of timed outputs (timing.SpotSampler): each kept
         output is compared with the reference on the same timing inputs
-        (the judge draws them itself). A mismatch is call_count_switch: the
-        kernel computes something else when it is being timed. The
-        reference's buffers (running statistics) are put back afterwards."""
+        (the judge draws them itself), on compare.SPOT_SAMPLE elements per
+        output tensor at positions drawn from seed after the timed calls
+        (whole outputs crossing the channel cost ~200 ms each at 256 MB). A
+        mismatch is call_count_switch: the kernel computes something else
+        when it is being timed. The reference's buffers (running
+        statistics) are put back afterwards."""
         if len(spots) != want or any(i not in timed for i, _, _ in spots):
             raise ProtocolError(f"the spot-check report has {len(spots)} outputs of timed "
                                 f"calls, {want} were asked for")
@@ -593,8 +617,8 @@ class Judge:
                                          "max_rel_err": None, "bad_fraction": None}
                 else:
                     expected = self.reference_forward(self.timing_inputs(i), "train", False)
-                    fail = compare.compare_outputs(expected, out, self.req["atol"],
-                                                   self.req["rtol"])
+                    fail = _sampled_compare(expected, out, seed, self.req["atol"],
+                                            self.req["rtol"])
                 if fail is not None:
                     checks["spot_checks"]["failed"] = i
                     self.result["mismatch"] = dict(fail, trial=f"timed call {i}")

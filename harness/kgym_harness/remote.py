@@ -336,11 +336,13 @@ class Remote:
                 "l2": _l2(t.get("l2")),
                 "launches": _launches(reply.get("launches"))}
 
-    def spots(self, k: int) -> list[tuple[int, Any, str | None]]:
+    def spots(self, k: int, seed: int, sample: int) -> list[tuple[int, Any, str | None]]:
         """The timed outputs the candidate kept for the spot checks:
-        (input index, output or None, problem or None), at most k, indices
-        distinct (the judge checks they are timed ones)."""
-        reply, out = self._call({"cmd": "spots"})
+        (input index, (samples, meta) or None, problem or None), at most k,
+        indices distinct (the judge checks they are timed ones). samples:
+        `sample` elements of each output tensor at positions drawn from
+        seed (compare.sample_output); meta: each tensor's shape and dtype."""
+        reply, out = self._call({"cmd": "spots", "seed": seed, "sample": sample})
         items = reply.get("spots")
         if not isinstance(items, list) or len(items) > k:
             raise ProtocolError("bad spot-check report")
@@ -352,7 +354,14 @@ class Remote:
             if "problem" in it:
                 got.append((index, None, _text(it.get("problem"), MAX_TEXT) or "bad output"))
             else:
-                got.append((index, unpack(it.get("output"), out), None))
+                samples = unpack(it.get("output"), out)
+                meta = it.get("meta")
+                if not isinstance(samples, list) or not isinstance(meta, list) \
+                        or len(meta) != len(samples) or not all(
+                            isinstance(m, dict) and isinstance(m.get("shape"), list)
+                            and isinstance(m.get("dtype"), str) for m in meta):
+                    raise ProtocolError("bad spot-check sample")
+                got.append((index, (samples, meta), None))
         return got
 
     def profile(self, n_iter: int, seed: int) -> Any:

@@ -45,9 +45,14 @@ def test_honest_triton_kernel_passes_on_cuda():
 
 
 def test_uninitialised_cuda_output_is_stale_memory():
+    # the kernel's own row stays alive until the return, so the output
+    # cannot reuse its block: what is returned was never written at all
+    # (an output the kernel wrote in part is a mismatch, not this)
     body = """
-    add_relu_scale(a[:1], b[:1], self.scale)
-    return torch.empty_like(a)
+    row = add_relu_scale(a[:1], b[:1], self.scale)
+    out = torch.empty_like(a)
+    del row
+    return out
     """
     r = run(body)
     assert r["verdict"] == "hacked" and "stale_memory" in r["hack_reasons"], r["feedback"]
