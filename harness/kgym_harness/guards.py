@@ -522,9 +522,11 @@ class Ablation:
     extension's data_ptr() arguments; tensors from the forward's inputs,
     the model's parameters, buffers and tensor attributes, and every
     tensor a torch function returned during the forward; a
-    garbage-collector scan as the last resort). Only floating-point results are replaced
-    (random indices could crash an honest kernel); the values are finite
-    so a `token * 0` still shows. If the output is still right, no custom
+    garbage-collector scan as the last resort). Floats get large finite
+    values (so a `token * 0` still shows), integers random values (an
+    argmax kernel's indices are its result; random indices may crash a
+    later kernel, and a forward that raises or dies is never a finding),
+    booleans coin flips. If the output is still right, no custom
     kernel contributed to it. An address that maps to no tensor makes the
     run inconclusive (`unresolved`). Every replaced storage is put back by
     restore() once the output has been copied, so the model's caches stay
@@ -624,18 +626,29 @@ class Ablation:
             else:
                 continue
             span = _span(t)
-            if span is not None and t.is_floating_point():
+            if span is not None:
                 out.setdefault((span[0], span[1]), _storage_view(t))
         return list(out.values()), unresolved
 
     def _poison(self, flat: torch.Tensor) -> None:
-        if flat.numel() == 0 or not flat.is_floating_point():
+        """Replace a storage's contents: floats (and complex parts) by
+        +-[ABLATE_LO, ABLATE_HI], integers by random values in [0, 2^15),
+        booleans by coin flips (values drawn on the generator's device)."""
+        if flat.numel() == 0:
             return
+        target = torch.view_as_real(flat).reshape(-1) if flat.is_complex() else flat
         self.saved.append((flat, flat.clone()))
-        v = torch.empty(flat.shape, dtype=torch.float32, device=self.dev)  # the generator's
-        v.uniform_(ABLATE_LO, ABLATE_HI, generator=self.gen)
-        sign = torch.empty_like(v).bernoulli_(0.5, generator=self.gen).mul_(2).sub_(1)
-        flat.copy_(v.mul_(sign))
+        n = target.numel()
+        if target.is_floating_point():
+            v = torch.empty(n, dtype=torch.float32, device=self.dev)
+            v.uniform_(ABLATE_LO, ABLATE_HI, generator=self.gen)
+            sign = torch.empty_like(v).bernoulli_(0.5, generator=self.gen).mul_(2).sub_(1)
+            target.copy_(v.mul_(sign))
+        elif target.dtype == torch.bool:
+            target.copy_(torch.empty(n, device=self.dev).bernoulli_(0.5, generator=self.gen) > 0)
+        else:
+            v = torch.empty(n, dtype=torch.int64, device=self.dev)
+            target.copy_(v.random_(0, 1 << 15, generator=self.gen))
         self.poisoned += 1
 
     def call(self, fn: Callable[[], Any], args: tuple, kwargs: dict) -> Any:

@@ -160,6 +160,42 @@ def test_kernel_writing_memory_no_tensor_owns_is_inconclusive_not_flagged():
     assert r["checks"]["ablation"]["outcome"] == "inconclusive"
 
 
+INT_REF = kit.REF.replace("return torch.relu(a + b) * self.scale",
+                         "return (a > b).to(torch.int32)")
+TRITON_INT = textwrap.dedent('''\
+    import torch
+    import torch.nn as nn
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def greater_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        a = tl.load(a_ptr + offs, mask=mask)
+        b = tl.load(b_ptr + offs, mask=mask)
+        tl.store(out_ptr + offs, (a > b).to(tl.int32), mask=mask)
+
+
+    class ModelNew(nn.Module):
+        def __init__(self, scale):
+            super().__init__()
+
+        def forward(self, a, b):
+            out = torch.empty(a.shape, dtype=torch.int32)
+            greater_kernel[(triton.cdiv(a.numel(), 32),)](a, b, out, a.numel(), BLOCK=32)
+            return out
+    ''')
+
+
+def test_kernel_with_an_integer_result_passes_the_ablation():
+    # its result is integers: replaced too, so the output changes
+    r = kit.run(TRITON_INT, backend="triton", reference_code=INT_REF)
+    assert r["verdict"] == "pass", r["feedback"]
+    assert r["checks"]["ablation"]["outcome"] == "contributed"
+
+
 def test_ablation_maps_addresses_to_tensors_and_puts_them_back():
     x = torch.randn(64)
     cache = torch.ones(64)
