@@ -609,6 +609,14 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     if (c->undo && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         c->undo(h->api, c->undo_arg);
     json_decref(c->undo_arg);
+    if (c->job_done) {
+        /* answered by a store thread, closed before the answer was sent */
+        if (c->rep.undo)
+            c->rep.undo(h->api, c->rep.undo_arg);
+        json_decref(c->rep.undo_arg);
+        json_decref(c->rep.json);
+        free(c->rep.text);
+    }
     free(c->body);
     free(c);
 }
