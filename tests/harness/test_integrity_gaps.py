@@ -383,3 +383,55 @@ def test_l2_guard_without_cuda_is_inert():
     g.check_and_reset(stream=0)
     assert g.report()["available"] is False and g.finding() is None
     assert timing.l2_guard_for("cpu") is None
+
+
+# A stand-in libcudart with the real ABI of the calls CudartL2 makes (int
+# error codes, enum cudaLimit, size_t, cudaStream_t, the 64-byte attribute
+# union whose accessPolicyWindow is {void *base_ptr; size_t num_bytes; ...}),
+# so the ctypes marshalling is tested without a GPU.
+FAKE_CUDART_C = r'''
+#include <stddef.h>
+#include <string.h>
+typedef struct { void *base_ptr; size_t num_bytes; float hit_ratio; int hit_prop; int miss_prop; } window_t;
+typedef union { window_t window; char pad[64]; } attr_t;
+static size_t limit_l2;
+static int device = -1, resets;
+static attr_t windows[4];
+int cudaSetDevice(int d) { device = d; return 0; }
+int cudaDeviceGetLimit(size_t *v, int what) { if (what != 6 || device < 0) return 1; *v = limit_l2; return 0; }
+int cudaDeviceSetLimit(int what, size_t v) { if (what != 6) return 1; limit_l2 = v; return 0; }
+int cudaCtxResetPersistingL2Cache(void) { resets++; return 0; }
+int cudaStreamGetAttribute(void *s, int id, attr_t *out) {
+    if (id != 1 || (size_t)s >= 4) return 400; *out = windows[(size_t)s]; return 0; }
+int cudaStreamSetAttribute(void *s, int id, const attr_t *in) {
+    if (id != 1 || (size_t)s >= 4) return 400; windows[(size_t)s] = *in; return 0; }
+/* what a kernel would do */
+void fake_kernel_pins(size_t limit, size_t stream, size_t bytes) {
+    limit_l2 = limit; windows[stream].window.base_ptr = (void *)0x1000; windows[stream].window.num_bytes = bytes; }
+int fake_resets(void) { return resets; }
+int fake_device(void) { return device; }
+'''
+
+
+def test_cudart_l2_ctypes_calls_against_a_stand_in_runtime(tmp_path):
+    import ctypes
+    import shutil
+    import subprocess
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    src, lib_path = tmp_path / "fake_cudart.c", tmp_path / "libfake_cudart.so"
+    src.write_text(FAKE_CUDART_C)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(lib_path), str(src)], check=True)
+    lib = ctypes.CDLL(str(lib_path))
+    api = timing.CudartL2(lib, 3)
+    guard = timing.L2Guard(api)
+    assert guard.available and guard.baseline == 0 and lib.fake_device() == 3
+    guard.check_and_reset(stream=2)
+    assert guard.finding() is None and lib.fake_resets() == 1
+    lib.fake_kernel_pins(ctypes.c_size_t(5 << 20), ctypes.c_size_t(2), ctypes.c_size_t(1 << 16))
+    assert api.get_limit() == 5 << 20 and api.window_bytes(2) == 1 << 16
+    guard.check_and_reset(stream=2)
+    assert api.get_limit() == 0 and api.window_bytes(2) == 0 and lib.fake_resets() == 2
+    assert guard.report()["limit"] == 5 << 20 and guard.report()["window"] == 1 << 16
+    assert "raised to 5242880" in guard.finding() and "65536" in guard.finding()
+    assert api.window_bytes(9) is None  # an error code is "cannot say", not a window
