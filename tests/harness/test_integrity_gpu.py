@@ -177,12 +177,6 @@ def raise_persisting_l2():
 '''
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "H200, 2026-11-29 (bench/results/2026-11-29-integrity-gpu-h200-s3.txt): a candidate that "
-    "only raises the persisting-L2 limit to 1 MiB (no access-policy window) passed. The corpus "
-    "cheat (window + limit at its maximum) is caught. Suspected: the set-aside outlives the "
-    "process that raised it, so a later candidate's baseline (read at load) is already raised; "
-    "to check next session: the judge resets the limit to 0 and hands the baseline over"))
 def test_raised_persisting_l2_limit_is_l2_persist():
     body = """
     raise_persisting_l2()
