@@ -65,6 +65,7 @@ struct slot {
     int warm;    /* the task runs in a pair started before it (a spare) */
     struct buf res;
     int timed_out;
+    int released; /* the frame is in: both children were sent SIGKILL */
     json_t *held; /* result waiting for the device probe */
 };
 
@@ -1058,6 +1059,40 @@ static void drain_result(struct slot *sl)
     }
 }
 
+/* A process that still runs (not gone, not a zombie), from /proc. */
+static int proc_running(pid_t pid)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(line, 1, sizeof line - 1, f);
+    fclose(f);
+    line[n] = 0;
+    const char *p = strrchr(line, ')'); /* the name may hold spaces, ')' */
+    return p && p[1] == ' ' && p[2] && p[2] != 'Z' && p[2] != 'X';
+}
+
+/* The result frame is in: nothing either child does now can change it.
+ * Both process groups get SIGKILL at once, without waiting, so the two
+ * teardowns (seconds of CUDA context and address space on a GPU) overlap
+ * instead of following one another while the slot stays taken. A child
+ * that already ended by itself is left alone: its own status (a signal,
+ * an exit code) still goes into the result. */
+static void release_children(struct slot *sl)
+{
+    struct child *cs[2] = {&sl->judge, &sl->cand};
+    sl->released = 1;
+    for (int k = 0; k < 2; k++) {
+        struct child *c = cs[k];
+        if (c->pid > 0 && !c->exited && proc_running(c->pid)) {
+            c->killed = 1;
+            kill(-c->pid, SIGKILL);
+        }
+    }
+}
+
 static void note_exit(kg_engine *e, pid_t pid, int status)
 {
     for (int i = 0; i < e->cfg.concurrency + MAX_SPARES; i++) {
@@ -1301,6 +1336,9 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
         struct slot *sl = &e->slots[i];
         if (sl->state != S_RUNNING)
             continue;
+        if (sl->res_fd < 0 && sl->t_judge_done && !sl->released &&
+            sl->res.n > 0)
+            release_children(sl);
         int judge_done = sl->judge.exited && sl->res_fd < 0;
         if (t >= sl->deadline + KILL_GRACE_MS) {
             /* the clock of last resort: killed children whose exits never
