@@ -54,7 +54,9 @@ def test_time_forward_warms_up_by_time_and_count():
         time.sleep(0.002)
 
     res = timing.time_forward(call, lambda i: i, 2, 3, "cpu", start=10, warmup_ms=20.0)
-    assert res["warmup_iters"] >= 9  # 2 by count, then until ~20 ms had passed
+    # 2 by count, then more until 20 ms had passed (how many depends on how
+    # long a 2 ms sleep takes: under load a CI run saw 6, not the ideal 11)
+    assert res["warmup_iters"] >= 3 and res["warmup_ms"] >= 20.0, res
     assert res["warmup_iters"] <= 2 + timing.WARMUP_EXTRA_CAP
     assert calls[:2] == [10, 11] and set(calls[2:res["warmup_iters"]]) == {11}
     assert calls[res["warmup_iters"]:] == [12, 13, 14]
