@@ -1322,6 +1322,11 @@ static void h_result(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
 
 /* ---- dispatch --------------------------------------------------------- */
 
+int kg_api_defers(kg_api *api)
+{
+    return kg_store_defers(api->store);
+}
+
 void kg_api_dispatch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
 {
     switch (req->route) {

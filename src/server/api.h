@@ -48,6 +48,10 @@ struct kg_super;
  * none). Set before serving requests, or cleared after the last. */
 void kg_api_set_supervisor(kg_api *api, struct kg_super *sup);
 
+/* 1 when the store can defer a write's durability (kg_store_defers): a
+ * request that writes may then run on an HTTP thread. */
+int kg_api_defers(kg_api *api);
+
 /* Answers one routed, authenticated request (see http.h). */
 void kg_api_dispatch(kg_api *api, const kg_http_req *req, kg_http_reply *rep);
 

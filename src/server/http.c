@@ -29,12 +29,14 @@
 /* One request's state, from its first byte to its reply being sent. */
 struct conn {
     struct MHD_Connection *mc;
+    struct kg_http *h;
     double t0;
     int route, role, status;
     int answered;       /* a reply was queued before the body was read */
     int too_big;        /* the body went over the limit; being discarded */
     int resumed;        /* times resumed after a park */
-    int job_done;       /* a store thread answered it: rep is the answer */
+    int job_done;       /* a store thread answered it, or its deferred
+                           writes are durable: rep is the answer */
     const char *method; /* MHD's, valid until the request completes */
     kg_http_reply rep;  /* a store thread's answer, until sent */
     const char *param;
@@ -74,6 +76,9 @@ struct kg_http {
     int jstop;
     pthread_t *jthreads;
     int njthreads;
+
+    int inline_writes; /* the store defers durability (durable_done) */
+    int ndeferred;     /* connections waiting for their writes (lock) */
 };
 
 double kg_http_now(void)
@@ -354,6 +359,54 @@ static int writes(int route)
     }
 }
 
+/*
+ * With a store that defers durability (SQLite's group commit), a write
+ * costs no thread while its fsync runs, so it needs no store job: the
+ * HTTP thread runs the handler, whose writes return before their fsync,
+ * keeps the reply in c->rep and suspends the connection; the store's
+ * syncer calls durable_done once every write of the request is on disk,
+ * which resumes the connection to send the reply (dispatch, job_done).
+ * That saves the two thread hand-offs of a store job per write.
+ */
+static void durable_done(void *arg, int rc, const char *msg)
+{
+    struct conn *c = arg;
+    kg_http *h = c->h;
+    if (rc < 0) {
+        /* the writes are lost: the prepared answer must not be sent
+           (nor undone: what it handed out was never stored) */
+        json_decref(c->rep.undo_arg);
+        free(c->rep.text);
+        kg_http_reply rep = {0};
+        if (rc == KG_EUNAVAIL || rc == KG_EIO)
+            kg_http_error(&rep, 503, "store_unavailable", NULL,
+                          "task store unavailable: %s", msg ? msg : "");
+        else
+            kg_http_error(&rep, 500, "internal", NULL, "%s: %s",
+                          kg_strerror(rc), msg ? msg : "");
+        json_decref(c->rep.json);
+        c->rep = rep;
+    }
+    c->job_done = 1;
+    MHD_resume_connection(c->mc); /* c may be gone after this */
+    pthread_mutex_lock(&h->lock);
+    h->ndeferred--;
+    pthread_mutex_unlock(&h->lock);
+}
+
+/* Counts a request about to run with deferred writes (kg_http_stop waits
+ * for them); 0 once stopping: the request then runs as a store job, or
+ * inline (kg_http_stop must never find a suspended connection). */
+static int defer_start(kg_http *h)
+{
+    pthread_mutex_lock(&h->lock);
+    int ok = !h->stopping;
+    if (ok)
+        h->ndeferred++;
+    pthread_mutex_unlock(&h->lock);
+    return ok;
+}
+
 static void run_handler(kg_http *h, struct conn *c, kg_http_reply *rep)
 {
     kg_http_req req = {
@@ -480,9 +533,38 @@ static enum MHD_Result dispatch(kg_http *h, struct conn *c, const char *method)
         c->job_done = 0;
     } else {
         c->method = method;
-        if (writes(c->route) && submit_job(h, c) == 0)
+        int w = writes(c->route);
+        if (w && !h->inline_writes && submit_job(h, c) == 0)
             return MHD_YES;
-        run_handler(h, c, &rep);
+        if (w && h->inline_writes && defer_start(h)) {
+            kg_store_defer_begin();
+            run_handler(h, c, &rep);
+            if (kg_store_defer_pending()) {
+                /* answered once its writes are durable (durable_done) */
+                MHD_suspend_connection(c->mc);
+                c->rep = rep;
+                kg_store_defer_end(durable_done, c);
+                return MHD_YES;
+            }
+            int blocked = kg_store_defer_blocked();
+            pthread_mutex_lock(&h->lock);
+            h->ndeferred--;
+            pthread_mutex_unlock(&h->lock);
+            kg_store_defer_end(NULL, NULL);
+            if (blocked) {
+                /* another process holds the database's lock: nothing was
+                   written; a store thread waits for it instead */
+                json_decref(rep.json);
+                free(rep.text);
+                json_decref(rep.undo_arg);
+                memset(&rep, 0, sizeof rep);
+                if (submit_job(h, c) == 0)
+                    return MHD_YES;
+                run_handler(h, c, &rep);
+            }
+        } else {
+            run_handler(h, c, &rep);
+        }
     }
     if (rep.status == 0) {
         if (rep.park_until > kg_http_now() && park(h, c) == 0) {
@@ -517,6 +599,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc,
             return MHD_NO;
         memcpy(c->path, url, ulen);
         c->mc = mc;
+        c->h = h;
         c->t0 = kg_http_now();
         c->status = 500;
         *con_cls = c;
@@ -770,6 +853,9 @@ int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
              ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, h->port);
     if (pthread_create(&h->ticker, NULL, ticker_main, h) == 0)
         h->ticker_started = 1;
+    /* with deferred writes the store threads only take the writes that
+       would wait for a lock held by another process */
+    h->inline_writes = kg_api_defers(api);
     start_jobs(h, cfg->store_threads > 0 ? cfg->store_threads
                                          : DEFAULT_STORE_THREADS);
     *out = h;
@@ -808,10 +894,11 @@ void kg_http_stop(kg_http *h)
     kg_http_wake(h, -1);
     /* queued writes finish; later ones run on the connection's thread */
     stop_jobs(h);
-    /* resumed polls answer at once now (park refuses); let them run */
-    for (int i = 0; i < 100; i++) {
+    /* resumed polls answer at once now (park refuses); let them run, and
+       let the store make the last deferred writes durable */
+    for (int i = 0; i < 500; i++) {
         pthread_mutex_lock(&h->lock);
-        int n = h->nparked;
+        int n = h->nparked + h->ndeferred;
         pthread_mutex_unlock(&h->lock);
         if (!n)
             break;

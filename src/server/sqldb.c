@@ -52,9 +52,11 @@ static const char *const TX_SQL[TX_N] = {
     [TX_RELEASE] = "RELEASE w",     [TX_UNDO] = "ROLLBACK TO w",
 };
 
-/* One write waiting for its transaction to be durable. Each has its own
-   condition variable, so that the end of an fsync wakes the writes it
-   made durable and one more (to lead the next round), not everyone. */
+/* One write waiting for its transaction to be durable. A blocking one
+   (ticket NULL) is on its caller's stack and has its own condition
+   variable, so that the end of an fsync wakes only the writes it made
+   durable. A deferred one (kg_sqldb_defer_begin) is on the heap and
+   counts down its request's ticket instead. */
 struct waiter {
     struct waiter *next;
     pthread_cond_t cv;
@@ -62,7 +64,30 @@ struct waiter {
     int done;      /* durable, or failed with rc */
     int rc;
     kg_err *err; /* the caller's; may be NULL */
+    struct kg_sqldb_ticket *ticket;
 };
+
+/* The deferred writes of one request (all fields under the db's wmu). */
+struct kg_sqldb_ticket {
+    kg_sqldb *d;
+    int npending; /* its writes not yet durable or failed */
+    int armed;    /* kg_sqldb_defer_end gave fn */
+    int rc;       /* the first failure, or 0 */
+    char msg[KG_ERR_MAX];
+    kg_sqldb_done_fn fn;
+    void *arg;
+    struct kg_sqldb_ticket *next; /* on the db's fire list */
+};
+
+/* This thread's deferral: on between kg_sqldb_defer_begin and _end. */
+static _Thread_local struct {
+    int on;
+    int blocked; /* a write gave up: it would have waited for a lock */
+    struct kg_sqldb_ticket *t;
+} tl_defer;
+
+#define BUSY_WAIT_MS 5000 /* for a lock another process holds */
+#define BUSY_STEP_MS 2
 
 /* A list of waiters with a tail pointer, in arrival order. */
 struct wlist {
@@ -86,7 +111,11 @@ struct kg_sqldb {
     int broken;            /* an fsync failed: no more writes */
     int test_delay_ms;     /* kg_sqldb_test_slow_sync */
     char broken_msg[KG_ERR_MAX];
-    uint64_t seq, committed_seq; /* write numbers */
+    uint64_t seq, committed_seq;  /* write numbers */
+    struct kg_sqldb_ticket *fire; /* tickets done, to call outside wmu */
+    pthread_cond_t scv;           /* wakes the syncer (SYNC_GROUP) */
+    pthread_t sthread;
+    int sstarted, sstop;
     int ckpt_mark; /* WAL pages at the last background checkpoint */
     kg_sqldb_stats stats;
 
@@ -206,13 +235,34 @@ static int tx(kg_sqldb *d, int which, kg_err *err)
     return kg_sqlconn_exec(&d->w, d->tx[which], err);
 }
 
+/* A ticket whose writes are all done and whose fn is known goes on the
+   fire list (wmu held). */
+static void ticket_check(kg_sqldb *d, struct kg_sqldb_ticket *t)
+{
+    if (t->armed && t->npending == 0) {
+        t->next = d->fire;
+        d->fire = t;
+    }
+}
+
 /* Marks every waiter of l done with rc (message msg when rc < 0) and
-   wakes it. */
-static void finish(struct wlist *l, int rc, const char *msg)
+   wakes it, or counts down its ticket (wmu held). */
+static void finish(kg_sqldb *d, struct wlist *l, int rc, const char *msg)
 {
     struct waiter *next;
     for (struct waiter *w = l->head; w; w = next) {
         next = w->next; /* w may be gone once woken */
+        struct kg_sqldb_ticket *t = w->ticket;
+        if (t) {
+            if (rc < 0 && t->rc == 0) {
+                t->rc = rc;
+                snprintf(t->msg, sizeof t->msg, "%s", msg);
+            }
+            t->npending--;
+            ticket_check(d, t);
+            free(w);
+            continue;
+        }
         if (rc < 0)
             kg_errf(w->err, rc, "%s", msg);
         w->rc = rc;
@@ -221,6 +271,21 @@ static void finish(struct wlist *l, int rc, const char *msg)
     }
     l->head = NULL;
     l->tail = &l->head;
+}
+
+/* Releases wmu, then calls the fn of every ticket on the fire list (the
+   callers' callbacks must not run under the writer lock) and frees it. */
+static void unlock_and_fire(kg_sqldb *d)
+{
+    struct kg_sqldb_ticket *t = d->fire;
+    d->fire = NULL;
+    pthread_mutex_unlock(&d->wmu);
+    while (t) {
+        struct kg_sqldb_ticket *next = t->next;
+        t->fn(t->arg, t->rc, t->rc < 0 ? t->msg : NULL);
+        free(t);
+        t = next;
+    }
 }
 
 /* Appends l to the end of into; l becomes empty. */
@@ -248,14 +313,14 @@ static void commit_open(kg_sqldb *d)
         tx(d, TX_ROLLBACK, NULL);
     d->txn_open = 0;
     if (rc < 0) {
-        finish(&d->open, rc == KG_EUNAVAIL ? rc : KG_EIO, e.msg);
+        finish(d, &d->open, rc == KG_EUNAVAIL ? rc : KG_EIO, e.msg);
         return;
     }
     d->stats.commits++;
     d->committed_seq = d->seq;
     if (d->mode != SYNC_GROUP) {
         d->stats.durable_seq = d->committed_seq;
-        finish(&d->open, 0, NULL);
+        finish(d, &d->open, 0, NULL);
         return;
     }
     for (struct waiter *w = d->open.head; w; w = w->next)
@@ -295,15 +360,40 @@ static void sync_round(kg_sqldb *d)
                  d->path, strerror(e));
     }
     if (r != 0) {
-        finish(&batch, KG_EIO, d->broken_msg);
+        finish(d, &batch, KG_EIO, d->broken_msg);
     } else {
         if (target > d->stats.durable_seq)
             d->stats.durable_seq = target;
-        finish(&batch, 0, NULL);
+        finish(d, &batch, 0, NULL);
     }
-    /* what gathered during the fsync: its first write leads the next */
-    if (d->open.head)
-        pthread_cond_signal(&d->open.head->cv);
+}
+
+/*
+ * The syncer (SYNC_GROUP only): the one thread that commits and fsyncs.
+ * While an fsync runs, writes gather in the open transaction; when it
+ * ends, the syncer commits them and runs the next fsync for all of them.
+ * Blocking writers wait on their own condition variable; deferred ones
+ * have their tickets' fns called here, outside the lock. It stops once
+ * asked to and nothing is left to commit.
+ */
+static void *syncer_main(void *arg)
+{
+    kg_sqldb *d = arg;
+    pthread_mutex_lock(&d->wmu);
+    for (;;) {
+        while (!d->sstop && !d->open.head && !d->unsynced.head)
+            pthread_cond_wait(&d->scv, &d->wmu);
+        if (!d->open.head && !d->unsynced.head)
+            break;
+        if (d->open.head)
+            commit_open(d);
+        if (d->unsynced.head)
+            sync_round(d);
+        unlock_and_fire(d);
+        pthread_mutex_lock(&d->wmu);
+    }
+    pthread_mutex_unlock(&d->wmu);
+    return NULL;
 }
 
 /*
@@ -315,7 +405,104 @@ static void lost_txn(kg_sqldb *d, const kg_err *why)
     char msg[KG_ERR_MAX];
     snprintf(msg, sizeof msg, "transaction rolled back: %.200s", why->msg);
     d->txn_open = 0;
-    finish(&d->open, KG_EIO, msg);
+    finish(d, &d->open, KG_EIO, msg);
+}
+
+/*
+ * Puts a deferred waiter for the write just made on the open transaction,
+ * under this thread's ticket (wmu held). Returns 0 when it cannot (out of
+ * memory, or the ticket is another database's): the write then waits.
+ */
+static int defer(kg_sqldb *d)
+{
+    struct kg_sqldb_ticket *t = tl_defer.t;
+    if (t && t->d != d)
+        return 0;
+    struct waiter *w = calloc(1, sizeof *w);
+    if (!w)
+        return 0;
+    if (!t) {
+        if (!(t = calloc(1, sizeof *t))) {
+            free(w);
+            return 0;
+        }
+        t->d = d;
+        tl_defer.t = t;
+    }
+    w->ticket = t;
+    t->npending++;
+    *d->open.tail = w;
+    d->open.tail = &w->next;
+    return 1;
+}
+
+/*
+ * Opens the transaction when none is (wmu held). Another process may hold
+ * the database's write lock (a backup, an sqlite3 shell): the writer has
+ * no busy timeout, so that no thread waits for it holding wmu; a write
+ * waits here with wmu released, BUSY_STEP_MS at a time, at most
+ * BUSY_WAIT_MS, then fails with KG_EUNAVAIL. A deferring thread with no
+ * deferred write yet gives up at once instead (kg_sqldb_defer_blocked):
+ * its caller then runs the request where it may block.
+ */
+static int begin(kg_sqldb *d, kg_err *err)
+{
+    for (int waited = 0;;) {
+        if (d->broken)
+            return kg_errf(err, KG_EIO, "%s", d->broken_msg);
+        if (d->txn_open)
+            return 0;
+        int rc = tx(d, TX_BEGIN, err);
+        if (rc == 0) {
+            d->txn_open = 1;
+            return 0;
+        }
+        if (rc != KG_EUNAVAIL || waited >= BUSY_WAIT_MS)
+            return rc;
+        if (tl_defer.on && !tl_defer.t) {
+            tl_defer.blocked = 1;
+            return rc;
+        }
+        pthread_mutex_unlock(&d->wmu);
+        struct timespec ts = {0, BUSY_STEP_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        waited += BUSY_STEP_MS;
+        pthread_mutex_lock(&d->wmu);
+    }
+}
+
+void kg_sqldb_defer_begin(void)
+{
+    tl_defer.on = 1;
+    tl_defer.blocked = 0;
+    tl_defer.t = NULL;
+}
+
+int kg_sqldb_defer_blocked(void)
+{
+    return tl_defer.blocked;
+}
+
+int kg_sqldb_defer_pending(void)
+{
+    return tl_defer.t != NULL;
+}
+
+int kg_sqldb_defer_end(kg_sqldb_done_fn fn, void *arg)
+{
+    struct kg_sqldb_ticket *t = tl_defer.t;
+    tl_defer.on = 0;
+    tl_defer.t = NULL;
+    if (!t)
+        return 0;
+    kg_sqldb *d = t->d;
+    pthread_mutex_lock(&d->wmu);
+    t->fn = fn;
+    t->arg = arg;
+    t->armed = 1;
+    ticket_check(d, t);
+    unlock_and_fire(d);
+    return 1;
 }
 
 int kg_sqldb_write(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err)
@@ -329,11 +516,8 @@ int kg_sqldb_write(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err)
         rc = kg_errf(err, KG_EIO, "%s", d->broken_msg);
         goto out;
     }
-    if (!d->txn_open) {
-        if ((rc = tx(d, TX_BEGIN, err)) < 0)
-            goto out;
-        d->txn_open = 1;
-    }
+    if ((rc = begin(d, err)) < 0)
+        goto out;
     /* alone in the transaction: a failure rolls the whole of it back;
        else a savepoint keeps the others' changes */
     int alone = !d->open.head;
@@ -359,25 +543,27 @@ int kg_sqldb_write(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err)
         goto out;
     }
     d->stats.writes++;
+    if (d->mode == SYNC_GROUP && tl_defer.on && defer(d)) {
+        pthread_cond_signal(&d->scv);
+        goto out; /* fn's value now; its ticket tells when durable */
+    }
     struct waiter w = {.err = err};
     pthread_cond_init(&w.cv, NULL);
     *d->open.tail = &w;
     d->open.tail = &w.next;
-    while (!w.done) {
-        if (d->syncing) {
+    if (d->mode == SYNC_GROUP) {
+        pthread_cond_signal(&d->scv);
+        while (!w.done)
             pthread_cond_wait(&w.cv, &d->wmu);
-            continue;
-        }
-        if (!w.committed)
-            commit_open(d);
-        if (!w.done)
-            sync_round(d);
+    }
+    while (!w.done) { /* SYNC_SQLITE, SYNC_NONE: the commit is durable */
+        commit_open(d);
     }
     pthread_cond_destroy(&w.cv);
     if (w.rc < 0)
         rc = w.rc;
 out:
-    pthread_mutex_unlock(&d->wmu);
+    unlock_and_fire(d);
     return rc;
 }
 
@@ -407,6 +593,17 @@ void kg_sqldb_stats_get(kg_sqldb *d, kg_sqldb_stats *out)
 
 int kg_sqldb_read(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err)
 {
+    if (tl_defer.t && tl_defer.t->d == d) {
+        /* this request wrote, and its write may not be committed yet: a
+           reader would not see it, the writer does */
+        pthread_mutex_lock(&d->wmu);
+        int rc = fn(&d->w, arg, err);
+        for (int i = 0; i < d->nsql; i++)
+            if (d->w.st[i])
+                sqlite3_reset(d->w.st[i]);
+        unlock_and_fire(d);
+        return rc;
+    }
     pthread_mutex_lock(&d->pmu);
     while (d->nidle == 0)
         pthread_cond_wait(&d->pcv, &d->pmu);
@@ -529,6 +726,11 @@ static void stop_checkpointer(kg_sqldb *d)
 
 /* ---- open and close ----------------------------------------------------- */
 
+int kg_sqldb_defers(const kg_sqldb *d)
+{
+    return d->mode == SYNC_GROUP && d->sstarted;
+}
+
 const char *kg_sqldb_sync_name(const kg_sqldb *d)
 {
     switch (d->mode) {
@@ -621,6 +823,13 @@ void kg_sqldb_close(kg_sqldb *d)
 {
     if (!d)
         return;
+    if (d->sstarted) {
+        pthread_mutex_lock(&d->wmu);
+        d->sstop = 1;
+        pthread_cond_signal(&d->scv);
+        pthread_mutex_unlock(&d->wmu);
+        pthread_join(d->sthread, NULL);
+    }
     stop_checkpointer(d);
     for (int i = 0; i < d->nreaders; i++)
         conn_close(&d->readers[i]);
@@ -631,6 +840,7 @@ void kg_sqldb_close(kg_sqldb *d)
         close(d->walfd);
     free(d->readers);
     free(d->idle);
+    pthread_cond_destroy(&d->scv);
     pthread_mutex_destroy(&d->wmu);
     pthread_mutex_destroy(&d->pmu);
     pthread_cond_destroy(&d->pcv);
@@ -654,6 +864,7 @@ int kg_sqldb_open(kg_sqldb **out, const char *path, int sync_full, int nreaders,
     d->open.tail = &d->open.head;
     d->unsynced.tail = &d->unsynced.head;
     pthread_mutex_init(&d->wmu, NULL);
+    pthread_cond_init(&d->scv, NULL);
     pthread_mutex_init(&d->pmu, NULL);
     pthread_cond_init(&d->pcv, NULL);
     pthread_mutex_init(&d->cmu, NULL);
@@ -679,6 +890,14 @@ int kg_sqldb_open(kg_sqldb **out, const char *path, int sync_full, int nreaders,
         rc = setup_sync(d, sync_full, err);
     if (rc == 0)
         rc = start_checkpointer(d, err);
+    if (rc == 0)
+        sqlite3_busy_timeout(d->w.db, 0); /* see begin() */
+    if (rc == 0 && d->mode == SYNC_GROUP) {
+        if (pthread_create(&d->sthread, NULL, syncer_main, d) != 0)
+            rc = kg_errf(err, KG_ENOMEM, "sqlite %s: no syncer thread", path);
+        else
+            d->sstarted = 1;
+    }
     if (rc == 0) {
         d->readers = calloc((size_t)nreaders, sizeof *d->readers);
         d->idle = calloc((size_t)nreaders, sizeof *d->idle);

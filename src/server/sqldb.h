@@ -56,6 +56,9 @@ void kg_sqldb_close(kg_sqldb *d);
 /* "full (group commit)", "full" (SQLite syncs) or "normal". */
 const char *kg_sqldb_sync_name(const kg_sqldb *d);
 
+/* 1 when writes can be deferred (group commit; see below). */
+int kg_sqldb_defers(const kg_sqldb *d);
+
 /*
  * A write: returns >= 0 to keep its changes (that value is what
  * kg_sqldb_write returns once they are durable), < 0 to undo them (the
@@ -77,8 +80,38 @@ typedef int (*kg_sqldb_fn)(kg_sqlconn *c, void *arg, kg_err *err);
  */
 int kg_sqldb_write(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err);
 
-/* Runs fn on a reader connection (waits for an idle one); fn's value. */
+/*
+ * Runs fn on a reader connection (waits for an idle one); fn's value.
+ * On a thread whose deferred writes (below) are pending it runs on the
+ * writer instead, so that a request reads what it wrote.
+ */
 int kg_sqldb_read(kg_sqldb *d, kg_sqldb_fn fn, void *arg, kg_err *err);
+
+/*
+ * Deferred durability, for a thread that must not block for an fsync (an
+ * HTTP thread serving many connections). Between kg_sqldb_defer_begin and
+ * kg_sqldb_defer_end, a kg_sqldb_write on a group-commit database (mode
+ * "full (group commit)") returns fn's value as soon as fn ran, before the
+ * commit and the fsync; the writes are gathered under one ticket.
+ * kg_sqldb_defer_end then returns 0 when there was none (done_fn is not
+ * called), or 1: done_fn(arg, rc, msg) will be called exactly once, on
+ * the syncer's thread or on this one before kg_sqldb_defer_end returns,
+ * when all of them are durable (rc 0, msg NULL) or one failed (rc < 0,
+ * the reason in msg; its changes are lost and whatever the request
+ * answered must not be sent). The caller must not reply before. Other
+ * modes ignore the deferral (writes wait, as without it).
+ * kg_sqldb_defer_pending: 1 when this thread has deferred writes since
+ * kg_sqldb_defer_begin.
+ */
+typedef void (*kg_sqldb_done_fn)(void *arg, int rc, const char *msg);
+void kg_sqldb_defer_begin(void);
+int kg_sqldb_defer_pending(void);
+/* 1 when a write since kg_sqldb_defer_begin failed with KG_EUNAVAIL at
+ * once, before any was deferred, because another process holds the
+ * database's write lock: nothing was written, and the caller should run
+ * the request again without deferral, on a thread that may wait. */
+int kg_sqldb_defer_blocked(void);
+int kg_sqldb_defer_end(kg_sqldb_done_fn done_fn, void *arg);
 
 /* What the writer has done so far. */
 typedef struct kg_sqldb_stats {

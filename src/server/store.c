@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/sqldb.h"
 #include "server/store_impl.h"
 
 static const char *const PRIO_NAMES[KG_NPRIO] = {"high", "normal", "low"};
@@ -361,6 +362,31 @@ void kg_store_close(kg_store *s)
 const char *kg_store_backend(const kg_store *s)
 {
     return s->ops->name;
+}
+
+int kg_store_defers(const kg_store *s)
+{
+    return s->ops->defers && s->ops->defers(s);
+}
+
+void kg_store_defer_begin(void)
+{
+    kg_sqldb_defer_begin();
+}
+
+int kg_store_defer_pending(void)
+{
+    return kg_sqldb_defer_pending();
+}
+
+int kg_store_defer_blocked(void)
+{
+    return kg_sqldb_defer_blocked();
+}
+
+int kg_store_defer_end(kg_store_done_fn done_fn, void *arg)
+{
+    return kg_sqldb_defer_end(done_fn, arg);
 }
 
 int kg_store_describe(kg_store *s, char *buf, size_t size, kg_err *err)

@@ -135,6 +135,20 @@ void kg_store_close(kg_store *s);
 const char *kg_store_backend(const kg_store *s);
 
 /*
+ * Deferred durability (sqldb.h's kg_sqldb_defer_*): 1 when s's writes can
+ * return before their fsync on a thread between kg_store_defer_begin and
+ * kg_store_defer_end, which calls done_fn once they are durable or lost
+ * (SQLite with group commit); 0 when writes always wait (Redis: a command
+ * returns once Redis fsynced it).
+ */
+typedef void (*kg_store_done_fn)(void *arg, int rc, const char *msg);
+int kg_store_defers(const kg_store *s);
+void kg_store_defer_begin(void);
+int kg_store_defer_pending(void);
+int kg_store_defer_blocked(void);
+int kg_store_defer_end(kg_store_done_fn done_fn, void *arg);
+
+/*
  * One line for the server's start-up log: backend, place, durability mode
  * (e.g. "redis 127.0.0.1:6379/0, redis 7.0.15, appendonly=yes
  * appendfsync=always"). Writes at most size bytes into buf.

@@ -12,6 +12,7 @@
 struct kg_store_ops {
     const char *name;
     void (*close)(kg_store *s);
+    int (*defers)(const kg_store *s); /* NULL: never */
     int (*describe)(kg_store *s, char *buf, size_t size, kg_err *err);
     int (*submit_batch)(kg_store *s, const kg_submit *t, size_t n, int *created,
                         kg_err *err);

@@ -1188,9 +1188,15 @@ static void sq_close(kg_store *base)
     free(s);
 }
 
+static int sq_defers(const kg_store *base)
+{
+    return kg_sqldb_defers(((const sq_store *)base)->db);
+}
+
 static const struct kg_store_ops SQLITE_OPS = {
     .name = "sqlite",
     .close = sq_close,
+    .defers = sq_defers,
     .describe = sq_describe,
     .submit_batch = sq_submit_batch,
     .get = sq_get,

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -314,6 +315,105 @@ static void test_reads_see_acknowledged_writes(void **state)
     kg_sqldb_close(d);
 }
 
+struct done {
+    atomic_int calls;
+    int rc;
+    uint64_t durable_seq; /* stats.durable_seq when called */
+    kg_sqldb *d;
+};
+
+static void on_done(void *arg, int rc, const char *msg)
+{
+    struct done *x = arg;
+    (void)msg;
+    kg_sqldb_stats st;
+    kg_sqldb_stats_get(x->d, &st);
+    x->durable_seq = st.durable_seq;
+    x->rc = rc;
+    atomic_fetch_add(&x->calls, 1);
+}
+
+/*
+ * Deferred writes (an HTTP thread's): a write returns before its fsync
+ * (slowed to 200 ms), the request reads what it wrote, and the callback
+ * comes once, after the fsync that covers both writes. Without writes, or
+ * when the only write failed, there is nothing to wait for.
+ */
+static void test_deferred_writes(void **state)
+{
+    (void)state;
+    kg_sqldb *d = open_db("defer.db", 1);
+    kg_sqldb_test_slow_sync(d, 200);
+    kg_err err = {{0}};
+    struct done x = {.d = d};
+    kg_sqldb_defer_begin();
+    struct ins a = {d, 1, 0, 0}, b = {d, 2, 0, 0};
+    assert_int_equal(kg_sqldb_write(d, w_insert, &a, &err), 0);
+    assert_int_equal(kg_sqldb_write(d, w_insert, &b, &err), 0);
+    assert_true(kg_sqldb_defer_pending());
+    assert_true(has(d, 1) && has(d, 2)); /* on the writer */
+    kg_sqldb_stats st;
+    kg_sqldb_stats_get(d, &st);
+    assert_true(st.durable_seq < b.seq); /* returned before the fsync */
+    assert_int_equal(kg_sqldb_defer_end(on_done, &x), 1);
+    for (int i = 0; i < 300 && !atomic_load(&x.calls); i++)
+        sleep_ms(10);
+    sleep_ms(50);
+    assert_int_equal(atomic_load(&x.calls), 1);
+    assert_int_equal(x.rc, 0);
+    assert_true(x.durable_seq >= b.seq);
+
+    /* nothing written, or only a failed write: no callback */
+    struct done y = {.d = d};
+    kg_sqldb_defer_begin();
+    assert_int_equal(kg_sqldb_defer_end(on_done, &y), 0);
+    kg_sqldb_defer_begin();
+    struct ins c = {d, 3, 1, 0};
+    assert_int_equal(kg_sqldb_write(d, w_insert, &c, &err), KG_ESTATE);
+    assert_false(kg_sqldb_defer_pending());
+    assert_int_equal(kg_sqldb_defer_end(on_done, &y), 0);
+    assert_int_equal(atomic_load(&y.calls), 0);
+    assert_false(has(d, 3));
+    kg_sqldb_close(d);
+}
+
+/*
+ * Another process holds the write lock: a deferring write gives up at
+ * once (blocked, nothing written); a plain write waits for the lock,
+ * without holding the writer, and goes through once it is released.
+ */
+static void test_deferred_write_would_block(void **state)
+{
+    (void)state;
+    kg_sqldb *d = open_db("busy.db", 1);
+    char path[128];
+    snprintf(path, sizeof path, "%s/busy.db", dir);
+    sqlite3 *other = NULL;
+    assert_int_equal(sqlite3_open(path, &other), SQLITE_OK);
+    sqlite3_busy_timeout(other, 2000);
+    assert_int_equal(sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL),
+                     SQLITE_OK);
+    kg_err err = {{0}};
+    kg_sqldb_defer_begin();
+    struct ins a = {d, 1, 0, 0};
+    assert_int_equal(kg_sqldb_write(d, w_insert, &a, &err), KG_EUNAVAIL);
+    assert_true(kg_sqldb_defer_blocked());
+    assert_int_equal(kg_sqldb_defer_end(on_done, NULL), 0);
+
+    struct later l = {d, 2, 0, 1, {{0}}};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, later_main, &l), 0);
+    sleep_ms(100);
+    assert_int_equal(count_rows(d), 0); /* reads go on meanwhile */
+    assert_int_equal(sqlite3_exec(other, "ROLLBACK", NULL, NULL, NULL),
+                     SQLITE_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(l.rc, 0);
+    assert_true(has(d, 2));
+    sqlite3_close(other);
+    kg_sqldb_close(d);
+}
+
 static void test_open_error(void **state)
 {
     (void)state;
@@ -336,6 +436,8 @@ int main(void)
         cmocka_unit_test(test_failed_write_is_isolated),
         cmocka_unit_test(test_normal_mode),
         cmocka_unit_test(test_reads_see_acknowledged_writes),
+        cmocka_unit_test(test_deferred_writes),
+        cmocka_unit_test(test_deferred_write_would_block),
         cmocka_unit_test(test_open_error),
     };
     int failed = cmocka_run_group_tests_name("sqldb", tests, NULL, NULL);
