@@ -112,6 +112,17 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def run_delay_ns(pid: int) -> int | None:
+    """How long (ns) the main thread of pid has spent runnable but waiting
+    for a CPU, by the kernel's account (/proc/PID/schedstat, second field;
+    the candidate cannot write it). None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def descendants(pid: int) -> list[int]:
     """pid's children, grandchildren, ... (at most MAX_PROCS)."""
     out, todo = [], [pid]
