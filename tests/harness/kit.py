@@ -122,6 +122,23 @@ TRITON_PRELUDE = textwrap.dedent('''\
 
     ''')
 
+# Kernel-module code for cheats that find the timing loop on their call stack
+# (being_timed() is true inside timing.time_forward): pass as top=.
+BEING_TIMED = '''import sys
+
+
+def being_timed():
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_name == "time_forward":
+            return True
+        f = f.f_back
+    return False
+
+
+'''
+
+
 HONEST_MODEL = textwrap.dedent('''\
     class ModelNew(nn.Module):
         def __init__(self, scale):

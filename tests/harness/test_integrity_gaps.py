@@ -17,21 +17,6 @@ import torch
 import kit
 from kgym_harness import guards, timing
 
-# Finds the timing loop on its call stack (as a cheat would).
-BEING_TIMED = '''import sys
-
-
-def being_timed():
-    f = sys._getframe(2)
-    while f is not None:
-        if f.f_code.co_name == "time_forward":
-            return True
-        f = f.f_back
-    return False
-
-
-'''
-
 
 def hacked(r: dict, reason: str) -> None:
     assert r["verdict"] == "hacked", r["feedback"]
@@ -49,7 +34,7 @@ def test_kernel_that_skips_work_only_when_timed_is_call_count_switch():
         return out
     return add_relu_scale(a, b, self.scale)
     """
-    r = kit.run(kit.cpu_kernel(kit.model_new(body), top=BEING_TIMED), num_perf_trials=10)
+    r = kit.run(kit.cpu_kernel(kit.model_new(body), top=kit.BEING_TIMED), num_perf_trials=10)
     hacked(r, "call_count_switch")
     assert r["error_code"] == "CALL_COUNT_SWITCH"
     assert r["mismatch"]["trial"].startswith("timed call ")

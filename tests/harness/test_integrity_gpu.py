@@ -117,25 +117,12 @@ def test_token_triton_launch_on_cuda_is_no_custom_kernel():
 
 
 def test_skipping_work_when_timed_on_cuda_is_call_count_switch():
-    top = '''import sys
-
-
-def being_timed():
-    f = sys._getframe(2)
-    while f is not None:
-        if f.f_code.co_name == "time_forward":
-            return True
-        f = f.f_back
-    return False
-
-
-'''
     body = """
     if being_timed():
         return add_relu_scale(a, b, 0.0)
     return add_relu_scale(a, b, self.scale)
     """
-    r = run(body, top=top, num_perf_trials=10)
+    r = run(body, top=kit.BEING_TIMED, num_perf_trials=10)
     assert r["verdict"] == "hacked" and "call_count_switch" in r["hack_reasons"], r["feedback"]
 
 

@@ -13,22 +13,6 @@ SLOW_REF = kit.REF.replace("import torch\n", "import time\n\nimport torch\n", 1)
     "return torch.relu(a + b) * self.scale",
     "time.sleep(0.003)\n        return torch.relu(a + b) * self.scale")
 
-# Counts forward calls made outside the timing loop after timing began.
-PHASES = '''import sys
-
-
-def being_timed():
-    f = sys._getframe(2)
-    while f is not None:
-        if f.f_code.co_name == "time_forward":
-            return True
-        f = f.f_back
-    return False
-
-
-'''
-
-
 def test_big_speedup_is_rechecked_and_the_lower_one_reported():
     r = kit.run(kit.cpu_kernel(), reference_code=SLOW_REF)
     assert r["verdict"] == "pass", r["feedback"]
@@ -63,7 +47,8 @@ def test_wrong_on_the_recheck_inputs_is_output_cache():
             return add_relu_scale(a, b, self.scale * 3)
     return add_relu_scale(a, b, self.scale)
     """
-    code = kit.cpu_kernel(kit.model_new(body, "self.timed = False\nself.after = 0"), top=PHASES)
+    code = kit.cpu_kernel(kit.model_new(body, "self.timed = False\nself.after = 0"),
+                          top=kit.BEING_TIMED)
     r = kit.run(code, reference_code=SLOW_REF)
     assert r["verdict"] == "hacked" and r["hack_reasons"] == ["output_cache"], r["feedback"]
     assert r["mismatch"]["trial"] == "speedup recheck 0"
@@ -82,7 +67,7 @@ def test_speedup_that_does_not_reproduce_reports_the_second():
     return add_relu_scale(a, b, self.scale)
     """
     code = kit.cpu_kernel(kit.model_new(body, "self.seen_timing = False\nself.after = 0"),
-                          top="import time\n" + PHASES)
+                          top="import time\n" + kit.BEING_TIMED)
     r = kit.run(code, reference_code=SLOW_REF)
     assert r["verdict"] == "pass", r["feedback"]
     first, second = r["checks"]["speedups"]
