@@ -1059,21 +1059,6 @@ static void drain_result(struct slot *sl)
     }
 }
 
-/* A process that still runs (not gone, not a zombie), from /proc. */
-static int proc_running(pid_t pid)
-{
-    char path[64], line[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    size_t n = fread(line, 1, sizeof line - 1, f);
-    fclose(f);
-    line[n] = 0;
-    const char *p = strrchr(line, ')'); /* the name may hold spaces, ')' */
-    return p && p[1] == ' ' && p[2] && p[2] != 'Z' && p[2] != 'X';
-}
-
 /* The result frame is in: nothing either child does now can change it.
  * Both process groups get SIGKILL at once, without waiting, so the two
  * teardowns (seconds of CUDA context and address space on a GPU) overlap
@@ -1086,7 +1071,7 @@ static void release_children(struct slot *sl)
     sl->released = 1;
     for (int k = 0; k < 2; k++) {
         struct child *c = cs[k];
-        if (c->pid > 0 && !c->exited && proc_running(c->pid)) {
+        if (c->pid > 0 && !c->exited && kg_sandbox_proc_running(c->pid)) {
             c->killed = 1;
             kill(-c->pid, SIGKILL);
         }

@@ -919,6 +919,14 @@ static int proc_stat(long pid, char *state, long *ppid, long *pgrp)
     return 0;
 }
 
+int kg_sandbox_proc_running(pid_t pid)
+{
+    char st;
+    long ppid, pgrp;
+    return proc_stat((long)pid, &st, &ppid, &pgrp) == 0 && st != 'Z' &&
+           st != 'X';
+}
+
 /* Calls fn(pid, arg) for each process; stops when fn returns nonzero. */
 static int each_process(int (*fn)(long, void *), void *arg)
 {

@@ -163,6 +163,9 @@ int kg_sandbox_rmtree(const char *path, kg_err *err);
 int kg_sandbox_kill_group(pid_t pgid, int timeout_ms, int *leader_status,
                           kg_err *err);
 
+/* 1 while pid still runs (it exists and is not a zombie), else 0. */
+int kg_sandbox_proc_running(pid_t pid);
+
 /* PR_SET_CHILD_SUBREAPER on the caller: orphans of tasks reparent to it. */
 int kg_sandbox_become_subreaper(kg_err *err);
 
