@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import compare, guards, hooks, integrity, loader, profiling, quiet, timing
+from . import compare, guards, hooks, integrity, loader, prewarm, profiling, quiet, timing
 from .channel import Channel, PeerClosed, ProtocolError, pack, unpack
 
 
@@ -431,7 +431,6 @@ def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     want = os.environ.get("KGYM_DEVICE", "")
     t0 = timing._perf_ns()
     try:
-        from . import prewarm
         failed: dict = {}
         if h.get("part") == "prep":  # any device: the cpu backend's extensions too
             failed = prewarm.warm_prep(want if want.startswith("cuda") else "cpu")

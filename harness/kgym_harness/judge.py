@@ -954,18 +954,18 @@ def _warm_part(chan: Channel, out: dict, part: str, meanwhile: Any = None) -> No
 
 def _warm_pair(chan: Channel) -> dict:
     """A spare's start-up before its task. What runs no device work goes
-    first, unlocked: the candidate's imports and Triton compile, then (when
-    tasks profile) CUPTI's one-time start, over 4 s of CPU. Then, with the
-    device lock held shared (no measurement elsewhere sees it), the work
-    that runs on the device: this process's context and cuBLAS, the
-    candidate's cuBLAS and one Triton launch. Returns what each part took
-    (ms) and what failed."""
+    first, unlocked: the candidate's imports and Triton compile (and this
+    process's CUDA context meanwhile), then (when tasks profile) CUPTI's
+    one-time start, over 4 s of CPU. Then, with the device lock held shared
+    (no measurement elsewhere sees it), the work that runs on the device:
+    this process's cuBLAS, the candidate's cuBLAS and one Triton launch.
+    Returns what each part took (ms) and what failed."""
     out: dict = {}
     device = os.environ.get("KGYM_DEVICE", "cpu")
     cuda = device.startswith("cuda") and torch.cuda.is_available()
     lock = DeviceLock(os.environ.get("KGYM_DEVICE_LOCK") if cuda else None)
     chan.deadline = time.monotonic() + WARM_TIMEOUT_S
-    dev = torch.device(device if cuda and ":" in device else "cuda:0" if cuda else "cpu")
+    dev = torch.device(device if ":" in device else "cuda:0") if cuda else None
     try:
         # this process's CUDA context (no device work) while the candidate preps
         _warm_part(chan, out, "prep", (lambda: torch.cuda.set_device(dev)) if cuda else None)
