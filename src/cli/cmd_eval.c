@@ -213,6 +213,23 @@ static void print_table(struct evalrun *run)
     }
 }
 
+/* The text of a --ref/--cand file as a JSON string; NULL (said on stderr)
+ * when it cannot be read or is not valid UTF-8. */
+static json_t *code_string(const char *flag, const char *path)
+{
+    kg_err err = {{0}};
+    char *text = kg_cli_read_file(path, &err);
+    if (!text) {
+        fprintf(stderr, "kgym eval: %s %s\n", flag, err.msg);
+        return NULL;
+    }
+    json_t *s = json_string(text);
+    free(text);
+    if (!s)
+        fprintf(stderr, "kgym eval: %s: not valid UTF-8\n", path);
+    return s;
+}
+
 static void on_done(void *ctx, void *user, json_t *result)
 {
     struct evalrun *run = ctx;
@@ -314,52 +331,36 @@ int kg_cli_eval(int argc, char **argv)
     }
     /* validate every candidate's request before starting anything */
     static json_t *tasks[MAX_CANDS];
-    for (int i = 0; i < run.n; i++) {
-        const char *rpath = run.refs[i] ? run.refs[i] : ref;
-        char *refcode = kg_cli_read_file(rpath, &err);
-        if (!refcode) {
-            fprintf(stderr, "kgym eval: --ref %s\n", err.msg);
-            for (int k = 0; k < i; k++)
-                json_decref(tasks[k]);
-            goto out;
+    json_t *refjs = NULL;       /* the reference's code, read once per --ref */
+    const char *refjs_path = NULL;
+    int ntasks = 0;
+    for (; ntasks < run.n; ntasks++) {
+        const char *rpath = run.refs[ntasks] ? run.refs[ntasks] : ref;
+        if (rpath != refjs_path) {
+            json_decref(refjs);
+            refjs_path = rpath;
+            if (!(refjs = code_string("--ref", rpath)))
+                break;
         }
-        char *code = kg_cli_read_file(run.names[i], &err);
-        if (!code) {
-            fprintf(stderr, "kgym eval: --cand %s\n", err.msg);
-            free(refcode);
-            for (int k = 0; k < i; k++)
-                json_decref(tasks[k]);
-            goto out;
-        }
+        json_t *code = code_string("--cand", run.names[ntasks]);
+        if (!code)
+            break;
         json_t *req = json_deep_copy(fields);
-        json_object_set_new(req, "reference_code", json_string(refcode));
-        free(refcode);
-        if (!json_object_get(req, "reference_code")) {
-            fprintf(stderr, "kgym eval: %s: not valid UTF-8\n", rpath);
-            free(code);
-            json_decref(req);
-            for (int k = 0; k < i; k++)
-                json_decref(tasks[k]);
-            goto out;
-        }
-        json_object_set_new(req, "kernel_code", json_string(code));
-        free(code);
-        if (!json_object_get(req, "kernel_code")) {
-            fprintf(stderr, "kgym eval: %s: not valid UTF-8\n", run.names[i]);
-            json_decref(req);
-            for (int k = 0; k < i; k++)
-                json_decref(tasks[k]);
-            goto out;
-        }
+        json_object_set(req, "reference_code", refjs);
+        json_object_set_new(req, "kernel_code", code);
         int code_rc;
-        tasks[i] = kg_request_normalize(req, &code_rc, NULL, &err);
+        tasks[ntasks] = kg_request_normalize(req, &code_rc, NULL, &err);
         json_decref(req);
-        if (!tasks[i]) {
-            fprintf(stderr, "kgym eval: %s: %s\n", run.names[i], err.msg);
-            for (int k = 0; k < i; k++)
-                json_decref(tasks[k]);
-            goto out;
+        if (!tasks[ntasks]) {
+            fprintf(stderr, "kgym eval: %s: %s\n", run.names[ntasks], err.msg);
+            break;
         }
+    }
+    json_decref(refjs);
+    if (ntasks < run.n) {
+        for (int k = 0; k < ntasks; k++)
+            json_decref(tasks[k]);
+        goto out;
     }
     if (!cfg.device)
         cfg.device = access("/dev/nvidia0", F_OK) == 0 ? "cuda:0" : "cpu";
