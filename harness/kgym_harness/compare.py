@@ -127,3 +127,21 @@ def sample_output(out: Any, seed: int, k: int = SPOT_SAMPLE) -> tuple[list, list
         samples.append(flat.clone() if idx is None else flat[idx.to(flat.device)])
     return samples, meta
 
+
+def compare_sampled(expected: Any, got: tuple[list, list[dict]], seed: int, atol: float,
+                    rtol: float) -> dict | None:
+    """compare_outputs on a spot check's sampled elements (sample_output on
+    both sides, same seed), after the shapes and dtypes the candidate
+    reported for its whole outputs."""
+    samples, meta = got
+    try:
+        want, want_meta = sample_output(expected, seed, SPOT_SAMPLE)
+    except TypeError:  # a reference output that is not a tensor: compare whole
+        return compare_outputs(expected, samples, atol, rtol)
+    for i, (m, w) in enumerate(zip(meta, want_meta)):
+        if m != w:
+            return _fail("SHAPE_MISMATCH" if m.get("shape") != w["shape"] else "DTYPE_MISMATCH",
+                         i, f"output {i}: expected {w['shape']} {w['dtype']}, got "
+                         f"{m.get('shape')} {m.get('dtype')}")
+    return compare_outputs(want, samples, atol, rtol)
+

@@ -71,24 +71,6 @@ def select_device(req: dict) -> str:
     return "cpu"
 
 
-def _sampled_compare(expected: Any, got: tuple[list, list[dict]], seed: int, atol: float,
-                     rtol: float) -> dict | None:
-    """compare_outputs on the sampled elements of a spot check, after the
-    shapes and dtypes the candidate reported for its whole outputs."""
-    samples, meta = got
-    try:
-        want, want_meta = compare.sample_output(expected, seed, compare.SPOT_SAMPLE)
-    except TypeError:  # a reference output that is not a tensor: compare whole
-        return compare.compare_outputs(expected, samples, atol, rtol)
-    for i, (m, w) in enumerate(zip(meta, want_meta)):
-        if m != w:
-            code = "SHAPE_MISMATCH" if m.get("shape") != w["shape"] else "DTYPE_MISMATCH"
-            return {"code": code, "output_index": i, "max_abs_err": None, "max_rel_err": None,
-                    "bad_fraction": None, "message": f"output {i}: expected {w['shape']} "
-                    f"{w['dtype']}, got {m.get('shape')} {m.get('dtype')}"}
-    return compare.compare_outputs(want, samples, atol, rtol)
-
-
 class Judge:
     """One evaluation. Methods raise Stop once the verdict is decided."""
 
@@ -627,7 +609,7 @@ class Judge:
                                          "max_rel_err": None, "bad_fraction": None}
                 else:
                     expected = self.reference_forward(self.timing_inputs(i), "train", False)
-                    fail = _sampled_compare(expected, out, seed, self.req["atol"],
+                    fail = compare.compare_sampled(expected, out, seed, self.req["atol"],
                                             self.req["rtol"])
                 if fail is not None:
                     checks["spot_checks"]["failed"] = i

@@ -7,7 +7,6 @@ from __future__ import annotations
 import torch
 
 from kgym_harness import compare
-from kgym_harness.judge import _sampled_compare
 
 
 def test_both_sides_draw_the_same_positions_from_the_seed():
@@ -31,14 +30,14 @@ def test_sampled_compare_finds_skipped_rows_and_wrong_shapes():
     exp = torch.randn(1024, 1024)
     seed = 99
     good = compare.sample_output(exp.clone(), seed)
-    assert _sampled_compare(exp, good, seed, 1e-5, 1e-5) is None
+    assert compare.compare_sampled(exp, good, seed, 1e-5, 1e-5) is None
     bad = exp.clone()
     bad[8:] = 0.0  # a kernel that computed only the first rows when timed
-    fail = _sampled_compare(exp, compare.sample_output(bad, seed), seed, 1e-5, 1e-5)
+    fail = compare.compare_sampled(exp, compare.sample_output(bad, seed), seed, 1e-5, 1e-5)
     assert fail is not None and fail["code"] == "VALUE_MISMATCH"
     other = compare.sample_output(exp.reshape(512, 2048), seed)
-    fail = _sampled_compare(exp, other, seed, 1e-5, 1e-5)
+    fail = compare.compare_sampled(exp, other, seed, 1e-5, 1e-5)
     assert fail is not None and fail["code"] == "SHAPE_MISMATCH"
     half = compare.sample_output(exp.to(torch.float16), seed)
-    fail = _sampled_compare(exp, half, seed, 1e-5, 1e-5)
+    fail = compare.compare_sampled(exp, half, seed, 1e-5, 1e-5)
     assert fail is not None and fail["code"] == "DTYPE_MISMATCH"
