@@ -61,16 +61,7 @@ def test_thread_that_keeps_computing_after_return():
     assert "work kept running after forward returned" in r["error_message"]
 
 
-HIDDEN = '''import sys, threading
-
-
-def being_timed():
-    f = sys._getframe(2)
-    while f is not None:
-        if f.f_code.co_name == "time_forward":
-            return True
-        f = f.f_back
-    return False
+HIDDEN = kit.BEING_TIMED + '''import threading
 
 
 def work(out, a, b, s):
