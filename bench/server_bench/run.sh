@@ -11,6 +11,11 @@
 # any --store URL ({tmp} is replaced by the run's temp dir). Default:
 # "sqlite redis-always", the two with the same promise (an acknowledged
 # submission is on disk). THREADS=N passes --threads N to kgym serve.
+# PHASES="submit lease" runs only those phases (default: submit batch
+# status lease; lease needs tasks queued, so it implies one
+# submission phase before it). HOG=N runs N busy-looping processes
+# beside the bench for the whole run (CPU contention made repeatable:
+# other work on the same CPUs, as in CI); they are killed at the end.
 #
 # For each store, at 64 concurrent connections: submissions one by one
 # (POST /evaluate), submissions through POST /evaluate/batch (100 tasks a
@@ -25,6 +30,8 @@ secs=${1:-10}
 [ $# -gt 0 ] && shift
 [ $# -gt 0 ] || set -- sqlite redis-always
 threads=${THREADS:-}
+phases=${PHASES:-submit batch status lease}
+hog=${HOG:-}
 top=$(mktemp -d /tmp/kgym-bench-XXXXXX)
 pids=""
 # (|| true: under set -e a failed kill, of a server already stopped, would
@@ -32,6 +39,14 @@ pids=""
 trap 'for p in $pids; do kill $p 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$top"' EXIT
 summary="$top/summary"
 : >"$summary"
+i=0
+while [ "$i" -lt "${hog:-0}" ]; do
+    sh -c 'while :; do :; done' &
+    pids="$pids $!"
+    i=$((i + 1))
+done
+
+want() { case " $phases " in *" $1 "*) return 0 ;; esac; return 1; }
 
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -77,13 +92,24 @@ bench_store() {
     url=$(sed -n 's/.*listening on //p' "$tmp/out")
     echo
     echo "== $label: kgym serve at $url, $(sed -n 's/.*: store //p' "$tmp/out")"
-    echo "== $(nproc) CPUs, $(uname -sr), wrk -t2 -c64 -d${secs}s${threads:+, --threads $threads}, load $(cut -d' ' -f1-3 /proc/loadavg)"
-    run submit "submit one by one: POST /evaluate" -s "$here/submit.lua" "$url"
-    run batch "submit in batches of 100: POST /evaluate/batch (tasks/s = req/s x 100)" \
-        -s "$here/batch.lua" "$url"
+    echo "== $(nproc) CPUs, $(uname -sr), wrk -t2 -c64 -d${secs}s${threads:+, --threads $threads}${hog:+, $hog busy loops beside}, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    if want submit || { want lease && ! want batch; }; then
+        run submit "submit one by one: POST /evaluate" -s "$here/submit.lua" "$url"
+    fi
+    if want batch; then
+        run batch "submit in batches of 100: POST /evaluate/batch (tasks/s = req/s x 100)" \
+            -s "$here/batch.lua" "$url"
+    fi
     curl -s -o /dev/null -X POST "$url/evaluate" \
         -d '{"reference_code": "r", "kernel_code": "k", "task_id": "bench-status"}'
-    run status "status reads: GET /status/bench-status" "$url/status/bench-status"
+    if want status; then
+        run status "status reads: GET /status/bench-status" "$url/status/bench-status"
+    fi
+    if ! want lease; then
+        kill "$pid"
+        wait "$pid" 2>/dev/null || true
+        return
+    fi
     for i in $(seq 0 63); do
         curl -s -o /dev/null -X POST "$url/worker/register" \
             -d "{\"worker_id\": \"bw-$i\", \"device\": \"cpu:$i\"}"
