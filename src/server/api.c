@@ -430,40 +430,13 @@ static int prepare(const json_t *in, struct prepared *p, kg_api_error *e)
     return 0;
 }
 
-/*
- * Looks p up in the result cache (unless force_refresh). Returns 1 and a
- * reply body in *view when answered from the cache, 0 to go on with a
- * normal submission, < 0 (store error, err set) on failure. A cached
- * answer never hides a task the client already submitted under that id.
- */
-static int try_cache(kg_api *api, const struct prepared *p, json_t **view,
-                     kg_err *err)
+/* The reply to a submission answered from the cache (res, borrowed). */
+static json_t *cache_answer(kg_api *api, const struct prepared *p,
+                            const json_t *res)
 {
-    *view = NULL;
-    if (p->force)
-        return 0;
-    json_t *res = NULL;
-    int rc = kg_store_cache_get(api->store, p->key, &res, err);
-    if (rc <= 0)
-        return rc;
-    if (p->given_id) {
-        kg_task t;
-        rc = kg_store_get(api->store, p->id, 0, &t, err);
-        if (rc == 0) {
-            kg_task_free(&t);
-            json_decref(res);
-            return 0; /* exists: the normal path returns it */
-        }
-        if (rc != KG_ENOTFOUND) {
-            json_decref(res);
-            return rc;
-        }
-    }
     hit_put(api, p->id, p->key);
     kg_metrics_cache_hit(api->metrics);
-    *view = cached_view(p->id, res);
-    json_decref(res);
-    return 1;
+    return cached_view(p->id, res);
 }
 
 static void h_evaluate(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
@@ -482,17 +455,17 @@ static void h_evaluate(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
         return;
     }
 
+    /* one store call: the cache (unless force_refresh) and the submission
+       (Redis: one script) */
     kg_err err;
-    json_t *view;
-    rc = try_cache(api, &p, &view, &err);
-    if (rc < 0) {
-        store_error(rep, rc, &err);
-    } else if (rc == 1) {
+    json_t *res = NULL;
+    kg_submit s = {p.id, p.priority, p.norm, p.key, p.force};
+    rc = kg_store_submit_cached(api->store, &s, &res, &err);
+    if (rc == 2) {
         rep->status = 200;
-        rep->json = view;
+        rep->json = cache_answer(api, &p, res);
+        json_decref(res);
     } else {
-        kg_submit s = {p.id, p.priority, p.norm, p.key, p.force};
-        rc = kg_store_submit(api->store, &s, &err);
         if (rc == 0) {
             kg_http_wake(api->http, 1);
             rep->status = 202;
@@ -547,32 +520,6 @@ static int seen_add(const char **tab, size_t cap, const char *id)
 }
 
 /*
- * For a batch: a task whose key the one cache lookup found (res, borrowed)
- * is answered from the cache as try_cache answers a single submission:
- * 1 and *view, unless the client named an id that exists (0: submitted
- * as usual and answered as existing); < 0 on a store error.
- */
-static int batch_cached(kg_api *api, const struct prepared *p,
-                        const json_t *res, json_t **view, kg_err *err)
-{
-    *view = NULL;
-    if (p->given_id) {
-        kg_task t;
-        int rc = kg_store_get(api->store, p->id, 0, &t, err);
-        if (rc == 0) {
-            kg_task_free(&t);
-            return 0;
-        }
-        if (rc != KG_ENOTFOUND)
-            return rc;
-    }
-    hit_put(api, p->id, p->key);
-    kg_metrics_cache_hit(api->metrics);
-    *view = cached_view(p->id, res);
-    return 1;
-}
-
-/*
  * POST /evaluate/batch: every task validated on its own (an entry error
  * for a bad one), one cache lookup for the whole batch, one store write
  * for everything not answered from the cache.
@@ -609,18 +556,18 @@ static void h_batch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     kg_submit *subs = calloc(n1, sizeof *subs);
     size_t *which = calloc(n1, sizeof *which);
     int *created = calloc(n1, sizeof *created);
-    const char **keys = calloc(n1, sizeof *keys); /* NULL: no lookup */
-    json_t **hits = calloc(n1, sizeof *hits);
+    json_t **hits = calloc(n1, sizeof *hits); /* by submission */
     char *ok = calloc(n1, 1); /* valid, not a duplicate */
     const char **seen = calloc(cap, sizeof *seen);
     json_t *entries = json_array();
-    if (!ps || !subs || !which || !created || !keys || !hits || !ok || !seen ||
+    if (!ps || !subs || !which || !created || !hits || !ok || !seen ||
         !entries) {
         kg_http_error(rep, 500, "internal", NULL, "out of memory");
         goto out;
     }
     size_t m = 0, rejected = 0;
     kg_err err;
+    int rc;
     for (size_t i = 0; i < n; i++) {
         json_t *task = json_array_get(tasks, i);
         json_t *entry = json_null(); /* filled below */
@@ -633,36 +580,21 @@ static void h_batch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
             entry = entry_error(i, task, &e);
         } else {
             ok[i] = 1;
-            keys[i] = ps[i].force ? NULL : ps[i].key;
         }
         if (!ok[i])
             rejected++;
         json_array_append_new(entries, entry);
     }
-    int rc = kg_store_cache_get_many(api->store, keys, n, hits, &err);
-    if (rc < 0) {
-        store_error(rep, rc, &err);
-        goto out;
-    }
     for (size_t i = 0; i < n; i++) {
         if (!ok[i])
             continue;
-        json_t *view = NULL;
-        if (hits[i] &&
-            (rc = batch_cached(api, &ps[i], hits[i], &view, &err)) < 0) {
-            store_error(rep, rc, &err);
-            goto out;
-        }
-        if (view) {
-            json_array_set_new(entries, i, view);
-            continue;
-        }
         subs[m] = (kg_submit){ps[i].id, ps[i].priority, ps[i].norm, ps[i].key,
                               ps[i].force};
         which[m++] = i;
     }
     if (m) {
-        rc = kg_store_submit_batch(api->store, subs, m, created, &err);
+        rc = kg_store_submit_batch_cached(api->store, subs, m, created, hits,
+                                          &err);
         if (rc) {
             store_error(rep, rc, &err);
             goto out;
@@ -671,7 +603,9 @@ static void h_batch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     size_t fresh = 0;
     for (size_t j = 0; j < m; j++) {
         json_t *entry;
-        if (created[j] == 0) {
+        if (created[j] == 2) {
+            entry = cache_answer(api, &ps[which[j]], hits[j]);
+        } else if (created[j] == 0) {
             fresh++;
             entry = json_pack("{s:s, s:s}", "task_id", ps[which[j]].id,
                               "status", "pending");
@@ -705,7 +639,6 @@ out:
     free(subs);
     free(which);
     free(created);
-    free(keys);
     free(hits);
     free(ok);
     free(seen);

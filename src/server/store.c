@@ -435,12 +435,11 @@ int kg_store_submit(kg_store *s, const kg_submit *t, kg_err *err)
     return rc < 0 ? rc : created;
 }
 
-int kg_store_submit_batch(kg_store *s, const kg_submit *t, size_t n,
-                          int *created, kg_err *err)
+/* The checks of kg_store_submit_batch (n > 0). */
+static int check_submissions(const kg_submit *t, size_t n, const int *created,
+                             kg_err *err)
 {
     int rc;
-    if (n == 0)
-        return 0;
     if (!t || !created)
         return kg_errf(err, KG_EINVAL, "submit: no tasks");
     for (size_t i = 0; i < n; i++) {
@@ -473,7 +472,109 @@ int kg_store_submit_batch(kg_store *s, const kg_submit *t, size_t n,
             }
         free(ids);
     }
+    return 0;
+}
+
+int kg_store_submit_batch(kg_store *s, const kg_submit *t, size_t n,
+                          int *created, kg_err *err)
+{
+    int rc;
+    if (n == 0)
+        return 0;
+    if ((rc = check_submissions(t, n, created, err)) < 0)
+        return rc;
     return s->ops->submit_batch(s, t, n, created, err);
+}
+
+/* 1 when task i of a cached submission looks the cache up. */
+static int wants_cache(const kg_submit *t)
+{
+    return t->cache_key && t->cache_key[0] && !t->replace_finished;
+}
+
+/*
+ * kg_store_submit_batch_cached for a backend without its own: one
+ * cache_get_many, a get per hit whose id the client may have used, then
+ * one submit_batch for everything not answered from the cache.
+ */
+static int submit_cached_generic(kg_store *s, const kg_submit *t, size_t n,
+                                 int *created, json_t **cached, kg_err *err)
+{
+    const char **keys = calloc(n, sizeof *keys);
+    kg_submit *rest = calloc(n, sizeof *rest);
+    size_t *which = calloc(n, sizeof *which);
+    int *rc_rest = calloc(n, sizeof *rc_rest);
+    int rc = 0;
+    if (!keys || !rest || !which || !rc_rest) {
+        rc = kg_errf(err, KG_ENOMEM, "submit: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        keys[i] = wants_cache(&t[i]) ? t[i].cache_key : NULL;
+    if ((rc = s->ops->cache_get_many(s, keys, n, cached, err)) < 0)
+        goto out;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (cached[i]) {
+            kg_task task;
+            memset(&task, 0, sizeof task);
+            rc = s->ops->get(s, t[i].id, 0, &task, err);
+            if (rc == KG_ENOTFOUND) {
+                created[i] = 2;
+                rc = 0;
+                continue;
+            }
+            if (rc < 0)
+                goto out;
+            kg_task_free(&task);
+            json_decref(cached[i]); /* exists: submitted as usual */
+            cached[i] = NULL;
+        }
+        rest[m] = t[i];
+        which[m++] = i;
+    }
+    if (m && (rc = s->ops->submit_batch(s, rest, m, rc_rest, err)) < 0)
+        goto out;
+    for (size_t j = 0; j < m; j++)
+        created[which[j]] = rc_rest[j];
+    rc = 0;
+out:
+    free(keys);
+    free(rest);
+    free(which);
+    free(rc_rest);
+    return rc;
+}
+
+int kg_store_submit_batch_cached(kg_store *s, const kg_submit *t, size_t n,
+                                 int *created, json_t **cached, kg_err *err)
+{
+    int rc;
+    if (n == 0)
+        return 0;
+    if (!cached)
+        return kg_errf(err, KG_EINVAL, "submit: no cached array");
+    for (size_t i = 0; i < n; i++)
+        cached[i] = NULL;
+    if ((rc = check_submissions(t, n, created, err)) < 0)
+        return rc;
+    rc = s->ops->submit_batch_cached
+             ? s->ops->submit_batch_cached(s, t, n, created, cached, err)
+             : submit_cached_generic(s, t, n, created, cached, err);
+    if (rc < 0)
+        for (size_t i = 0; i < n; i++) {
+            json_decref(cached[i]);
+            cached[i] = NULL;
+        }
+    return rc;
+}
+
+int kg_store_submit_cached(kg_store *s, const kg_submit *t, json_t **cached,
+                           kg_err *err)
+{
+    int created = 0;
+    int rc = kg_store_submit_batch_cached(s, t, 1, &created, cached, err);
+    return rc < 0 ? rc : created;
 }
 
 int kg_store_get(kg_store *s, const char *id, unsigned what, kg_task *out,

@@ -216,6 +216,26 @@ int kg_store_submit_batch(kg_store *s, const kg_submit *t, size_t n,
                           int *created, kg_err *err);
 
 /*
+ * kg_store_submit_batch with the result cache in front: a task with a
+ * cache_key and replace_finished 0 whose key the cache holds, and whose
+ * id names no task, is answered from the cache instead: created[i] = 2,
+ * cached[i] = that result (caller owns; NULL for the others) and nothing
+ * is written for it. A task whose id exists is submitted as usual
+ * (created[i] = 1), so a cached answer never hides a task the client
+ * submitted. The others are submitted in one all-or-nothing write.
+ * cached is the caller's array of n. On error every cached[i] is NULL.
+ * Redis does the lookups and the submission in one script (one round
+ * trip and, under appendfsync always, one wait for the AOF's fsync
+ * instead of two); SQLite reads the cache, then writes.
+ */
+int kg_store_submit_batch_cached(kg_store *s, const kg_submit *t, size_t n,
+                                 int *created, json_t **cached, kg_err *err);
+
+/* The same for one task: returns 0, 1 or 2 (*cached set) as created. */
+int kg_store_submit_cached(kg_store *s, const kg_submit *t, json_t **cached,
+                           kg_err *err);
+
+/*
  * Reads task id into *out (the caller's struct; members per `what`, a mask
  * of KG_GET_*). KG_ENOTFOUND when there is no such task. On success the
  * caller releases *out with kg_task_free; on error *out holds no memory.

@@ -16,6 +16,10 @@ struct kg_store_ops {
     int (*describe)(kg_store *s, char *buf, size_t size, kg_err *err);
     int (*submit_batch)(kg_store *s, const kg_submit *t, size_t n, int *created,
                         kg_err *err);
+    /* kg_store_submit_batch_cached; NULL: store.c reads the cache, then
+       calls submit_batch. cached[] is all NULL on entry. */
+    int (*submit_batch_cached)(kg_store *s, const kg_submit *t, size_t n,
+                               int *created, json_t **cached, kg_err *err);
     int (*get)(kg_store *s, const char *id, unsigned what, kg_task *out,
                kg_err *err);
     /* what: KG_GET_REQUEST (parsed) or KG_GET_REQUEST_TEXT (as stored) */

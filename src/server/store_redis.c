@@ -118,17 +118,26 @@ enum {
 };
 
 static const char *const SCRIPTS[SC_N] = {
-    /* ARGV: n, then n x (id, prio, cache key, request, replace). Three
-       commands per new task (HMGET, XADD, HSET with its entry); the
-       pending counters once per batch. */
+    /* ARGV: n, then n x (id, prio, cache key, request, replace, use the
+       cache). Three commands per new task (HMGET, XADD, HSET with its
+       entry); the pending counters once per batch. A task that may be
+       answered from the cache (kg_store_submit_batch_cached) and whose
+       id is free gets the cached result's text instead of 0 or 1 (one
+       that does not parse is ignored: the task is submitted). */
     [SC_SUBMIT] = LUA_PRELUDE
     "local t = now() local out = {} local added = {} local n = 0\n"
     "for i = 0, tonumber(ARGV[1]) - 1 do\n"
-    " local id, p, ck, req, rep = ARGV[2 + 5 * i], ARGV[3 + 5 * i], "
-    "ARGV[4 + 5 * i], ARGV[5 + 5 * i], ARGV[6 + 5 * i]\n"
+    " local id, p, ck, req, rep, uc = ARGV[2 + 6 * i], ARGV[3 + 6 * i], "
+    "ARGV[4 + 6 * i], ARGV[5 + 6 * i], ARGV[6 + 6 * i], ARGV[7 + 6 * i]\n"
     " local k = tk(id)\n"
     " local h = redis.call('HMGET', k, 'status', 'prio', 'verdict')\n"
-    " if h[1] and (rep ~= '1' or tonumber(h[1]) < 2) then out[#out + 1] "
+    " local c = false\n"
+    " if uc == '1' and not h[1] then\n"
+    "  c = redis.call('GET', 'kg:c:' .. ck)\n"
+    "  if c and not pcall(cjson.decode, c) then c = false end\n"
+    " end\n"
+    " if c then out[#out + 1] = c\n"
+    " elseif h[1] and (rep ~= '1' or tonumber(h[1]) < 2) then out[#out + 1] "
     "= 1\n"
     " else\n"
     "  if h[1] then count(h[1], h[2], h[3], -1) redis.call('DEL', k) end\n"
@@ -655,11 +664,14 @@ static int set_json(json_t **dst, const redisReply *r, const char *id,
     return 0;
 }
 
-static int rd_submit_batch(kg_store *base, const kg_submit *t, size_t n,
-                           int *created, kg_err *err)
+/*
+ * Both submissions in one script: cached NULL for kg_store_submit_batch
+ * (no lookups), else kg_store_submit_batch_cached's array.
+ */
+static int rd_submit(rd_store *s, const kg_submit *t, size_t n, int *created,
+                     json_t **cached, kg_err *err)
 {
-    rd_store *s = (rd_store *)base;
-    size_t argc = 1 + 5 * n;
+    size_t argc = 1 + 6 * n;
     const char **av = calloc(argc, sizeof *av);
     size_t *lv = calloc(argc, sizeof *lv);
     char **texts = calloc(n, sizeof *texts);
@@ -680,18 +692,32 @@ static int rd_submit_batch(kg_store *base, const kg_submit *t, size_t n,
             goto out;
         }
         const char *ck = t[i].cache_key ? t[i].cache_key : "";
-        const char *v[5] = {t[i].id, prio[t[i].priority], ck, texts[i],
-                            t[i].replace_finished ? "1" : "0"};
-        for (int k = 0; k < 5; k++) {
-            av[1 + 5 * i + (size_t)k] = v[k];
-            lv[1 + 5 * i + (size_t)k] = strlen(v[k]);
+        int uc = cached && ck[0] && !t[i].replace_finished;
+        const char *v[6] = {t[i].id,  prio[t[i].priority],
+                            ck,       texts[i],
+                            t[i].replace_finished ? "1" : "0",
+                            uc ? "1" : "0"};
+        for (int k = 0; k < 6; k++) {
+            av[1 + 6 * i + (size_t)k] = v[k];
+            lv[1 + 6 * i + (size_t)k] = strlen(v[k]);
         }
     }
     redisReply *r = run(s, SC_SUBMIT, (int)argc, av, lv, &code, err);
     if (r) {
         if (r->type == REDIS_REPLY_ARRAY && r->elements == n) {
-            for (size_t i = 0; i < n; i++)
-                created[i] = (int)num(r->element[i]);
+            for (size_t i = 0; i < n; i++) {
+                const redisReply *e = r->element[i];
+                if (cached && e->type == REDIS_REPLY_STRING) {
+                    created[i] = 2;
+                    if (!(cached[i] = kg_store_json_parse(e->str, e->len))) {
+                        code = kg_errf(err, KG_EPARSE,
+                                       "cache entry is corrupt");
+                        break;
+                    }
+                } else {
+                    created[i] = (int)num(e);
+                }
+            }
         } else {
             code = kg_errf(err, KG_EIO, "redis: unexpected submit reply");
         }
@@ -704,6 +730,18 @@ out:
     free(av);
     free(lv);
     return code;
+}
+
+static int rd_submit_batch(kg_store *base, const kg_submit *t, size_t n,
+                           int *created, kg_err *err)
+{
+    return rd_submit((rd_store *)base, t, n, created, NULL, err);
+}
+
+static int rd_submit_batch_cached(kg_store *base, const kg_submit *t, size_t n,
+                                  int *created, json_t **cached, kg_err *err)
+{
+    return rd_submit((rd_store *)base, t, n, created, cached, err);
 }
 
 static const char *const GET_FIELDS[] = {"prio", "status", "ck",  "att",
@@ -1134,6 +1172,7 @@ static const struct kg_store_ops REDIS_OPS = {
     .close = rd_close,
     .describe = rd_describe,
     .submit_batch = rd_submit_batch,
+    .submit_batch_cached = rd_submit_batch_cached,
     .get = rd_get,
     .lease = rd_lease,
     .complete = rd_complete,

@@ -719,6 +719,97 @@ static void test_cache(void **state)
     json_decref(r2);
 }
 
+/*
+ * kg_store_submit_cached / _batch_cached: a cached key answers a task
+ * whose id is free (2, the result, nothing written); a task whose id
+ * exists is not hidden (1); force (replace_finished) never looks; a miss
+ * is submitted (0). Redis does it in its submit script, SQLite through
+ * store.c's reads then write: both must agree.
+ */
+static void test_submit_cached(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char hit[65], miss[65];
+    kg_sha256_hex("cached", 6, hit);
+    kg_sha256_hex("fresh", 5, miss);
+    json_t *res = result_of("pass");
+    assert_int_equal(kg_store_cache_put(s, hit, res, &err), 0);
+    json_t *req = request("c");
+    kg_task t;
+    json_t *got = (json_t *)1;
+
+    kg_submit a = {"c-hit", 1, req, hit, 0};
+    assert_int_equal(kg_store_submit_cached(s, &a, &got, &err), 2);
+    assert_non_null(got);
+    assert_true(json_equal(got, res));
+    json_decref(got);
+    assert_int_equal(kg_store_get(s, "c-hit", 0, &t, &err), KG_ENOTFOUND);
+
+    kg_submit b = {"c-miss", 1, req, miss, 0};
+    assert_int_equal(kg_store_submit_cached(s, &b, &got, &err), 0);
+    assert_null(got);
+    assert_int_equal(kg_store_get(s, "c-miss", 0, &t, &err), 0);
+    assert_int_equal(t.status, KG_TASK_PENDING);
+    kg_task_free(&t);
+
+    /* an existing id with a cached key: the task, not the cache */
+    OK(submit(s, "c-old", 1));
+    kg_submit c = {"c-old", 1, req, hit, 0};
+    assert_int_equal(kg_store_submit_cached(s, &c, &got, &err), 1);
+    assert_null(got);
+
+    /* force_refresh: no lookup, a new pending task */
+    kg_submit d = {"c-force", 1, req, hit, 1};
+    assert_int_equal(kg_store_submit_cached(s, &d, &got, &err), 0);
+    assert_null(got);
+    assert_int_equal(kg_store_get(s, "c-force", 0, &t, &err), 0);
+    assert_string_equal(t.cache_key, hit);
+    kg_task_free(&t);
+
+    /* a batch of all four kinds, and one without a key */
+    kg_submit v[5] = {{"cb-hit", 0, req, hit, 0},
+                      {"cb-miss", 2, req, miss, 0},
+                      {"c-old", 1, req, hit, 0},
+                      {"cb-force", 1, req, hit, 1},
+                      {"cb-nokey", 1, req, NULL, 0}};
+    int created[5];
+    json_t *cached[5];
+    assert_int_equal(kg_store_submit_batch_cached(s, v, 5, created, cached,
+                                                  &err),
+                     0);
+    assert_int_equal(created[0], 2);
+    assert_true(json_equal(cached[0], res));
+    assert_int_equal(created[1], 0);
+    assert_int_equal(created[2], 1);
+    assert_int_equal(created[3], 0);
+    assert_int_equal(created[4], 0);
+    for (int i = 1; i < 5; i++)
+        assert_null(cached[i]);
+    json_decref(cached[0]);
+    assert_int_equal(kg_store_get(s, "cb-hit", 0, &t, &err), KG_ENOTFOUND);
+    const char *made[] = {"cb-miss", "cb-force", "cb-nokey"};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(kg_store_get(s, made[i], 0, &t, &err), 0);
+        kg_task_free(&t);
+    }
+    kg_store_counts n;
+    OK(kg_store_counts_get(s, &n, &err));
+    /* c-miss, c-old, c-force, cb-miss, cb-force, cb-nokey */
+    assert_int_equal(n.by_status[KG_TASK_PENDING], 6);
+
+    /* a bad id fails the whole call, with nothing handed out */
+    v[1].id = "bad id!";
+    cached[0] = (json_t *)1;
+    assert_int_equal(kg_store_submit_batch_cached(s, v, 5, created, cached,
+                                                  &err),
+                     KG_EINVAL);
+    for (int i = 0; i < 5; i++)
+        assert_null(cached[i]);
+    json_decref(req);
+    json_decref(res);
+}
+
 static void test_workers(void **state)
 {
     kg_store *s = ((fixture *)*state)->s;
@@ -1321,6 +1412,7 @@ static void test_open_errors(void **state)
                                         teardown),                             \
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),         \
         cmocka_unit_test_setup_teardown(test_cache, setup, teardown),          \
+        cmocka_unit_test_setup_teardown(test_submit_cached, setup, teardown),  \
         cmocka_unit_test_setup_teardown(test_workers, setup, teardown),        \
         cmocka_unit_test_setup_teardown(test_reregister_releases_leases,       \
                                         setup, teardown),                      \
