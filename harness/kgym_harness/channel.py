@@ -20,6 +20,16 @@ straight from the mapping, which both sides register with CUDA once, so a
 256 MiB tensor crosses in milliseconds instead of a quarter second). The
 protocol is strict request/reply, so a sender reuses its region for its
 next message only after the peer has answered (and copied out).
+
+On a GPU, messages whose tensors all live on the channel's CUDA device
+cross through a device region instead (devregion.py: CUDA IPC, two
+device-to-device copies). Each side announces its region once
+("dev_region": {id, size, handle}, the first one with the first message
+it sends once its device is known); the peer opens it and says whether
+that worked ("dev_ok" in its next message). Only a side whose region the
+peer could open sends tensors that way ("dev": {id, size}); every other
+message uses shared memory as above, so a device or sandbox that refuses
+CUDA IPC costs nothing but speed.
 """
 
 from __future__ import annotations
@@ -36,6 +46,8 @@ import warnings
 from typing import Any
 
 import torch
+
+from .devregion import DevRegion
 
 MAX_HEADER = 1 << 20
 MAX_TENSORS = 256
@@ -186,6 +198,12 @@ class Channel:
         self._out: Region | None = None
         self._in: Region | None = None
         self._next_id = 1
+        self._dev_out: DevRegion | None = None
+        self._dev_in: DevRegion | None = None
+        self._dev_announced = False        # our first device region was offered
+        self.dev_peer_ok = False           # the peer mapped it: we may send through it
+        self._dev_answer: bool | None = None  # to tell the peer about its region
+        self._dev_seen = False             # the peer announced a region before
         for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):  # fewer wake-ups per tensor
             try:
                 self.sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
@@ -193,10 +211,11 @@ class Channel:
                 pass
 
     def close(self) -> None:
-        for r in (self._out, self._in):
+        for r in (self._out, self._in, self._dev_out, self._dev_in):
             if r is not None:
                 r.close()
         self._out = self._in = None
+        self._dev_out = self._dev_in = None
         try:
             self.sock.close()
         except OSError:
@@ -216,8 +235,18 @@ class Channel:
         specs = [describe(t) for t in tensors]
         total = sum(sp["nbytes"] for sp in specs)
         new_fd = -1
-        if tensors and total >= SHM_MIN_BYTES:
+        if self._dev_answer is not None:
+            header["dev_ok"], self._dev_answer = self._dev_answer, None
+        if tensors and total >= SHM_MIN_BYTES and self._on_device(tensors):
+            self._place_on_device(tensors, specs, header)
+        elif tensors and total >= SHM_MIN_BYTES:
             new_fd = self._place_in_shm(tensors, specs, header)
+        if not self._dev_announced and self.device:
+            self._dev_announced = True  # once: None on the CPU, or where IPC is off
+            self._dev_out = DevRegion.create(0, self._next_id, self.device)
+            self._next_id += 1
+            if self._dev_out is not None:
+                header["dev_region"] = self._announce(self._dev_out)
         header["tensors"] = specs
         body = json.dumps(header, allow_nan=False).encode()
         if len(body) > MAX_HEADER:
@@ -228,8 +257,8 @@ class Channel:
             self._send_all(body)
         else:
             self._send_all(prefix + body)
-        if "shm" in header:
-            return
+        if "shm" in header or "dev" in header:
+            return  # the bytes are in a region: none follow on the socket
         for t in tensors:
             data = _tensor_bytes(t)
             if len(data):
@@ -258,6 +287,43 @@ class Channel:
                 dst.copy_(src)
         header["shm"] = {"id": self._out.id, "size": self._out.size}
         return new_fd
+
+    def _on_device(self, tensors: list[torch.Tensor]) -> bool:
+        """Whether these tensors may cross through our device region: the
+        peer mapped it, and every one lives on the region's device."""
+        region = self._dev_out
+        return self.dev_peer_ok and region is not None and all(region.holds(t) for t in tensors)
+
+    @staticmethod
+    def _announce(region: DevRegion) -> dict:
+        return {"id": region.id, "size": region.size, "handle": region.handle.hex()}
+
+    def _place_on_device(self, tensors: list[torch.Tensor], specs: list[dict],
+                         header: dict) -> None:
+        """Copies tensors into our device region (a new, larger one if
+        needed, announced in this message) and waits until the copies are
+        done, so the peer reads complete data."""
+        offsets = []
+        need = 0
+        for sp in specs:
+            offsets.append(need)
+            need += -(-sp["nbytes"] // SHM_ALIGN) * SHM_ALIGN
+        assert self._dev_out is not None  # _on_device said so
+        if self._dev_out.size < need:
+            grown = self._dev_out.grown(need, self._next_id)
+            if grown is None:
+                raise ProtocolError("could not make a larger device region")
+            self._next_id += 1
+            self._dev_out.close()
+            self._dev_out = grown
+            header["dev_region"] = self._announce(grown)
+        for t, sp, off in zip(tensors, specs, offsets):
+            sp["offset"] = off
+            if sp["nbytes"]:
+                src = t.detach()
+                self._dev_out.view(off, src.dtype, list(src.shape), sp["nbytes"]).copy_(src)
+        self._dev_out.sync()
+        header["dev"] = {"id": self._dev_out.id, "size": self._dev_out.size}
 
     def _send_fd(self, prefix: bytes, fd: int) -> None:
         self.sock.settimeout(self._remaining())
@@ -364,6 +430,11 @@ class Channel:
         plan = [_check_spec(s) for s in specs]
         if sum(p[2] for p in plan) > MAX_MESSAGE_BYTES:
             raise ProtocolError("message too large")
+        self._dev_header(header)
+        if header.get("dev") is not None:
+            if new_fd >= 0 or "shm" in header:
+                raise ProtocolError("a message uses a device region and shared memory at once")
+            return header, self._copy_from_device(header["dev"], specs, plan)
         shm = header.get("shm")
         if shm is None:
             if new_fd >= 0:
@@ -378,6 +449,48 @@ class Channel:
                 raise ProtocolError(f"bad shared-memory offset {off!r}")
             tensors.append(self._copy_out(region, off, dtype, shape, nbytes))
         return header, tensors
+
+    def _dev_header(self, header: dict) -> None:
+        """The device-region fields of a received header: the peer's answer
+        about our region, and a region it announces (opened here; the
+        answer goes with our next message when it was the first)."""
+        if header.get("dev_ok") is True and self._dev_out is not None:
+            self.dev_peer_ok = True
+        ann = header.get("dev_region")
+        if ann is None:
+            return
+        first = not self._dev_seen
+        self._dev_seen = True
+        rid = ann.get("id") if isinstance(ann, dict) else None
+        region = None
+        if isinstance(rid, int) and not isinstance(rid, bool) and self.device:
+            region = DevRegion.open(ann.get("handle"), ann.get("size"), rid, self.device)
+        if self._dev_in is not None:
+            self._dev_in.close()
+        self._dev_in = region
+        if first:
+            self._dev_answer = region is not None
+
+    def _copy_from_device(self, dev: Any, specs: list, plan: list) -> list[torch.Tensor]:
+        """Fresh tensors on our device holding what the peer's device
+        region holds for this message; done before we answer (the peer
+        reuses its region for its next message)."""
+        region = self._dev_in
+        if (not isinstance(dev, dict) or region is None or dev.get("id") != region.id
+                or dev.get("size") != region.size):
+            raise ProtocolError(f"message names device region {dev!r}, which we do not hold")
+        tensors = []
+        for spec, (dtype, shape, nbytes) in zip(specs, plan):
+            off = spec.get("offset")
+            if (isinstance(off, bool) or not isinstance(off, int) or off < 0
+                    or off % SHM_ALIGN or off + nbytes > region.size):
+                raise ProtocolError(f"bad device-region offset {off!r}")
+            out = torch.empty(shape, dtype=dtype, device=region.device)
+            if nbytes:
+                out.copy_(region.view(off, dtype, shape, nbytes))
+            tensors.append(out)
+        region.sync()
+        return tensors
 
     def _in_region(self, shm: Any, new_fd: int) -> Region:
         if not isinstance(shm, dict):

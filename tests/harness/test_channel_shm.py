@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import threading
+import time
 
 import pytest
 import torch
@@ -173,3 +174,165 @@ def test_stray_fd_with_a_socket_message_is_refused_and_closed(raw):
     with pytest.raises(ProtocolError, match="does not use"):
         cb.recv()
     assert len(os.listdir("/proc/self/fd")) <= before - 1  # ours closed, theirs closed
+
+
+# ---- device regions (CUDA IPC) as seen from a CPU channel ------------------------
+# The GPU path itself is tests/harness/test_channel_ipc_gpu.py (H200).
+
+def test_cpu_channels_announce_no_device_region(pair):
+    a, b = pair
+    a.device = b.device = "cpu"
+    header, got = _exchange(a, b, {}, [torch.randn(1 << 19)])
+    assert "dev_region" not in header and "dev" not in header and "shm" in header
+    assert not a.dev_peer_ok and not b.dev_peer_ok
+
+
+def test_announced_region_that_cannot_be_opened_is_answered_no(raw):
+    a, cb = raw
+    cb.device = "cpu"
+    _raw_send(a, {"tensors": [], "dev_region": {"id": 1, "size": 32 << 20,
+                                                 "handle": "00" * 64}})
+    cb.recv()
+    assert cb._dev_in is None and cb._dev_answer is False
+    peer = Channel(a.detach())
+    box = {}
+    t = threading.Thread(target=lambda: box.update(got=peer.recv()))
+    t.start()
+    cb.send({"cmd": "reply"})
+    t.join(30)
+    assert box["got"][0]["dev_ok"] is False  # the peer learns it must keep to shared memory
+    peer.close()
+
+
+def test_tensors_in_a_device_region_never_opened_are_refused(raw):
+    a, cb = raw
+    _raw_send(a, {"tensors": [_spec(1 << 20)], "dev": {"id": 1, "size": 32 << 20}})
+    with pytest.raises(ProtocolError, match="device region"):
+        cb.recv()
+
+
+def test_a_message_cannot_use_a_device_region_and_shared_memory(raw):
+    a, cb = raw
+    _raw_send(a, {"tensors": [_spec(16)], "dev": {"id": 1, "size": 32 << 20},
+                  "shm": {"id": 2, "size": 1 << 20}})
+    with pytest.raises(ProtocolError, match="at once"):
+        cb.recv()
+
+
+def test_dev_ok_without_a_region_of_ours_changes_nothing(raw):
+    a, cb = raw
+    _raw_send(a, {"tensors": [], "dev_ok": True})
+    cb.recv()
+    assert not cb.dev_peer_ok  # we offered nothing: nothing to send through
+
+
+class FakeDevRegion:
+    """DevRegion's interface over host memory, so the device-region protocol
+    (announce, answer, send through, grow, refuse) runs on a CPU: a
+    "handle" names a buffer in this process's registry."""
+
+    made: dict = {}
+    syncs = 0
+
+    def __init__(self, buf: torch.Tensor, size: int, rid: int, owned: bool, handle: bytes):
+        self.bytes, self.size, self.id, self.owned, self.handle = buf, size, rid, owned, handle
+        self.device = "cpu"
+
+    @classmethod
+    def create(cls, need: int, rid: int, device: str):
+        from kgym_harness import devregion
+        size = devregion.region_size(need)
+        handle = os.urandom(64)
+        buf = torch.zeros(size, dtype=torch.uint8)
+        cls.made[handle.hex()] = buf
+        return cls(buf, size, rid, True, handle)
+
+    @classmethod
+    def open(cls, handle_hex, size, rid: int, device: str):
+        buf = cls.made.get(handle_hex)
+        if buf is None or not isinstance(size, int) or buf.numel() < size:
+            return None
+        return cls(buf, size, rid, False, b"")
+
+    def holds(self, t: torch.Tensor) -> bool:
+        return t.device.type == "cpu"
+
+    def grown(self, need: int, rid: int):
+        return FakeDevRegion.create(need, rid, "cpu")
+
+    def sync(self) -> None:
+        FakeDevRegion.syncs += 1
+
+    def view(self, offset, dtype, shape, nbytes):
+        raw = self.bytes[offset:offset + nbytes]
+        return (raw.view(torch.bool) if dtype == torch.bool else raw.view(dtype)).reshape(shape)
+
+    def close(self) -> None:
+        self.bytes = None
+
+
+@pytest.fixture()
+def dev_pair(monkeypatch):
+    monkeypatch.setattr(channel, "DevRegion", FakeDevRegion)
+    a, b = socket.socketpair()
+    ca, cb = Channel(a.detach()), Channel(b.detach())
+    ca.device = cb.device = "cpu"
+    ca.deadline = cb.deadline = time.monotonic() + 20  # a blocked send fails, never hangs
+    yield ca, cb
+    ca.close()
+    cb.close()
+
+
+def test_device_regions_are_used_once_both_sides_agree(dev_pair):
+    a, b = dev_pair
+    x = torch.randn(1 << 20)  # 4 MiB
+    header, got = _exchange(a, b, {"n": 1}, [x])
+    assert header["dev_region"]["size"] == 32 << 20 and "shm" in header and "dev" not in header
+    header, got = _exchange(b, a, {"n": 2}, [got[0] * 2])
+    assert header["dev_ok"] is True and "dev_region" in header and "dev" not in header
+    assert a.dev_peer_ok and not b.dev_peer_ok  # b waits for a's answer
+    header, got = _exchange(a, b, {"n": 3}, [x, torch.arange(10)])  # small ones too
+    assert "dev" in header and "shm" not in header and header["dev_ok"] is True
+    assert torch.equal(got[0], x) and torch.equal(got[1], torch.arange(10))
+    a._dev_out.bytes.fill_(0)  # what b received is its own copy
+    assert torch.equal(got[0], x)
+    header, got = _exchange(b, a, {"n": 4}, [x * 3])
+    assert "dev" in header and torch.equal(got[0], x * 3)
+
+
+def test_device_messages_put_no_tensor_bytes_on_the_socket(dev_pair):
+    """A device-region message once also wrote every tensor's bytes to the
+    socket, which the receiver never read: the next message was garbage,
+    and a large one blocked the sender for good (seen on the H200 as
+    evaluations that never ended)."""
+    a, b = dev_pair
+    x = torch.randn(4 << 20)  # 16 MiB: far more than the socket buffers hold
+    _exchange(a, b, {}, [x])
+    _exchange(b, a, {}, [x])
+    for i in range(3):
+        header, got = _exchange(a, b, {"i": i}, [x + i])
+        assert "dev" in header and torch.equal(got[0], x + i)
+    header, got = _exchange(a, b, {"small": True}, [torch.ones(3)])
+    assert header["small"] is True and torch.equal(got[0], torch.ones(3))
+
+
+def test_device_region_grows_and_is_announced_with_the_message(dev_pair):
+    a, b = dev_pair
+    _exchange(a, b, {}, [torch.ones(1 << 20)])
+    _exchange(b, a, {}, [torch.ones(1 << 20)])
+    first = a._dev_out.id
+    big = torch.randn(10 << 20)  # 40 MiB > 32 MiB
+    header, got = _exchange(a, b, {}, [big])
+    assert header["dev_region"]["id"] == a._dev_out.id != first and "dev" in header
+    assert torch.equal(got[0], big)
+
+
+def test_a_region_announced_larger_than_it_is_is_refused(dev_pair):
+    a, b = dev_pair
+    real = Channel._announce
+    a._announce = lambda r: dict(real(r), size=2 * r.size)  # a lies about its region
+    _exchange(a, b, {}, [torch.ones(1 << 20)])
+    header, _ = _exchange(b, a, {}, [torch.ones(1 << 20)])
+    assert header["dev_ok"] is False and not a.dev_peer_ok
+    header, got = _exchange(a, b, {}, [torch.ones(1 << 20)])
+    assert "dev" not in header and "shm" in header  # a keeps to shared memory
