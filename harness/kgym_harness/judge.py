@@ -83,6 +83,7 @@ class Judge:
         self.req: dict = {}
         self.device = "cpu"
         self.launches = {f"{m}/{'grad' if g else 'no_grad'}": 0 for m, g in MODES}
+        self.pending_checks: dict | None = None  # timing() -> timing_checks()
         self.kernel_names: set[str] = set()
         self.records: list[dict] = []
         self.lock = DeviceLock(None)
@@ -202,6 +203,16 @@ class Judge:
         comparison. With run_hack_checks the call is guarded (candidate.py)
         and what it did besides its output is audited (audit.py): findings
         stop the evaluation as hacked."""
+        self.lock_device(exclusive=False)
+        try:
+            return self._trial(label, mode, grad, check)
+        finally:
+            if self.lock.mode == "shared":
+                # one trial at a time: a timing phase waiting for the device
+                # waits for the trials in flight, not for whole phases
+                self.lock.release()
+
+    def _trial(self, label: str, mode: str, grad: bool, check: bool) -> dict | None:
         guard = self.req["run_hack_checks"]
         t0 = _now()
         inputs = loader.draw_inputs(self.ref_module,
@@ -379,6 +390,7 @@ class Judge:
         on one input draw (compared exactly). The model's state (running
         statistics) is put back afterwards, so later trials stay in step
         with the candidate's."""
+        self.lock_device(exclusive=False)
         state = {k: v.detach().clone() for k, v in self.ref_model.state_dict().items()}
         inputs = loader.draw_inputs(self.ref_module,
                                     loader.derive_seed(self.req["seed"], "mode_probe"),
@@ -394,6 +406,7 @@ class Judge:
     def degenerate(self) -> None:
         """Warn (never fail) when the problem cannot tell a no-op or a cache
         from a kernel: checks.degenerate and the reasons in warnings."""
+        self.lock_device(exclusive=False)
         first = self.samples[0] if self.samples else None
         second = self.samples[1] if len(self.samples) > 1 else None
         found = audit.degenerate(first, second, self.req["atol"], self.req["rtol"])
@@ -460,7 +473,8 @@ class Judge:
     def timing(self) -> None:
         """Interleaved blocks: reference block (here), candidate block (its
         process), alternating ABBA so linear clock drift cancels; samples
-        pooled per side. Holds the device exclusively (until profiling ends)."""
+        pooled per side. Holds the device exclusively (until profiling
+        ends); what can be checked without it waits for timing_checks()."""
         self.phase = "timing"
         req = self.req
         self.lock_device(exclusive=True)
@@ -475,7 +489,7 @@ class Judge:
         wall_ms = 0.0
         queued_ms = 0.0  # of wall_ms: the candidate's main thread waiting for a CPU
         launches = 0
-        inputs_ok = True
+        claims: list[tuple[int, Any]] = []  # (input index, the candidate's fingerprint)
         warmups = 0
         spots = timing.SPOT_CHECKS if req["run_hack_checks"] else 0
         timed: set[int] = set()
@@ -520,9 +534,7 @@ class Judge:
                 latency["kernel"].append(c["sync_latency_ms"])
                 cand += c["samples_ms"]
                 launches += c["launches"]["count"]
-                if inputs_ok:
-                    mine = loader.fingerprint(self.timing_inputs(blk["timed_start"]))
-                    inputs_ok = loader.fingerprints_match(mine, c["inputs"])
+                claims.append((blk["timed_start"], c["inputs"]))  # checked after the lock
         if cached is not None:
             ref = cached
         elif key is not None:
@@ -559,9 +571,6 @@ class Judge:
         if launches == 0 and not self.ref_mode_dependent:
             self.hack("mode_branch", "MODE_BRANCH",
                       "no custom kernel ran during the timed iterations", stop=False)
-        if not inputs_ok:
-            self.hack("timer_tamper", "TIMER_TAMPER",
-                      "the candidate timed itself on inputs other than the problem's", stop=False)
         if excess > 0:
             self.hack("timer_tamper", "TIMER_TAMPER",
                       f"the timed phase took {wall_ms:.1f} ms by the judge's clock; the claimed "
@@ -575,6 +584,29 @@ class Judge:
             self.hack("side_stream", "SIDE_STREAM",
                       f"{len(side)} of {n} timed calls left work running on another stream "
                       "after returning (timed until the whole device was idle)", stop=False)
+        self.pending_checks = {"claims": claims, "spots": spots, "timed": timed}
+
+    def timing_checks(self) -> None:
+        """What timing() left to check once the device is no longer held
+        exclusively (the candidate's timed outputs and the judge's own input
+        draws stay where they are meanwhile): the inputs the candidate timed
+        itself on, then the spot checks of timed outputs. Neither needs a
+        quiet device, and each draw or reference forward here would
+        otherwise keep every other evaluation of the device waiting."""
+        pending, self.pending_checks = self.pending_checks, None
+        if pending is None:
+            return
+        self.phase = "timing"
+        self.lock_device(exclusive=False)
+        checks = self.result["checks"]
+        for index, claim in pending["claims"]:
+            mine = loader.fingerprint(self.timing_inputs(index))
+            if not loader.fingerprints_match(mine, claim):
+                self.hack("timer_tamper", "TIMER_TAMPER",
+                          "the candidate timed itself on inputs other than the problem's",
+                          stop=False)
+                break
+        spots, timed = pending["spots"], pending["timed"]
         if spots:  # last: a kernel timed on other inputs is timer_tamper first
             t0 = _now()
             try:
@@ -718,6 +750,7 @@ class Judge:
         self.fresh_trials("speedup_recheck")
         self.timing_seed = loader.derive_seed(self.req["seed"], "timing:speedup_recheck")
         self.timing()
+        self.timing_checks()
         self.phase = "speedup_recheck"
         second = self.result["speedup"]
         checks["speedups"].append(second)
@@ -778,7 +811,8 @@ class Judge:
         timings = self.result["timings"]
         stages = [("setup", self.setup), ("compile", self.compile),
                   ("correctness", self.correctness), ("timing", self.timing),
-                  ("profiling", self.profile), ("recheck", self.recheck)]
+                  ("profiling", self.profile), ("timing_checks", self.timing_checks),
+                  ("recheck", self.recheck)]
         stages.append(("speedup_recheck", self.speedup_recheck))  # only when needed
         for name, fn in stages:
             if name == "profiling" and not self.req["enable_profiling"]:
