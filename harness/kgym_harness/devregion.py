@@ -87,7 +87,9 @@ class _View:
                                          "data": (ptr, False), "version": 3}
 
 
-def _tensor(ptr: int, nbytes: int, device: str) -> torch.Tensor:
+def device_bytes(ptr: int, nbytes: int, device: str) -> torch.Tensor:
+    """nbytes of device memory at ptr as a uint8 tensor (a view: it owns
+    nothing, and must not outlive the memory)."""
     return torch.as_tensor(_View(ptr, nbytes), device=device)
 
 
@@ -108,7 +110,7 @@ class DevRegion:
         self.ptr, self.size, self.id, self.owned = ptr, size, rid, owned
         self.device = device
         self.handle = handle
-        self.bytes: torch.Tensor | None = _tensor(ptr, size, device)
+        self.bytes: torch.Tensor | None = device_bytes(ptr, size, device)
 
     @staticmethod
     def create(need: int, rid: int, device: str) -> "DevRegion | None":

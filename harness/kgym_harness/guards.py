@@ -23,6 +23,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from . import devregion
+
 # Every byte 0xFF: a NaN read as fp16, bf16, fp32 or fp64, -1 as an integer.
 # Memory the candidate allocates during a checked call holds this (glibc's
 # M_PERTURB for host memory, refilled cached blocks on CUDA), so an output
@@ -139,14 +141,42 @@ def _fill_blocks(dev: torch.device, sizes: list[int]) -> None:
     blocks.clear()
 
 
+def _poison_cached_blocks(dev: torch.device) -> list[int] | None:
+    """Fill every free block the CUDA caching allocator holds for dev with
+    the poison pattern, where it lies (nothing is freed or allocated: a
+    cudaFree/cudaMalloc per checked call synchronises the device and, with
+    other evaluations on it, waits for them too); the sizes of the blocks
+    filled, or None when the allocator cannot list its blocks."""
+    try:
+        segments = torch.cuda.memory_snapshot()
+    except Exception:
+        return None
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    sizes = []
+    for seg in segments:
+        if seg.get("device") != index:
+            continue
+        for b in seg.get("blocks", ()):
+            n = int(b.get("size") or 0)
+            if b.get("state") != "inactive" or n < 2 or not b.get("address"):
+                continue
+            raw = devregion.device_bytes(int(b["address"]), n - n % 2, str(dev))
+            raw.view(torch.int16).fill_(POISON16)
+            sizes.append(n)
+    return sizes
+
+
 class Poisoned:
     """Context for one checked call: memory the candidate allocates inside
     it holds the poison pattern. Host: glibc's M_PERTURB is on for the
     duration (every malloc is filled with 0xFF; without glibc, freed blocks
-    of the sizes given are poisoned instead). CUDA: the caching allocator's
-    free blocks are released, and blocks of the sizes given (bytes: the
-    inputs', the last outputs') are allocated, filled and freed, so they are
-    what it hands out next."""
+    of the sizes given are poisoned instead). CUDA: every free block of the
+    caching allocator is poisoned where it lies, and where fewer than
+    POISON_COPIES of them fit one of the sizes given (bytes: the inputs',
+    the last outputs'), blocks of that size are allocated, filled and
+    freed, so poisoned blocks are what it hands out next. (An allocator
+    that cannot list its blocks gets the older way: release every cached
+    block, then allocate, fill and free blocks of the sizes given.)"""
 
     def __init__(self, device: str, sizes: list[int]):
         self.dev = torch.device(device)
@@ -155,8 +185,15 @@ class Poisoned:
 
     def __enter__(self) -> "Poisoned":
         if self.dev.type == "cuda":
-            torch.cuda.empty_cache()
-            _fill_blocks(self.dev, self.sizes)
+            free = _poison_cached_blocks(self.dev)
+            if free is None:
+                torch.cuda.empty_cache()
+                _fill_blocks(self.dev, self.sizes)
+            else:
+                short = [n for n in set(self.sizes)
+                         if sum(1 for f in free if f >= n) < POISON_COPIES]
+                _fill_blocks(self.dev, short)
+                torch.cuda.synchronize(self.dev)
         if _MALLOPT is not None and _MALLOPT(M_PERTURB, PERTURB_VALUE) == 1:
             self.perturbed = True
         elif self.dev.type != "cuda":
