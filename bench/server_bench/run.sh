@@ -16,10 +16,15 @@
 # submission phase before it). HOG=N runs N busy-looping processes
 # beside the bench for the whole run (CPU contention made repeatable:
 # other work on the same CPUs, as in CI); they are killed at the end.
+# BATCH=N sends N tasks per /evaluate/batch request (default 100; with
+# 64 clients, 100 a request keeps 6,400 tasks in flight, so a request's
+# latency is bounded below by 6,400 / throughput). RATE=T paces the
+# batch phase to T tasks/s in all (batch.lua), for its latency at that
+# throughput instead of at saturation.
 #
 # For each store, at 64 concurrent connections: submissions one by one
-# (POST /evaluate), submissions through POST /evaluate/batch (100 tasks a
-# request), status reads (GET /status/{id}) and leases by 64 registered
+# (POST /evaluate), submissions through POST /evaluate/batch (BATCH tasks
+# a request), status reads (GET /status/{id}) and leases by 64 registered
 # workers (POST /worker/lease, queue non-empty). Ends with a table of
 # requests (or tasks) per second and p99 latency per store.
 set -eu
@@ -31,6 +36,8 @@ secs=${1:-10}
 [ $# -gt 0 ] || set -- sqlite redis-always
 threads=${THREADS:-}
 phases=${PHASES:-submit batch status lease}
+batch=${BATCH:-100}  # tasks per /evaluate/batch request (batch.lua reads it too)
+export BATCH="$batch"
 hog=${HOG:-}
 top=$(mktemp -d /tmp/kgym-bench-XXXXXX)
 pids=""
@@ -97,7 +104,7 @@ bench_store() {
         run submit "submit one by one: POST /evaluate" -s "$here/submit.lua" "$url"
     fi
     if want batch; then
-        run batch "submit in batches of 100: POST /evaluate/batch (tasks/s = req/s x 100)" \
+        run batch "submit in batches of $batch${RATE:+, paced to $RATE tasks/s}: POST /evaluate/batch (tasks/s = req/s x $batch)" \
             -s "$here/batch.lua" "$url"
     fi
     curl -s -o /dev/null -X POST "$url/evaluate" \
@@ -135,8 +142,8 @@ for s in "$@"; do
 done
 
 echo
-echo "== summary (64 connections; batch: tasks/s = req/s x 100)"
-awk -F'|' '
+echo "== summary (64 connections; batch: tasks/s = req/s x $batch)"
+awk -F'|' -v batch="$batch" '
     { if (!($1 in seen)) { seen[$1] = 1; order[n++] = $1 }
       v[$1, $2] = $3; p[$1, $2] = $4 }
     END {
@@ -146,7 +153,7 @@ awk -F'|' '
         for (k = 1; k <= 4; k++) {
             printf "%-34s", names[k]
             for (i = 0; i < n; i++) {
-                x = v[order[i], ks[k]]; if (ks[k] == "batch") x *= 100
+                x = v[order[i], ks[k]]; if (ks[k] == "batch") x *= batch
                 printf " %16.0f", x
             }
             print ""

@@ -267,11 +267,7 @@ class Channel:
     def _place_in_shm(self, tensors: list[torch.Tensor], specs: list[dict], header: dict) -> int:
         """Copies tensors into our region (a new, larger one if needed) and
         notes offsets in specs; returns the fd to send when the region is new."""
-        offsets = []
-        need = 0
-        for sp in specs:
-            offsets.append(need)
-            need += -(-sp["nbytes"] // SHM_ALIGN) * SHM_ALIGN
+        offsets, need = _layout(specs)
         new_fd = -1
         if self._out is None or self._out.size < need:
             if self._out is not None:
@@ -303,11 +299,7 @@ class Channel:
         """Copies tensors into our device region (a new, larger one if
         needed, announced in this message) and waits until the copies are
         done, so the peer reads complete data."""
-        offsets = []
-        need = 0
-        for sp in specs:
-            offsets.append(need)
-            need += -(-sp["nbytes"] // SHM_ALIGN) * SHM_ALIGN
+        offsets, need = _layout(specs)
         assert self._dev_out is not None  # _on_device said so
         if self._dev_out.size < need:
             grown = self._dev_out.grown(need, self._next_id)
@@ -443,10 +435,7 @@ class Channel:
         region = self._in_region(shm, new_fd)
         tensors = []
         for spec, (dtype, shape, nbytes) in zip(specs, plan):
-            off = spec.get("offset")
-            if (isinstance(off, bool) or not isinstance(off, int) or off < 0
-                    or off % SHM_ALIGN or off + nbytes > region.size):
-                raise ProtocolError(f"bad shared-memory offset {off!r}")
+            off = _offset(spec, nbytes, region.size, "shared-memory")
             tensors.append(self._copy_out(region, off, dtype, shape, nbytes))
         return header, tensors
 
@@ -481,10 +470,7 @@ class Channel:
             raise ProtocolError(f"message names device region {dev!r}, which we do not hold")
         tensors = []
         for spec, (dtype, shape, nbytes) in zip(specs, plan):
-            off = spec.get("offset")
-            if (isinstance(off, bool) or not isinstance(off, int) or off < 0
-                    or off % SHM_ALIGN or off + nbytes > region.size):
-                raise ProtocolError(f"bad device-region offset {off!r}")
+            off = _offset(spec, nbytes, region.size, "device-region")
             out = torch.empty(shape, dtype=dtype, device=region.device)
             if nbytes:
                 out.copy_(region.view(off, dtype, shape, nbytes))
@@ -525,6 +511,25 @@ class Channel:
         if dtype == torch.bool:
             return raw.to(torch.bool).reshape(shape)
         return raw.view(dtype).reshape(shape)
+
+
+def _offset(spec: dict, nbytes: int, size: int, what: str) -> int:
+    """A received tensor's offset in a region of size bytes, checked."""
+    off = spec.get("offset")
+    if (isinstance(off, bool) or not isinstance(off, int) or off < 0
+            or off % SHM_ALIGN or off + nbytes > size):
+        raise ProtocolError(f"bad {what} offset {off!r}")
+    return off
+
+
+def _layout(specs: list[dict]) -> tuple[list[int], int]:
+    """Offsets (SHM_ALIGN-aligned, in order) of the tensors of a message in
+    a region, and the bytes it needs."""
+    offsets, need = [], 0
+    for sp in specs:
+        offsets.append(need)
+        need += -(-sp["nbytes"] // SHM_ALIGN) * SHM_ALIGN
+    return offsets, need
 
 
 def _check_spec(spec: Any) -> tuple[torch.dtype, list[int], int]:
