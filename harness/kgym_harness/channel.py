@@ -237,9 +237,8 @@ class Channel:
         new_fd = -1
         if self._dev_answer is not None:
             header["dev_ok"], self._dev_answer = self._dev_answer, None
-        if tensors and total >= SHM_MIN_BYTES and self._on_device(tensors):
-            self._place_on_device(tensors, specs, header)
-        elif tensors and total >= SHM_MIN_BYTES:
+        big = bool(tensors) and total >= SHM_MIN_BYTES
+        if big and not (self._on_device(tensors) and self._place_on_device(tensors, specs, header)):
             new_fd = self._place_in_shm(tensors, specs, header)
         if not self._dev_announced and self.device:
             self._dev_announced = True  # once: None on the CPU, or where IPC is off
@@ -295,16 +294,18 @@ class Channel:
         return {"id": region.id, "size": region.size, "handle": region.handle.hex()}
 
     def _place_on_device(self, tensors: list[torch.Tensor], specs: list[dict],
-                         header: dict) -> None:
+                         header: dict) -> bool:
         """Copies tensors into our device region (a new, larger one if
         needed, announced in this message) and waits until the copies are
-        done, so the peer reads complete data."""
+        done, so the peer reads complete data. False, with nothing done,
+        when a larger region cannot be had (the device is full): this
+        message then goes through shared memory."""
         offsets, need = _layout(specs)
         assert self._dev_out is not None  # _on_device said so
         if self._dev_out.size < need:
             grown = self._dev_out.grown(need, self._next_id)
             if grown is None:
-                raise ProtocolError("could not make a larger device region")
+                return False
             self._next_id += 1
             self._dev_out.close()
             self._dev_out = grown
@@ -316,6 +317,7 @@ class Channel:
                 self._dev_out.view(off, src.dtype, list(src.shape), sp["nbytes"]).copy_(src)
         self._dev_out.sync()
         header["dev"] = {"id": self._dev_out.id, "size": self._dev_out.size}
+        return True
 
     def _send_fd(self, prefix: bytes, fd: int) -> None:
         self.sock.settimeout(self._remaining())

@@ -336,3 +336,15 @@ def test_a_region_announced_larger_than_it_is_is_refused(dev_pair):
     assert header["dev_ok"] is False and not a.dev_peer_ok
     header, got = _exchange(a, b, {}, [torch.ones(1 << 20)])
     assert "dev" not in header and "shm" in header  # a keeps to shared memory
+
+
+def test_a_device_region_that_cannot_grow_falls_back_to_shared_memory(dev_pair, monkeypatch):
+    a, b = dev_pair
+    _exchange(a, b, {}, [torch.ones(1 << 20)])
+    _exchange(b, a, {}, [torch.ones(1 << 20)])
+    monkeypatch.setattr(FakeDevRegion, "grown", lambda self, need, rid: None)  # device full
+    big = torch.randn(10 << 20)  # 40 MiB > the 32 MiB region
+    header, got = _exchange(a, b, {}, [big])
+    assert "shm" in header and "dev" not in header and torch.equal(got[0], big)
+    header, got = _exchange(a, b, {}, [torch.ones(1 << 20)])  # what fits still goes by device
+    assert "dev" in header and torch.equal(got[0], torch.ones(1 << 20))
