@@ -152,10 +152,11 @@ def _poison_cached_blocks(dev: torch.device) -> list[int] | None:
     except Exception:
         return None
     index = dev.index if dev.index is not None else torch.cuda.current_device()
+    mine = [seg for seg in segments if seg.get("device") == index]
+    if any(seg.get("is_expandable") for seg in mine):
+        return None  # expandable segments: a free block may be unmapped memory
     sizes = []
-    for seg in segments:
-        if seg.get("device") != index:
-            continue
+    for seg in mine:
         for b in seg.get("blocks", ()):
             n = int(b.get("size") or 0)
             if b.get("state") != "inactive" or n < 2 or not b.get("address"):
