@@ -249,6 +249,21 @@ def run_e2e() -> None:
               f"= {wall / len(res):.2f} s per evaluation incl. start-up)")
 
 
+def lock_use(res: list[dict], window_s: float) -> str:
+    """How the device lock was used by these results (timings.lock_held,
+    lock_wait): the exclusive hold summed over them against the window
+    they finished in, i.e. the share of the time the device was being
+    measured; the rest is what shared work and gaps had."""
+    excl = sum(((r.get("timings") or {}).get("lock_held") or {}).get("exclusive", 0)
+               for r in res) / 1e3
+    shared = sum(((r.get("timings") or {}).get("lock_held") or {}).get("shared", 0)
+                 for r in res) / 1e3
+    wait = sum((r.get("timings") or {}).get("lock_wait") or 0 for r in res) / 1e3
+    share = f"{100 * excl / window_s:.0f}%" if window_s and window_s != float("inf") else "-"
+    return (f"lock over these {len(res)} tasks: held exclusive {excl:.1f} s ({share} of "
+            f"{window_s:.1f} s), shared {shared:.1f} s (summed over tasks), waited {wait:.1f} s")
+
+
 def run_concurrency() -> None:
     say("== concurrency: 16 mixed triton tasks on a warm engine, --concurrency 4 vs 1")
     tasks = []
@@ -280,6 +295,7 @@ def run_concurrency() -> None:
             f"{walls[conc]:.1f} s; verdicts {sorted(set(r.get('verdict') for r in res))}; "
             f"per-task total (s) "
             f"{[round((r.get('timings') or {}).get('total', 0) / 1e3, 2) for r in res]}")
+        say("  " + lock_use(sorted(res, key=lambda r: r["_t"])[len(res) // 2:], walls[conc]))
     ratio = walls[1] / walls[4] if walls[4] else 0
     diffs = [abs(a - b) / a for a, b in zip(med[1], med[4]) if a]
     say(f"  last 16: serial {walls[1]:.1f} s, concurrency 4 {walls[4]:.1f} s, throughput x{ratio:.2f}; "

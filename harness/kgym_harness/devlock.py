@@ -41,6 +41,8 @@ class DeviceLock:
         self.fd = -1
         self.mode: str | None = None  # None, "shared" or "exclusive"
         self.waited_ms = 0.0
+        self.held_ms = {"shared": 0.0, "exclusive": 0.0}  # time held, by mode
+        self._since = 0.0
         self.error: str | None = None
 
     def _open(self) -> bool:
@@ -98,10 +100,12 @@ class DeviceLock:
         finally:
             self.waited_ms += (time.perf_counter() - t0) * 1e3
         self.mode = mode
+        self._since = time.perf_counter()
 
     def release(self) -> None:
         if self.mode is not None and self.fd >= 0:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
+            self.held_ms[self.mode] += (time.perf_counter() - self._since) * 1e3
         self.mode = None
 
     def close(self) -> None:

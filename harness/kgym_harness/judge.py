@@ -860,6 +860,9 @@ class Judge:
             self.lock.close()
             if self.lock.waited_ms:
                 self.result["timings"]["lock_wait"] = self.lock.waited_ms
+            if any(self.lock.held_ms.values()):  # how long this task kept the device
+                self.result["timings"]["lock_held"] = {
+                    k: round(v, 3) for k, v in self.lock.held_ms.items()}
 
     def _guarded_run(self) -> None:
         try:

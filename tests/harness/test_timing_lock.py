@@ -158,6 +158,9 @@ def test_judge_waits_for_the_device_lock_before_timing(tmp_path):
     holder[0].join(5)
     assert r["verdict"] == "pass", r["feedback"]
     assert r["timings"]["lock_wait"] > 300
+    held = r["timings"]["lock_held"]  # on the cpu only timing and profiling lock
+    assert held["exclusive"] > 0 and held["shared"] == 0
+    assert held["exclusive"] <= r["timings"]["timing"] + (r["timings"]["profiling"] or 0) + 1
     assert r["checks"]["timing_blocks"] == 5 and r["runtime_stats"]["kernel"]["n"] == 5
     assert r["checks"]["side_stream_samples"] == 0
     lock = DeviceLock(path)  # released at the end
@@ -168,3 +171,15 @@ def test_judge_waits_for_the_device_lock_before_timing(tmp_path):
 def _release_later(ev, delay):
     time.sleep(delay)
     ev.set()
+
+
+def test_lock_counts_the_time_it_is_held_by_mode(tmp_path):
+    lock = DeviceLock(str(tmp_path / "dev.lock"))
+    lock.shared()
+    time.sleep(0.05)
+    lock.exclusive()  # a change of mode ends the shared hold
+    time.sleep(0.1)
+    lock.release()
+    lock.release()  # released twice: counted once
+    assert 40 <= lock.held_ms["shared"] < 100 and 90 <= lock.held_ms["exclusive"] < 200
+    lock.close()
