@@ -143,9 +143,10 @@ _RAISED = []
 
 def raise_persisting_l2():
     """Raise the persisting-L2 limit to the device's maximum, once, like
-    the corpus's l2_persist cheat (a small value may round down to the
-    set-aside granularity, i.e. to nothing: the first H200 run of this
-    test asked for 1 MiB and the harness rightly saw no raise)."""
+    the corpus's l2_persist cheat. A small value is no raise: on the H200
+    the default limit is 11796480 bytes and asking for 1 MiB sets it to
+    3932160, below that, so the first run of this test saw none, rightly
+    (bench/results/2026-12-01-integrity-gpu-h200-s4.txt)."""
     if _RAISED:
         return
     lib = _cudart()
