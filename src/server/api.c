@@ -397,7 +397,6 @@ static json_t *cached_view(const char *id, const json_t *result)
 /* A validated task ready for the store. */
 struct prepared {
     char id[KG_MAX_TASK_ID + 1];
-    int given_id; /* the client named it */
     int priority;
     int force;
     char key[65];
@@ -413,7 +412,6 @@ static int prepare(const json_t *in, struct prepared *p, kg_api_error *e)
     const char *id = json_string_value(json_object_get(p->norm, "task_id"));
     if (id) {
         snprintf(p->id, sizeof p->id, "%s", id);
-        p->given_id = 1;
     } else {
         new_id(p->id);
         json_object_set_new(p->norm, "task_id", json_string(p->id));

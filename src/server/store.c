@@ -511,7 +511,7 @@ static int submit_cached_generic(kg_store *s, const kg_submit *t, size_t n,
     }
     for (size_t i = 0; i < n; i++)
         keys[i] = wants_cache(&t[i]) ? t[i].cache_key : NULL;
-    if ((rc = s->ops->cache_get_many(s, keys, n, cached, err)) < 0)
+    if ((rc = kg_store_cache_get_many(s, keys, n, cached, err)) < 0)
         goto out;
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
