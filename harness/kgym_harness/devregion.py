@@ -47,7 +47,10 @@ _LIBS: dict[str, Any] = {}
 
 
 def _load(key: str, names: list[str]) -> Any:
-    if key in _LIBS:
+    """The library this process already has mapped whose file name holds
+    key (/proc/self/maps), else the first of names that loads; None if
+    none does (not remembered: CUDA may load it later)."""
+    if _LIBS.get(key) is not None:
         return _LIBS[key]
     lib = None
     found: list[str] = []
@@ -71,8 +74,10 @@ def _load(key: str, names: list[str]) -> Any:
 
 def cudart() -> Any:
     """The libcudart this process already uses (found in /proc/self/maps),
-    else one found by name; None without one."""
-    return _load("libcudart.so", ["libcudart.so", "libcudart.so.13", "libcudart.so.12"])
+    else one found by name; None without one. Shared with the L2 guard
+    (timing.CudartL2)."""
+    return _load("libcudart.so", ["libcudart.so", "libcudart.so.12", "libcudart.so.13",
+                                  "libcudart.so.11.0"])
 
 
 def _libcuda() -> Any:

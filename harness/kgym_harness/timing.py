@@ -41,6 +41,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import devregion
 from .paths import cache_dir
 
 _perf_ns = time.perf_counter_ns
@@ -254,22 +255,8 @@ class CudartL2:
 
     @staticmethod
     def load(device_index: int) -> "CudartL2 | None":
-        names: list[str] = []
-        try:
-            with open("/proc/self/maps", encoding="utf-8") as f:
-                for line in f:
-                    path = line.split()[-1] if line.strip() else ""
-                    if "libcudart.so" in os.path.basename(path) and path not in names:
-                        names.append(path)
-        except OSError:
-            pass
-        names += ["libcudart.so", "libcudart.so.12", "libcudart.so.13", "libcudart.so.11.0"]
-        for name in names:
-            try:
-                return CudartL2(ctypes.CDLL(name), device_index)
-            except OSError:
-                continue
-        return None
+        lib = devregion.cudart()
+        return CudartL2(lib, device_index) if lib is not None else None
 
     def _ok(self, rc: Any) -> bool:
         return rc == 0
