@@ -44,16 +44,30 @@ def _profiled(role: str, body, out_dir: str, top: int) -> None:
         body()
     wall = (time.perf_counter() - t0) * 1e3
     events = prof.events()
+    cuda_t = torch.autograd.DeviceType.CUDA
+    marks = [e for e in events if e.name.startswith(("phase:", "cmd:", "fn:"))]
     kernels = [(e.time_range.start, e.time_range.end) for e in events
-               if e.device_type == torch.autograd.DeviceType.CUDA]
+               if e.device_type == cuda_t and not e.name.startswith(("phase:", "cmd:", "fn:"))]
+    syncs = [e.time_range.start for e in events if e.device_type != cuda_t
+             and e.name in ("cudaDeviceSynchronize", "cudaStreamSynchronize",
+                            "cudaEventSynchronize", "cudaMemcpyAsync", "cudaMemcpy")]
     busy = sum(b - a for a, b in kernels) / 1e3
     lines = [f"## {role}: wall {wall:.1f} ms, CUDA kernel time {busy:.1f} ms "
-             f"({len(kernels)} kernels)"]
-    ranges = [(e.name[6:], e.time_range.start, e.time_range.end) for e in events
-              if e.name.startswith("phase:")]
-    for name, a, b in ranges:
-        inside = sum(min(e, b) - max(s, a) for s, e in kernels if s < b and e > a) / 1e3
-        lines.append(f"   phase {name:16s} wall {(b - a) / 1e3:8.1f} ms   kernels {inside:8.1f} ms")
+             f"({len(kernels)} kernels, {len(syncs)} host waits: synchronize or memcpy)"]
+    agg: dict = {}
+    for e in marks:
+        if e.device_type == cuda_t:
+            continue
+        a, b = e.time_range.start, e.time_range.end
+        d = agg.setdefault(e.name, [0, 0.0, 0.0, 0, 0])
+        d[0] += 1
+        d[1] += (b - a) / 1e3
+        d[2] += sum(min(y, b) - max(x, a) for x, y in kernels if x < b and y > a) / 1e3
+        d[3] += sum(1 for x, y in kernels if a <= x < b)
+        d[4] += sum(1 for x in syncs if a <= x < b)
+    for name, (n, w, k, nk, ns) in agg.items():
+        lines.append(f"   {name:22s} x{n:<4d} wall {w:8.1f} ms   kernels {k:8.1f} ms "
+                     f"({nk:5d})   host waits {ns:5d}")
     lines.append(prof.key_averages().table(sort_by="self_cuda_time_total" if kernels
                                            else "self_cpu_time_total", row_limit=top))
     lines.append(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top))
@@ -77,6 +91,47 @@ def _phase_marks() -> None:
         setattr(judge.Judge, name, functools.wraps(fn)(wrapped))
 
 
+JUDGE_FNS = [("loader", "draw_inputs"), ("guards", "digests"), ("remote", "Remote.run"),
+             ("judge", "Judge.reference_forward"), ("compare", "compare_outputs"),
+             ("audit", "stale"), ("audit", "mutation"), ("audit", "shared_storage"),
+             ("audit", "copies_of_inputs"), ("audit", "downgrade"),
+             ("judge", "Judge.rounding_fingerprint"), ("judge", "Judge.mode_dependent"),
+             ("channel", "Channel.send"), ("channel", "Channel.recv")]
+CAND_FNS = [("loader", "to_device"), ("guards", "Poisoned.__enter__"),
+            ("guards", "Poisoned.__exit__"), ("candidate", "_pack_output"),
+            ("candidate", "_guard_report"), ("guards", "digests"),
+            ("channel", "Channel.send"), ("channel", "Channel.recv")]
+
+
+def _fn_marks(names: list) -> None:
+    """Wrap functions (module attribute or Class.method) in ranges fn:NAME."""
+    import functools
+    import importlib
+    from torch.profiler import record_function
+    for mod, dotted in names:
+        owner = importlib.import_module("kgym_harness." + mod)
+        parts = dotted.split(".")
+        for p in parts[:-1]:
+            owner = getattr(owner, p)
+        fn = getattr(owner, parts[-1])
+
+        def wrapped(*a, _fn=fn, _name=dotted, **k):
+            with record_function("fn:" + _name):
+                return _fn(*a, **k)
+        setattr(owner, parts[-1], functools.wraps(fn)(wrapped))
+
+
+def _command_marks() -> None:
+    """Wrap the candidate's command handlers in ranges named cmd:NAME."""
+    from torch.profiler import record_function
+    from kgym_harness import candidate
+    for name, fn in list(candidate.HANDLERS.items()):
+        def wrapped(*a, _fn=fn, _name=name, **k):
+            with record_function("cmd:" + _name):
+                return _fn(*a, **k)
+        candidate.HANDLERS[name] = wrapped
+
+
 def one_run(task: dict, device: str, out_dir: str | None, top: int) -> dict:
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     r_fd, w_fd = os.pipe()
@@ -94,12 +149,16 @@ def one_run(task: dict, device: str, out_dir: str | None, top: int) -> dict:
                     a.close()
                     os.close(w_fd)
                     from kgym_harness.candidate import run_candidate
+                    if out_dir:
+                        _command_marks()
+                        _fn_marks(CAND_FNS)
                     body = lambda: run_candidate(b.detach())  # noqa: E731
                 else:
                     b.close()
                     from kgym_harness.judge import run_judge
                     if out_dir:
                         _phase_marks()
+                        _fn_marks(JUDGE_FNS)
                     body = lambda: run_judge(task, a.detach(), w_fd)  # noqa: E731
                 if out_dir:
                     _profiled(role, body, out_dir, top)

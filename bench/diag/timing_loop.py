@@ -75,6 +75,21 @@ def main() -> None:
         t0 = time.perf_counter()
         timing.calibrate_sync(dev)
         print(f"calibrate_sync (per block)   {(time.perf_counter() - t0) * 1e3:8.3f} ms")
+    # inputs drawn ahead (timing.PREDRAW_BYTES) against one draw per call,
+    # alternated, same inputs: the medians must agree, the loop gets shorter
+    budget = timing.PREDRAW_BYTES
+    for rnd in range(3):
+        for label, b in (("drawn ahead", budget), ("one by one", 0)):
+            timing.PREDRAW_BYTES = b
+            t0 = time.perf_counter()
+            r = timing.time_forward(call, make_args, 5, args.iters, dev,
+                                    warmup_ms=timing.WARMUP_MIN_MS)
+            wall = (time.perf_counter() - t0) * 1e3
+            med = sorted(r["samples_ms"])[len(r["samples_ms"]) // 2]
+            print(f"round {rnd} {label:12s} median sample {med:.4f} ms; "
+                  f"{(wall - r['warmup_ms']) / args.iters:.3f} ms per timed iteration "
+                  f"(prep {r['prep_ms']:.1f} ms)")
+    timing.PREDRAW_BYTES = budget
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()

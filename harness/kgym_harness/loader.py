@@ -35,8 +35,25 @@ def derive_seed(seed: int, label: str) -> int:
     return int.from_bytes(digest[:8], "big") & (2**63 - 1)
 
 
+# captured before any candidate code runs
+_cpu_generator = torch.default_generator
+_cuda_seed_all = torch.cuda.manual_seed_all
+_cuda_initialized = torch.cuda.is_initialized
+_cuda_available = torch.cuda.is_available
+
+
 def set_seed(seed: int) -> None:
-    torch.manual_seed(seed)
+    """What torch.manual_seed does to the generators inputs are drawn from
+    (the CPU's and every CUDA device's), plus Python's and numpy's. Not
+    torch.manual_seed itself: it also seeds XPU and MTIA lazily, and on a
+    machine without them each lazy seed formats a stack trace (two per
+    call, ~0.16 ms of a 0.32 ms input draw on the H200, 2026-12-01). CUDA
+    not yet initialised is seeded the lazy way, as torch.manual_seed does,
+    only where a CUDA device exists."""
+    seed = int(seed)
+    if _cuda_initialized() or _cuda_available():
+        _cuda_seed_all(seed)
+    _cpu_generator.manual_seed(seed)
     random.seed(seed)
     np = sys.modules.get("numpy")
     if np is not None:
