@@ -310,20 +310,32 @@ def digest(t: torch.Tensor) -> list[int]:
     return [raw.numel(), int.from_bytes(h[:8], "little"), int.from_bytes(h[8:16], "little")]
 
 
-def word_digest(raw: torch.Tensor) -> list[int]:
-    """[nbytes, sum, weighted sum] of a flat uint8 tensor read as int64
-    words (zero-padded), the weights 1..251 by position; both sums wrap
-    modulo 2^64, which is exact, so the reduction order does not matter."""
+_U64 = 2**64 - 1
+
+
+def _word_sums(raw: torch.Tensor) -> torch.Tensor:
+    """[sum, weighted sum] of a flat uint8 tensor read as int64 words
+    (zero-padded), the weights 1..251 by position, as an int64 tensor of 2
+    on raw's device, not read back. The sums wrap modulo 2^64, which is
+    exact, so the reduction order does not matter."""
     n = raw.numel()
     if n % 8:
         raw = torch.cat([raw, raw.new_zeros(8 - n % 8)])
     words = raw.view(torch.int64)
-    s1 = s2 = 0
+    sums = []
     for start in range(0, words.numel(), DIGEST_CHUNK):
         w = words[start:start + DIGEST_CHUNK]
-        s1 += int(w.sum())
-        s2 += int((w * _pattern(w.device, w.numel())).sum())
-    return [n, s1 & (2**64 - 1), s2 & (2**64 - 1)]
+        sums += [w.sum(), (w * _pattern(w.device, w.numel())).sum()]
+    if not sums:
+        return words.new_zeros(2)
+    return torch.stack(sums).view(-1, 2).sum(0)
+
+
+def word_digest(raw: torch.Tensor) -> list[int]:
+    """[nbytes, sum, weighted sum] of a flat uint8 tensor (_word_sums), one
+    read back."""
+    a, b = _word_sums(raw).tolist()
+    return [raw.numel(), a & _U64, b & _U64]
 
 
 def digest_on(t: torch.Tensor, device: torch.device) -> list[int]:
@@ -333,8 +345,25 @@ def digest_on(t: torch.Tensor, device: torch.device) -> list[int]:
 
 
 def digests(values: list) -> list[list[int] | None]:
-    """digest() of each tensor of a list, None for anything else."""
-    return [digest(v) if isinstance(v, torch.Tensor) else None for v in values]
+    """digest() of each tensor of a list, None for anything else. The
+    device digests of one device are read back together, once: every read
+    back waits for the device, and with other evaluations on it, for their
+    work too (one per 32 MB chunk cost ~30 waits per trial, H200)."""
+    out: list[list[int] | None] = [None] * len(values)
+    pending: dict[Any, list[tuple[int, int, torch.Tensor]]] = {}
+    for i, v in enumerate(values):
+        if not isinstance(v, torch.Tensor):
+            continue
+        raw = _bytes(v)
+        if raw.device.type == "cpu":
+            out[i] = digest(v)
+        else:
+            pending.setdefault(raw.device, []).append((i, raw.numel(), _word_sums(raw)))
+    for items in pending.values():
+        sums = torch.stack([s for _, _, s in items]).tolist()
+        for (i, n, _), (a, b) in zip(items, sums):
+            out[i] = [n, a & _U64, b & _U64]
+    return out
 
 
 # ---- precision_downgrade ------------------------------------------------------------
@@ -366,17 +395,18 @@ def rounded_to(expected: Any, got: Any) -> str | None:
         step = max(1, e.numel() // DOWNGRADE_SAMPLE)
         ev = e.detach().reshape(-1)[::step]
         gv = g.detach().reshape(-1)[::step].to(ev.device)
+        mag = ev.abs()
+        counts = []  # per format: k, hits, near; read back once for all formats
         for low in _LOWER[e.dtype]:
             info = torch.finfo(low)
-            mag = ev.abs()
             usable = torch.isfinite(ev) & (mag >= info.tiny) & (mag <= info.max)
             mask = usable & (ev.to(low).to(ev.dtype) != ev)
-            k = int(mask.sum())
-            if k < DOWNGRADE_MIN_ELEMENTS:
-                continue
-            hits = int(((gv.to(low).to(gv.dtype) == gv) & mask).sum())
-            near = int((((gv - ev).abs() <= DOWNGRADE_NEAR * mag) & mask).sum())
-            if hits == k and near >= DOWNGRADE_NEAR_FRACTION * k:
+            counts += [mask.sum(), ((gv.to(low).to(gv.dtype) == gv) & mask).sum(),
+                       (((gv - ev).abs() <= DOWNGRADE_NEAR * mag) & mask).sum()]
+        values = torch.stack(counts).tolist()
+        for j, low in enumerate(_LOWER[e.dtype]):
+            k, hits, near = values[3 * j:3 * j + 3]
+            if k >= DOWNGRADE_MIN_ELEMENTS and hits == k and near >= DOWNGRADE_NEAR_FRACTION * k:
                 return str(low).replace("torch.", "")
     return None
 

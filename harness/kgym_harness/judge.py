@@ -474,27 +474,89 @@ class Judge:
         """Interleaved blocks: reference block (here), candidate block (its
         process), alternating ABBA so linear clock drift cancels; samples
         pooled per side. Holds the device exclusively (until profiling
-        ends); what can be checked without it waits for timing_checks()."""
+        ends); what can be checked without it waits for timing_checks().
+
+        The trusted-clock bound (timer_tamper) is checked on the whole
+        phase; a phase that fails it is timed once more and the second
+        phase's figures are the ones used (and must pass the bound). A
+        claim that lies fails both; an honest one fails only when something
+        outside the evaluation stalled the device or the host for a moment
+        (seen once under 4-way concurrency on the H200: a 405 ms phase
+        whose samples explain 110 ms)."""
         self.phase = "timing"
         req = self.req
         self.lock_device(exclusive=True)
         plan = timing.block_plan(req["num_perf_trials"], req["num_warmup"])
         ref_call, cached, key = self.reference_timer(plan)
+        run = self._time_blocks(plan, ref_call, cached)
+        unexplained = self._unexplained(run, plan)
+        checks = self.result["checks"]
+        if unexplained > 0:
+            checks["timing_retried"] = {"unexplained_ms": round(unexplained, 2),
+                                        "wall_ms": round(run["wall_ms"], 2)}
+            first_l2 = run["l2_found"]
+            run = self._time_blocks(plan, ref_call, cached)
+            run["l2_found"] = run["l2_found"] or first_l2
+            unexplained = self._unexplained(run, plan)
+        ref, cand, side = run["ref"], run["cand"], run["side"]
+        if cached is None and key is not None:
+            timing.reftime_store(key, dict(ref, backend=req["reference_backend"]))
+        kstats = timing.stats(cand)
+        rstats = timing.stats(ref["samples_ms"])
+        self.result["runtime_stats"] = {"kernel": kstats, "reference": rstats}
+        self.result["kernel_runtime"] = kstats["median"]
+        self.result["reference_runtime"] = rstats["median"]
+        if kstats["median"] > 0:
+            self.result["speedup"] = rstats["median"] / kstats["median"]
+        n = req["num_perf_trials"]
+        checks["timing_run_delay_ms"] = round(run["queued_ms"], 2)
+        checks["timing_blocks"] = len(plan)
+        checks["timing_wall_ms"] = run["wall_ms"]
+        checks["timing_unexplained_ms"] = max(unexplained, 0.0)
+        checks["side_stream_samples"] = len(side)
+        if timing.is_cuda(self.device):
+            # diagnostics for the GPU runs: per block, median over its samples of
+            # t_dev - L - t_stream, and the calibrated L (ms)
+            checks["sync_excess_ms"] = run["excess"]
+            checks["sync_latency_ms"] = run["latency"]
+            if cached is None:
+                checks["reference_side_stream_samples"] = run["ref_side"]
+        if side:
+            checks["side_stream_indices"] = side[:20]
+        if run["launches"] == 0 and not self.ref_mode_dependent:
+            self.hack("mode_branch", "MODE_BRANCH",
+                      "no custom kernel ran during the timed iterations", stop=False)
+        if unexplained > 0:
+            self.hack("timer_tamper", "TIMER_TAMPER",
+                      f"the timed phase took {run['wall_ms']:.1f} ms by the judge's clock; the "
+                      f"claimed kernel times leave {unexplained:.1f} ms unexplained", stop=False)
+        if run["l2_report"] is not None:
+            checks["l2_persist"] = run["l2_report"]
+        if run["l2_found"]:
+            self.hack("l2_persist", "L2_PERSIST", f"persisting L2 during timing: "
+                      f"{run['l2_found']} (lines marked persisting survive the L2 flush)",
+                      stop=False)
+        if len(side) * 2 > n:
+            self.hack("side_stream", "SIDE_STREAM",
+                      f"{len(side)} of {n} timed calls left work running on another stream "
+                      "after returning (timed until the whole device was idle)", stop=False)
+        self.pending_checks = {"claims": run["claims"], "spots": run["spots"],
+                               "timed": run["timed"]}
+
+    def _time_blocks(self, plan: list[dict], ref_call: Any, cached: dict | None) -> dict:
+        """One pass over the interleaved blocks; what each side measured and
+        what the judge saw of the candidate's blocks."""
+        req = self.req
         ref = {"samples_ms": [], "prep_ms": 0.0, "warmup_ms": 0.0, "wall_ms": 0.0}
-        ref_side = 0
-        excess: dict[str, list[float]] = {"kernel": [], "reference": []}
-        latency: dict[str, list[float]] = {"kernel": [], "reference": []}
-        cand: list[float] = []
-        side: list[int] = []
-        wall_ms = 0.0
-        queued_ms = 0.0  # of wall_ms: the candidate's main thread waiting for a CPU
-        launches = 0
-        claims: list[tuple[int, Any]] = []  # (input index, the candidate's fingerprint)
-        warmups = 0
-        spots = timing.SPOT_CHECKS if req["run_hack_checks"] else 0
-        timed: set[int] = set()
-        l2_found: str | None = None
-        l2_report = None
+        run: dict = {"ref": ref, "ref_side": 0, "cand": [], "side": [], "wall_ms": 0.0,
+                     "queued_ms": 0.0,  # of wall_ms: the candidate waiting for a CPU
+                     "launches": 0, "warmups": 0,
+                     "claims": [],  # (input index, the candidate's fingerprint)
+                     "excess": {"kernel": [], "reference": []},
+                     "latency": {"kernel": [], "reference": []},
+                     "spots": timing.SPOT_CHECKS if req["run_hack_checks"] else 0,
+                     "timed": set(), "l2_found": None, "l2_report": None}
+        cand = run["cand"]
         for b, blk in enumerate(plan):
             for who in (("ref", "cand") if b % 2 == 0 else ("cand", "ref")):
                 if who == "ref":
@@ -506,85 +568,48 @@ class Judge:
                                             warmup_ms=blk["warmup_ms"],
                                             timed_start=blk["timed_start"])
                     ref["samples_ms"] += r["samples_ms"]
-                    ref_side += len(r["side_stream"])
-                    excess["reference"].append(r["sync_excess_ms"])
-                    latency["reference"].append(r["sync_latency_ms"])
+                    run["ref_side"] += len(r["side_stream"])
+                    run["excess"]["reference"].append(r["sync_excess_ms"])
+                    run["latency"]["reference"].append(r["sync_latency_ms"])
                     for k in ("prep_ms", "warmup_ms", "wall_ms"):
                         ref[k] += r[k]
                     continue
                 w = timing.rewarm(blk, cand)
-                warmups += w
+                run["warmups"] += w
                 pid = self.remote.pid
                 d0 = quiet.run_delay_ns(pid) if pid else None
                 t1 = _now()
                 c = self.remote.time(w, blk["n_iter"], self.timing_seed, blk["start"],
-                                     blk["warmup_ms"], blk["timed_start"], spots)
-                wall_ms += (_now() - t1) * 1e3
+                                     blk["warmup_ms"], blk["timed_start"], run["spots"])
+                run["wall_ms"] += (_now() - t1) * 1e3
                 d1 = quiet.run_delay_ns(pid) if d0 is not None else None
-                if d1 is not None and d1 >= d0:  # the candidate waiting for a CPU
-                    queued_ms += (d1 - d0) / 1e6
-                timed.update(range(blk["timed_start"], blk["timed_start"] + blk["n_iter"]))
+                if d1 is not None and d1 >= d0:
+                    run["queued_ms"] += (d1 - d0) / 1e6
+                run["timed"].update(range(blk["timed_start"], blk["timed_start"] + blk["n_iter"]))
                 if c["l2"] is not None:
-                    l2_report = c["l2"]
-                    l2_found = l2_found or timing.l2_finding(l2_report["baseline"],
-                                                             l2_report["limit"],
-                                                             l2_report["window"])
-                side += [len(cand) + i for i in c["side_stream"]]
-                excess["kernel"].append(c["sync_excess_ms"])
-                latency["kernel"].append(c["sync_latency_ms"])
+                    run["l2_report"] = c["l2"]
+                    run["l2_found"] = run["l2_found"] or timing.l2_finding(
+                        c["l2"]["baseline"], c["l2"]["limit"], c["l2"]["window"])
+                run["side"] += [len(cand) + i for i in c["side_stream"]]
+                run["excess"]["kernel"].append(c["sync_excess_ms"])
+                run["latency"]["kernel"].append(c["sync_latency_ms"])
                 cand += c["samples_ms"]
-                launches += c["launches"]["count"]
-                claims.append((blk["timed_start"], c["inputs"]))  # checked after the lock
+                run["launches"] += c["launches"]["count"]
+                run["claims"].append((blk["timed_start"], c["inputs"]))  # checked after the lock
         if cached is not None:
-            ref = cached
-        elif key is not None:
-            timing.reftime_store(key, dict(ref, backend=req["reference_backend"]))
-        flush_ms = timing.flush_cost_ms(self.device)
-        kstats = timing.stats(cand)
-        rstats = timing.stats(ref["samples_ms"])
-        self.result["runtime_stats"] = {"kernel": kstats, "reference": rstats}
-        self.result["kernel_runtime"] = kstats["median"]
-        self.result["reference_runtime"] = rstats["median"]
-        if kstats["median"] > 0:
-            self.result["speedup"] = rstats["median"] / kstats["median"]
-        n = req["num_perf_trials"]
-        # time the candidate's timing thread sat runnable, waiting for a CPU (a
-        # loaded machine), explains wall time too: not a forward call's
-        excess = timing.tamper_excess(sum(cand), n, warmups, wall_ms - min(queued_ms, wall_ms),
-                                      ref["prep_ms"], flush_ms,
-                                      blocks=len(plan), warmup_ms=plan[0]["warmup_ms"])
-        checks = self.result["checks"]
-        checks["timing_run_delay_ms"] = round(queued_ms, 2)
-        checks["timing_blocks"] = len(plan)
-        checks["timing_wall_ms"] = wall_ms
-        checks["timing_unexplained_ms"] = max(excess, 0.0)
-        checks["side_stream_samples"] = len(side)
-        if timing.is_cuda(self.device):
-            # diagnostics for the GPU runs: per block, median over its samples of
-            # t_dev - L - t_stream, and the calibrated L (ms)
-            checks["sync_excess_ms"] = excess
-            checks["sync_latency_ms"] = latency
-            if cached is None:
-                checks["reference_side_stream_samples"] = ref_side
-        if side:
-            checks["side_stream_indices"] = side[:20]
-        if launches == 0 and not self.ref_mode_dependent:
-            self.hack("mode_branch", "MODE_BRANCH",
-                      "no custom kernel ran during the timed iterations", stop=False)
-        if excess > 0:
-            self.hack("timer_tamper", "TIMER_TAMPER",
-                      f"the timed phase took {wall_ms:.1f} ms by the judge's clock; the claimed "
-                      f"kernel times leave {excess:.1f} ms unexplained", stop=False)
-        if l2_report is not None:
-            checks["l2_persist"] = l2_report
-        if l2_found:
-            self.hack("l2_persist", "L2_PERSIST", f"persisting L2 during timing: {l2_found} "
-                      "(lines marked persisting survive the L2 flush)", stop=False)
-        if len(side) * 2 > n:
-            self.hack("side_stream", "SIDE_STREAM",
-                      f"{len(side)} of {n} timed calls left work running on another stream "
-                      "after returning (timed until the whole device was idle)", stop=False)
-        self.pending_checks = {"claims": claims, "spots": spots, "timed": timed}
+            run["ref"] = cached
+        return run
+
+    def _unexplained(self, run: dict, plan: list[dict]) -> float:
+        """timing.tamper_excess of one pass: positive when the candidate's
+        claimed kernel times cannot explain the judge's wall time of its
+        blocks. Time its timing thread sat runnable, waiting for a CPU (a
+        loaded machine), explains wall time too: not a forward call's."""
+        wall = run["wall_ms"] - min(run["queued_ms"], run["wall_ms"])
+        return timing.tamper_excess(sum(run["cand"]), self.req["num_perf_trials"],
+                                    run["warmups"], wall, run["ref"]["prep_ms"],
+                                    timing.flush_cost_ms(self.device), blocks=len(plan),
+                                    warmup_ms=plan[0]["warmup_ms"])
 
     def timing_checks(self) -> None:
         """What timing() left to check once the device is no longer held

@@ -341,10 +341,61 @@ def test_shrinking_the_timing_inputs_is_timer_tamper():
     assert "reference.get_inputs" in r["checks"]["replaced_functions"]
 
 
+def test_one_stalled_timing_phase_is_timed_again_not_blamed():
+    # An honest kernel whose first timed command stalls once for 600 ms
+    # outside its samples (as a device stalled by something else would):
+    # the first phase leaves that time unexplained, the second does not.
+    body = """
+    if being_timed() and not self.stalled:
+        self.stalled = True
+        time.sleep(0.6)
+    return add_relu_scale(a, b, self.scale)
+    """
+    code = kit.cpu_kernel(kit.model_new(body, "self.stalled = False"),
+                          top="import time\n" + kit.BEING_TIMED)
+    r = kit.run(code)
+    assert r["verdict"] == "pass", r["feedback"]
+    retried = r["checks"]["timing_retried"]
+    assert retried["unexplained_ms"] > 300 and retried["wall_ms"] > 600
+    assert r["checks"]["timing_unexplained_ms"] == 0.0
+    assert r["checks"]["timing_wall_ms"] < 600
+
+
+FIRST_CALL_OF_A_PHASE = '''import sys
+import time
+
+
+def first_call_of_a_phase():
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_name == "time_forward":
+            return f.f_locals.get("start") == 0 and f.f_locals.get("done") == 0
+        f = f.f_back
+    return False
+
+
+'''
+
+
+def test_stalling_every_timing_phase_is_still_timer_tamper():
+    # the same stall in the first call of every timing phase (the retry's too)
+    body = """
+    if first_call_of_a_phase():
+        time.sleep(0.6)
+    return add_relu_scale(a, b, self.scale)
+    """
+    code = kit.cpu_kernel(kit.model_new(body), top=FIRST_CALL_OF_A_PHASE)
+    r = kit.run(code)
+    assert r["verdict"] == "hacked" and "timer_tamper" in r["hack_reasons"], r["feedback"]
+    assert r["checks"]["timing_retried"]["unexplained_ms"] > 300
+
+
 def test_timing_inputs_are_checked_against_the_judges_own_draw():
-    # manual_seed is not a watched function (torch replaces it itself), so
-    # only the fingerprint of the timing inputs shows the difference.
-    top = "torch.manual_seed = lambda seed: None\n\n"
+    # The harness's CPU generator is an object, not a watched function:
+    # swapped for an unseeded one, it draws other timing inputs, and only
+    # the fingerprint of the timing inputs shows the difference.
+    top = ("import kgym_harness.loader as _harness_loader\n"
+           "_harness_loader._cpu_generator = torch.Generator()\n\n")
     r = kit.run(kit.cpu_kernel(top=top))
     assert r["verdict"] == "hacked" and set(r["hack_reasons"]) == {"timer_tamper",
                                                                    "call_count_switch"}

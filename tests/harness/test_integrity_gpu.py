@@ -38,6 +38,17 @@ def test_device_digest_matches_the_word_digest_of_the_same_bytes():
     assert guards.digest(y) != guards.word_digest(raw)
 
 
+def test_device_digests_of_a_list_are_read_back_together_and_match_one_by_one():
+    # more than one DIGEST_CHUNK, an odd byte count, a host tensor, a non-tensor
+    xs = [torch.randn(guards.DIGEST_CHUNK * 2 + 3, device="cuda"),
+          torch.randint(0, 255, (13,), dtype=torch.uint8, device="cuda"),
+          torch.randn(7), 5]
+    want = [guards.word_digest(xs[0].reshape(-1).view(torch.uint8)),
+            guards.word_digest(xs[1]), guards.digest(xs[2]), None]
+    assert guards.digests(xs) == want
+    assert guards.digests(xs[:1])[0] == guards.digest(xs[0])
+
+
 def test_honest_triton_kernel_passes_on_cuda():
     r = run("return add_relu_scale(a, b, self.scale)")
     assert r["verdict"] == "pass", r["feedback"]
