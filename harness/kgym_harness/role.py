@@ -32,6 +32,18 @@ def _read_task(path: str | None) -> object:
         return None
 
 
+def apply_cpu_threads() -> None:
+    """Size torch's CPU thread pool as the worker asked (KGYM_CPU_THREADS:
+    the machine's CPUs shared among the processes that may compute at
+    once); nothing when it is unset or not a positive integer. Called in
+    each role's process before its role starts (the zygote never runs a
+    parallel op, so the pool is first made here)."""
+    v = os.environ.get("KGYM_CPU_THREADS", "")
+    if v.isdigit() and int(v) > 0:
+        import torch
+        torch.set_num_threads(int(v))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kgym_harness.role")
     sub = parser.add_subparsers(dest="role", required=True)
@@ -44,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     probe = sub.add_parser("probe")  # the worker's device health check (probe.py)
     probe.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
+    apply_cpu_threads()
     if args.role == "probe":
         from .probe import run_probe
         return run_probe(args.device)

@@ -104,6 +104,8 @@ def _child(req: dict[str, Any], fds: dict[str, int], sandbox: Sandbox, closers: 
         if cfg.get("workdir"):
             os.environ["TMPDIR"] = cfg["workdir"]
             os.environ["HOME"] = cfg["workdir"]
+        from kgym_harness.role import apply_cpu_threads
+        apply_cpu_threads()
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
         code = _run_role(req, fds) or 0

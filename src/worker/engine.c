@@ -202,6 +202,24 @@ static const char *child_device(const kg_engine *e)
     return e->cuda_env[0] ? "cuda:0" : e->cfg.device;
 }
 
+/* Threads of torch's CPU pool in each child (KGYM_CPU_THREADS, applied by
+ * kgym_harness.role.apply_cpu_threads): the machine's CPUs shared among the
+ * processes that may compute at once, the task's judge and candidate on a
+ * GPU (on the CPU they take turns while timing), times --concurrency. An
+ * OpenMP pool spins after every parallel region, and pools that outnumber
+ * the CPUs slow each other down by orders of magnitude (bench/diag/
+ * contention.py). KGYM_CPU_THREADS in the worker's environment overrides. */
+static int child_cpu_threads(const kg_engine *e)
+{
+    const char *v = getenv("KGYM_CPU_THREADS");
+    if (v && atoi(v) > 0)
+        return atoi(v);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    long share = e->cfg.concurrency * (e->cuda_env[0] ? 2 : 1);
+    long n = ncpu > 0 && share > 0 ? ncpu / share : 1;
+    return n < 1 ? 1 : (int)n;
+}
+
 /* The environment a child starts with: nothing of the worker's but what the
  * runtime needs. */
 static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
@@ -254,6 +272,9 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
                             json_string(e->cuda_env));
     if (interp)
         json_object_set_new(env, "TRITON_INTERPRET", json_string("1"));
+    char threads[24];
+    snprintf(threads, sizeof threads, "%d", child_cpu_threads(e));
+    json_object_set_new(env, "KGYM_CPU_THREADS", json_string(threads));
     if (!strcmp(role, "judge")) {
         json_object_set_new(env, "KGYM_DEVICE_LOCK", json_string(e->lock_path));
         if (prof)
