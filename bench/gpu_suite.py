@@ -15,7 +15,9 @@ and the figures the issues ask for:
   e2e         Linear+ReLU 4096^3 fp32, 5 trials, 100 timed, profiling and
               hack checks on, several candidates in one run: wall per eval
   concurrency 16 mixed triton tasks on a warm engine (after the same 16 as
-              warm-up), --concurrency 4 vs 1: throughput and kernel medians
+              warm-up), --concurrency 4 vs 1: throughput and kernel medians,
+              on repeated candidates (all cached) and on distinct ones
+              (each compiles, as a policy's samples do)
   redteam     the red-team corpus (kgym redteam --backend all): every cheat
               caught as labelled, no honest candidate flagged
 
