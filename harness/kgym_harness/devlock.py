@@ -26,7 +26,7 @@ import time
 from typing import Callable
 
 POLL_MIN_S = 0.0005
-POLL_MAX_S = 0.005
+POLL_MAX_S = 0.001  # a waiter sees a release within 1 ms (the device idles meanwhile)
 
 
 class LockTimeout(Exception):
@@ -41,6 +41,10 @@ class DeviceLock:
         self.fd = -1
         self.mode: str | None = None  # None, "shared" or "exclusive"
         self.waited_ms = 0.0
+        # where the waits went: for shared, for the turnstile as an exclusive
+        # taker (other exclusive takers ahead), for the shared holders to
+        # finish once it was ours (the drain)
+        self.waits_ms = {"shared": 0.0, "exclusive_queue": 0.0, "exclusive_drain": 0.0}
         self.held_ms = {"shared": 0.0, "exclusive": 0.0}  # time held, by mode
         self._since = 0.0
         self.error: str | None = None
@@ -90,15 +94,23 @@ class DeviceLock:
 
         def main(op: int) -> None:
             fcntl.flock(fd, op)
+        t1 = t0
         try:
             self._take(turnstile, fcntl.LOCK_EX, deadline)
+            t1 = time.perf_counter()
             try:
                 self._take(main, fcntl.LOCK_SH if mode == "shared" else fcntl.LOCK_EX,
                            deadline)
             finally:
                 fcntl.lockf(fd, fcntl.LOCK_UN, 1, 0)
         finally:
-            self.waited_ms += (time.perf_counter() - t0) * 1e3
+            t2 = time.perf_counter()
+            self.waited_ms += (t2 - t0) * 1e3
+            if mode == "shared":
+                self.waits_ms["shared"] += (t2 - t0) * 1e3
+            else:
+                self.waits_ms["exclusive_queue"] += (t1 - t0) * 1e3
+                self.waits_ms["exclusive_drain"] += (t2 - t1) * 1e3
         self.mode = mode
         self._since = time.perf_counter()
 

@@ -46,6 +46,18 @@ def test_block_plan_covers_every_iteration_once():
     assert [b["n_iter"] for b in timing.block_plan(7, 1)] == [2, 2, 1, 1, 1]
 
 
+def test_prewarmed_plan_warms_every_block_with_one_call():
+    # the judge's plan: the full warm-up ran before the exclusive section
+    plan = timing.block_plan(100, 3, prewarmed=True)
+    assert [b["n_warmup"] for b in plan] == [1, 1, 1, 1, 1]
+    assert all(b["warmup_ms"] == 0 for b in plan) and sum(b["n_iter"] for b in plan) == 100
+    used = []
+    for b in plan:
+        used += range(b["start"], b["start"] + b["n_warmup"] + b["n_iter"])
+    assert used == list(range(len(used)))
+    assert [b["n_warmup"] for b in timing.block_plan(4, 0, prewarmed=True)] == [0, 0, 0, 0]
+
+
 def test_time_forward_warms_up_by_time_and_count():
     calls = []
 
@@ -158,6 +170,9 @@ def test_judge_waits_for_the_device_lock_before_timing(tmp_path):
     holder[0].join(5)
     assert r["verdict"] == "pass", r["feedback"]
     assert r["timings"]["lock_wait"] > 300
+    # the shared holder kept the judge's exclusive taker waiting: a drain
+    waits = r["timings"]["lock_wait_detail"]
+    assert waits["exclusive_drain"] > 300 and waits["shared"] == 0
     held = r["timings"]["lock_held"]  # on the cpu only timing and profiling lock
     assert held["exclusive"] > 0 and held["shared"] == 0
     assert held["exclusive"] <= r["timings"]["timing"] + (r["timings"]["profiling"] or 0) + 1
