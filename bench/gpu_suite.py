@@ -20,6 +20,8 @@ and the figures the issues ask for:
               (each compiles, as a policy's samples do)
   redteam     the red-team corpus (kgym redteam --backend all): every cheat
               caught as labelled, no honest candidate flagged
+  pytest      the CUDA paths' own tests: tests/harness/*_gpu.py (timing
+              lead, IPC channel, device digests and guards)
 
 Writes every result object to OUTDIR/gpu_results.jsonl and the summary to
 OUTDIR/gpu_summary.txt. Exit status 1 if any check failed.
@@ -62,7 +64,8 @@ def check(name: str, ok: bool, detail: str) -> None:
 
 
 def kgym_eval(ref: str, cands: list[str], backend: str, *extra: str, fresh: bool = False,
-              concurrency: int = 1, timeout: int = 900) -> tuple[list[dict], float]:
+              concurrency: int = 1, timeout: int = 900,
+              env: dict | None = None) -> tuple[list[dict], float]:
     cmd = [KGYM, "eval", "--ref", ref, "--backend", backend, "--json", "--device", "cuda:0",
            "--concurrency", str(concurrency)]
     if fresh:
@@ -72,7 +75,8 @@ def kgym_eval(ref: str, cands: list[str], backend: str, *extra: str, fresh: bool
     cmd += list(extra)
     t0 = time.perf_counter()
     arrivals = []  # (seconds since start, line): results come as they finish
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=dict(os.environ, **(env or {}))) as proc:
         err_lines: list[str] = []
         drain = threading.Thread(target=lambda: err_lines.extend(proc.stderr), daemon=True)
         drain.start()
@@ -269,6 +273,52 @@ def lock_use(res: list[dict], window_s: float) -> str:
             f"{window_s:.1f} s), shared {shared:.1f} s (summed over tasks), waited {wait:.1f} s")
 
 
+def _trace_label(label: str) -> str:
+    """trial:3/candidate -> trial/candidate: holds grouped by kind."""
+    head, _, tail = label.partition("/")
+    return head.split(":")[0] + ("/" + tail if tail else "")
+
+
+def lock_trace_report(res: list[dict]) -> list[str]:
+    """From timings.lock_trace (KGYM_LOCK_TRACE=1; warm spares' in
+    timings.warm_spare.lock_trace), per kind of hold: how many, mean and
+    summed length, and how often it was the last shared hold to end before
+    an exclusive one began (what the timing phase's drain waited for), with
+    the drain time that it alone was left holding."""
+    holds = []  # (task, label, mode, asked, got, released)
+    for i, r in enumerate(res):
+        t = r.get("timings") or {}
+        for h in (t.get("lock_trace") or []) + ((t.get("warm_spare") or {}).get("lock_trace")
+                                                 or []):
+            holds.append((i, _trace_label(h[0]), h[1], h[2], h[3], h[4]))
+    if not holds:
+        return ["no lock trace (KGYM_LOCK_TRACE=1 not seen by the judges)"]
+    kinds: dict = {}
+    for task, label, mode, asked, got, rel in holds:
+        k = kinds.setdefault((label, mode), {"n": 0, "ms": 0.0, "last": 0, "alone_ms": 0.0})
+        k["n"] += 1
+        k["ms"] += rel - got
+    for task, label, mode, asked, got, rel in holds:
+        if mode != "e":
+            continue
+        before = [h for h in holds if h[0] != task and h[2] == "s" and h[4] < got
+                  and h[5] > asked and h[5] <= got + 2.0]
+        if not before:
+            continue
+        last = max(before, key=lambda h: h[5])
+        others = [h for h in before if h is not last]
+        alone_from = max([asked] + [h[5] for h in others])
+        k = kinds[(last[1], "s")]
+        k["last"] += 1
+        k["alone_ms"] += max(0.0, last[5] - alone_from)
+    out = [f"{'hold':28s} {'mode':4s} {'n':>4s} {'mean ms':>8s} {'sum s':>6s} "
+           f"{'last before excl':>16s} {'alone ms':>9s}"]
+    for (label, mode), k in sorted(kinds.items(), key=lambda kv: -kv[1]["ms"]):
+        out.append(f"{label:28s} {mode:4s} {k['n']:4d} {k['ms'] / k['n']:8.1f} "
+                   f"{k['ms'] / 1e3:6.2f} {k['last']:16d} {k['alone_ms']:9.0f}")
+    return out
+
+
 def _concurrency_args(tasks: list[tuple[str, str]], last: list[str] | None) -> list[str]:
     """kgym eval arguments for 32 tasks: the 16 mixed tasks (4 problems x 4
     copies of its solution), then the same 16 again, or `last` (one
@@ -319,7 +369,7 @@ def run_concurrency() -> None:
                         last.append(path)
             args = _concurrency_args(tasks, last)
             res, wall = kgym_eval(args[1], [], "triton", *args[2:], "--enable-profiling",
-                                  "false", concurrency=conc)
+                                  "false", concurrency=conc, env={"KGYM_LOCK_TRACE": "1"})
             ts = sorted(r["_t"] for r in res)
             walls[conc] = ts[-1] - ts[len(ts) // 2 - 1] if len(ts) == 32 else float("inf")
             by_task: dict = {}
@@ -332,6 +382,9 @@ def run_concurrency() -> None:
                 f"{[round((r.get('timings') or {}).get('total', 0) / 1e3, 2) for r in res]}")
             late = sorted(res, key=lambda r: r["_t"])[len(res) // 2:]
             say("  " + lock_use(late, walls[conc]))
+            if conc > 1:
+                for ln in lock_trace_report(late):
+                    say("    " + ln)
             say(f"  compile (s) of the last 16: "
                 f"{[round((r.get('timings') or {}).get('compile', 0) / 1e3, 2) for r in late]}")
         ratio = walls[1] / walls[4] if walls[4] else 0
@@ -405,6 +458,22 @@ def run_redteam() -> None:
           f"rc={p.returncode}, counts {c}; stderr tail: {p.stderr[-500:]!r}")
 
 
+def run_pytest() -> None:
+    """tests/harness/*_gpu.py under pytest (they skip without a GPU, so a
+    skip here is a failure)."""
+    files = sorted(glob.glob(os.path.join(ROOT, "tests", "harness", "*_gpu.py")))
+    say(f"== pytest: {' '.join(os.path.basename(f) for f in files)}")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                        *files], cwd=os.path.join(ROOT, "tests", "harness"),
+                       capture_output=True, text=True, timeout=600)
+    tail = p.stdout.strip().splitlines()[-12:]
+    for ln in tail:
+        say("  " + ln)
+    check("pytest: the GPU tests pass, none skipped",
+          p.returncode == 0 and " skipped" not in (tail[-1] if tail else ""),
+          f"rc={p.returncode}; {tail[-1] if tail else p.stderr[-300:]!r}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"))
@@ -413,6 +482,7 @@ def main() -> int:
     steps = {"honest": run_honest, "cheats": run_cheats, "repeat": run_self_and_repeat,
              "overhead": run_overhead, "e2e": run_e2e, "concurrency": run_concurrency}
     steps["redteam"] = run_redteam  # the red-team corpus, docs/redteam.md
+    steps["pytest"] = run_pytest
     chosen = [s for s in args.only.split(",") if s] or list(steps)
     say(f"# gpu suite {time.strftime('%Y-%m-%d %H:%M:%S')} host={os.uname().nodename}")
     try:

@@ -68,11 +68,55 @@ def _profiled(role: str, body, out_dir: str, top: int) -> None:
     for name, (n, w, k, nk, ns) in agg.items():
         lines.append(f"   {name:22s} x{n:<4d} wall {w:8.1f} ms   kernels {k:8.1f} ms "
                      f"({nk:5d})   host waits {ns:5d}")
+    # the first checked call against the second (--first-trial): what the
+    # first one pays for once (module loads, allocations, library start-up)
+    for label in FIRST_TRIAL_RANGES:
+        spans = [e for e in marks if e.name == label and e.device_type != cuda_t]
+        if not spans:
+            continue
+        a, b = spans[0].time_range.start, spans[0].time_range.end
+        inside: dict = {}
+        for e in events:
+            if e.device_type == cuda_t or e is spans[0] or not (a <= e.time_range.start < b):
+                continue
+            d = inside.setdefault(e.name, [0, 0.0])
+            d[0] += 1
+            d[1] += (e.self_cpu_time_total if not e.name.startswith(("fn:", "cmd:"))
+                     else (e.time_range.end - e.time_range.start)) / 1e3
+        lines.append(f"   {label}: wall {(b - a) / 1e3:.1f} ms; inside, by self time "
+                     "(fn:/cmd: ranges: wall):")
+        for name, (n, ms) in sorted(inside.items(), key=lambda kv: -kv[1][1])[:top]:
+            lines.append(f"      {name[:60]:60s} x{n:<5d} {ms:8.2f} ms")
     lines.append(prof.key_averages().table(sort_by="self_cuda_time_total" if kernels
                                            else "self_cpu_time_total", row_limit=top))
     lines.append(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top))
     with open(os.path.join(out_dir, f"{role}.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+FIRST_TRIAL_RANGES: list[str] = []  # filled by --first-trial
+
+
+def _trial_marks() -> None:
+    """Judge: each trial in a range trial:LABEL; candidate: each run
+    command in cmd:run#N (N from 1)."""
+    import functools
+    from torch.profiler import record_function
+    from kgym_harness import candidate, judge
+    fn = judge.Judge.trial
+
+    def trial(self, label, *a, **k):
+        with record_function("trial:" + label):
+            return fn(self, label, *a, **k)
+    judge.Judge.trial = functools.wraps(fn)(trial)
+    run = candidate.HANDLERS["run"]
+    seen = [0]
+
+    def cmd_run(*a, **k):
+        seen[0] += 1
+        with record_function(f"cmd:run#{seen[0]}"):
+            return run(*a, **k)
+    candidate.HANDLERS["run"] = cmd_run
 
 
 def _phase_marks() -> None:
@@ -152,6 +196,8 @@ def one_run(task: dict, device: str, out_dir: str | None, top: int) -> dict:
                     if out_dir:
                         _command_marks()
                         _fn_marks(CAND_FNS)
+                        if FIRST_TRIAL_RANGES:
+                            _trial_marks()
                     body = lambda: run_candidate(b.detach())  # noqa: E731
                 else:
                     b.close()
@@ -159,6 +205,8 @@ def one_run(task: dict, device: str, out_dir: str | None, top: int) -> dict:
                     if out_dir:
                         _phase_marks()
                         _fn_marks(JUDGE_FNS)
+                        if FIRST_TRIAL_RANGES:
+                            _trial_marks()
                     body = lambda: run_judge(task, a.detach(), w_fd)  # noqa: E731
                 if out_dir:
                     _profiled(role, body, out_dir, top)
@@ -204,7 +252,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--enable-profiling", default="false")
+    ap.add_argument("--first-trial", action="store_true",
+                    help="break the first checked call down against the second")
     args = ap.parse_args()
+    if args.first_trial:
+        FIRST_TRIAL_RANGES.extend(["trial:trial:0", "trial:trial:1", "cmd:run#1", "cmd:run#2"])
     with open(args.ref) as f:
         ref = f.read()
     with open(args.cand) as f:

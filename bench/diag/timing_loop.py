@@ -75,12 +75,13 @@ def main() -> None:
         t0 = time.perf_counter()
         timing.calibrate_sync(dev)
         print(f"calibrate_sync (per block)   {(time.perf_counter() - t0) * 1e3:8.3f} ms")
-    # inputs drawn ahead (timing.PREDRAW_BYTES) against one draw per call,
-    # alternated, same inputs: the medians must agree, the loop gets shorter
-    budget = timing.PREDRAW_BYTES
+    # the lead sized from the calls (timing.Lead) against the fixed 0.2 ms
+    # ceiling, alternated, same inputs: the medians must agree, the loop
+    # gets shorter by what the lead no longer idles
     for rnd in range(3):
-        for label, b in (("drawn ahead", budget), ("one by one", 0)):
-            timing.PREDRAW_BYTES = b
+        for label, floor in (("fixed lead", 10**9), ("sized lead", timing.LEAD_MIN_NS)):
+            timing.LEAD_MIN_NS = floor
+            timing._LEADS.clear()
             t0 = time.perf_counter()
             r = timing.time_forward(call, make_args, 5, args.iters, dev,
                                     warmup_ms=timing.WARMUP_MIN_MS)
@@ -88,8 +89,8 @@ def main() -> None:
             med = sorted(r["samples_ms"])[len(r["samples_ms"]) // 2]
             print(f"round {rnd} {label:12s} median sample {med:.4f} ms; "
                   f"{(wall - r['warmup_ms']) / args.iters:.3f} ms per timed iteration "
-                  f"(prep {r['prep_ms']:.1f} ms)")
-    timing.PREDRAW_BYTES = budget
+                  f"(prep {r['prep_ms']:.1f} ms, lead {r['lead_us']} us, "
+                  f"{r['lead_short']} late)")
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()

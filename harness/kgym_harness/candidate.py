@@ -423,14 +423,16 @@ def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     """A warm spare's start-up, driven by its judge before any task exists
     (the CUDA context was made at start, _early_cuda_init): part "prep", no
     device work (imports, the tiny Triton kernel's compile); part
-    "profiler", CUPTI's one-time start (CPU); part "device" (the judge
-    holds the device lock shared): cuBLAS and a Triton launch. Refused once
+    "profiler", CUPTI's one-time start (CPU); part "preload" (the judge
+    holds the device lock shared): prewarm.preload of the families named;
+    part "device" (lock held too): cuBLAS and a Triton launch. Refused once
     a kernel is loaded."""
     if state.model is not None or state.kernel_path is not None:
         return {"ok": False, "failure": {"verdict": "infra_error", "code": "PROTOCOL_ERROR",
                                          "message": "warm after load"}}, []
     want = os.environ.get("KGYM_DEVICE", "")
     t0 = timing._perf_ns()
+    took: dict = {}
     try:
         failed: dict = {}
         if h.get("part") == "prep":  # any device: the cpu backend's extensions too
@@ -438,14 +440,19 @@ def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
         elif want.startswith("cuda") and torch.cuda.is_available():
             dev = torch.device(want if ":" in want else "cuda:0")
             if h.get("part") == "device":
-                failed = prewarm.warm_device(str(dev))
+                failed = prewarm.warm_device(str(dev), took)
+            elif h.get("part") == "preload":  # the judge holds the device lock shared
+                names = h.get("families")
+                names = [n for n in names if n in prewarm.CANDIDATE_FAMILIES][:32] \
+                    if isinstance(names, list) else []
+                failed = prewarm.preload(str(dev), names, took)
             elif h.get("part") == "profiler":
                 profiling.warm_profiler(str(dev))
         if failed:
-            return {"ok": True, "warm_error": str(failed)[:300]}, []
+            return {"ok": True, "warm_error": str(failed)[:300], "parts_ms": took}, []
     except Exception as e:  # a broken device shows up again at load
         return {"ok": True, "warm_error": loader.safe_str(e)[:300]}, []
-    return {"ok": True, "ms": (timing._perf_ns() - t0) / 1e6}, []
+    return {"ok": True, "ms": (timing._perf_ns() - t0) / 1e6, "parts_ms": took}, []
 
 
 HANDLERS = {"load": cmd_load, "run": cmd_run, "time": cmd_time, "profile": cmd_profile,

@@ -48,6 +48,11 @@ class DeviceLock:
         self.held_ms = {"shared": 0.0, "exclusive": 0.0}  # time held, by mode
         self._since = 0.0
         self.error: str | None = None
+        # KGYM_LOCK_TRACE=1 (diagnosis): every hold as [label, mode, asked,
+        # got, released], ms of CLOCK_MONOTONIC (one clock for all processes)
+        self.trace: list | None = [] if os.environ.get("KGYM_LOCK_TRACE") == "1" else None
+        self.label = ""
+        self._asked = 0.0
 
     def _open(self) -> bool:
         if self.path is None or self.error is not None:
@@ -76,16 +81,18 @@ class DeviceLock:
             time.sleep(delay)
             delay = min(delay * 2, POLL_MAX_S)
 
-    def shared(self, deadline: float | None = None) -> None:
-        self._acquire("shared", deadline)
+    def shared(self, deadline: float | None = None, label: str = "") -> None:
+        self._acquire("shared", deadline, label)
 
-    def exclusive(self, deadline: float | None = None) -> None:
-        self._acquire("exclusive", deadline)
+    def exclusive(self, deadline: float | None = None, label: str = "") -> None:
+        self._acquire("exclusive", deadline, label)
 
-    def _acquire(self, mode: str, deadline: float | None) -> None:
+    def _acquire(self, mode: str, deadline: float | None, label: str = "") -> None:
         if self.mode == mode or not self._open():
             return
         self.release()
+        self.label = label
+        self._asked = time.monotonic()
         t0 = time.perf_counter()
         fd = self.fd
 
@@ -117,7 +124,12 @@ class DeviceLock:
     def release(self) -> None:
         if self.mode is not None and self.fd >= 0:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
-            self.held_ms[self.mode] += (time.perf_counter() - self._since) * 1e3
+            held = time.perf_counter() - self._since
+            self.held_ms[self.mode] += held * 1e3
+            if self.trace is not None and len(self.trace) < 500:
+                now = time.monotonic()
+                self.trace.append([self.label, self.mode[0], round(self._asked * 1e3, 2),
+                                   round((now - held) * 1e3, 2), round(now * 1e3, 2)])
         self.mode = None
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from . import audit, compare, guards, loader, profiling, quiet, schema, timing
+from . import audit, compare, guards, loader, prewarm, profiling, quiet, schema, timing
 from .devlock import DeviceLock, LockTimeout
 from .channel import Channel, ChannelTimeout, PeerClosed, ProtocolError
 from .frame import write_result
@@ -167,17 +167,19 @@ class Judge:
             self.result["timings"]["load_detail"] = load_ms  # the candidate's claim
         self.result["compiled"] = True
 
-    def lock_device(self, exclusive: bool) -> None:
+    def lock_device(self, exclusive: bool, label: str = "") -> None:
         """Exclusive: timing/profiling (any device). Shared: GPU correctness
-        work (on the CPU, correctness takes no lock)."""
+        work (on the CPU, correctness takes no lock). label names the hold
+        in the lock's trace (KGYM_LOCK_TRACE=1), the phase by default."""
         if not exclusive and not timing.is_cuda(self.device):
             self.lock.release()
             return
+        label = label or self.phase
         try:
             if exclusive:
-                self.lock.exclusive(self.chan.deadline)
+                self.lock.exclusive(self.chan.deadline, label)
             else:
-                self.lock.shared(self.chan.deadline)
+                self.lock.shared(self.chan.deadline, label)
         except LockTimeout as e:
             self.fail("infra_error", "INFRA_ERROR", "LockTimeout", str(e))
         if self.lock.error:
@@ -203,7 +205,7 @@ class Judge:
         comparison. With run_hack_checks the call is guarded (candidate.py)
         and what it did besides its output is audited (audit.py): findings
         stop the evaluation as hacked."""
-        self.lock_device(exclusive=False)
+        self.lock_device(exclusive=False, label=f"{label}/candidate")
         try:
             return self._trial(label, mode, grad, check)
         finally:
@@ -225,7 +227,7 @@ class Judge:
         # the candidate's part is done: a timing phase waiting for the device
         # need not wait for our checks too (they take the lock again)
         self.lock.release()
-        self.lock_device(exclusive=False)
+        self.lock_device(exclusive=False, label=f"{label}/checks")
         self.lap("inputs", t1 - t0)
         self.lap("candidate", t2 - t1)
         for k, v in reply.ms.items():  # the candidate's claim of where that went
@@ -394,7 +396,7 @@ class Judge:
         on one input draw (compared exactly). The model's state (running
         statistics) is put back afterwards, so later trials stay in step
         with the candidate's."""
-        self.lock_device(exclusive=False)
+        self.lock_device(exclusive=False, label="mode_probe")
         state = {k: v.detach().clone() for k, v in self.ref_model.state_dict().items()}
         inputs = loader.draw_inputs(self.ref_module,
                                     loader.derive_seed(self.req["seed"], "mode_probe"),
@@ -410,7 +412,7 @@ class Judge:
     def degenerate(self) -> None:
         """Warn (never fail) when the problem cannot tell a no-op or a cache
         from a kernel: checks.degenerate and the reasons in warnings."""
-        self.lock_device(exclusive=False)
+        self.lock_device(exclusive=False, label="degenerate")
         first = self.samples[0] if self.samples else None
         second = self.samples[1] if len(self.samples) > 1 else None
         found = audit.degenerate(first, second, self.req["atol"], self.req["rtol"])
@@ -491,7 +493,7 @@ class Judge:
         self.phase = "timing"
         req = self.req
         plan = timing.block_plan(req["num_perf_trials"], req["num_warmup"], prewarmed=True)
-        self.lock_device(exclusive=False)
+        self.lock_device(exclusive=False, label="timing/prewarm")
         ref_call, cached, key = self.reference_timer(plan)  # torch.compile: not while exclusive
         self.prewarm(ref_call, cached)
         self.lock_device(exclusive=True)
@@ -526,6 +528,11 @@ class Judge:
             # t_dev - L - t_stream, and the calibrated L (ms)
             checks["sync_excess_ms"] = run["excess"]
             checks["sync_latency_ms"] = run["latency"]
+            # the lead before each sample (us, at the phase's end) and the
+            # timed calls whose start the device reached before the host
+            # had launched them (timing.Lead)
+            checks["timing_lead"] = {side: {"us": v[0], "late": v[1]}
+                                     for side, v in run["lead"].items()}
             if cached is None:
                 checks["reference_side_stream_samples"] = run["ref_side"]
         if side:
@@ -583,6 +590,7 @@ class Judge:
                      "claims": [],  # (input index, the candidate's fingerprint)
                      "excess": {"kernel": [], "reference": []},
                      "latency": {"kernel": [], "reference": []},
+                     "lead": {"kernel": [0.0, 0], "reference": [0.0, 0]},  # us, late calls
                      "spots": timing.SPOT_CHECKS if req["run_hack_checks"] else 0,
                      "timed": set(), "l2_found": None, "l2_report": None}
         cand = run["cand"]
@@ -600,6 +608,8 @@ class Judge:
                     run["ref_side"] += len(r["side_stream"])
                     run["excess"]["reference"].append(r["sync_excess_ms"])
                     run["latency"]["reference"].append(r["sync_latency_ms"])
+                    run["lead"]["reference"] = [r["lead_us"] or 0.0,
+                                                run["lead"]["reference"][1] + r["lead_short"]]
                     for k in ("prep_ms", "warmup_ms", "wall_ms"):
                         ref[k] += r[k]
                     continue
@@ -622,6 +632,7 @@ class Judge:
                 run["side"] += [len(cand) + i for i in c["side_stream"]]
                 run["excess"]["kernel"].append(c["sync_excess_ms"])
                 run["latency"]["kernel"].append(c["sync_latency_ms"])
+                run["lead"]["kernel"] = [c["lead_us"], run["lead"]["kernel"][1] + c["lead_short"]]
                 cand += c["samples_ms"]
                 run["launches"] += c["launches"]["count"]
                 run["claims"].append((blk["timed_start"], c["inputs"]))  # checked after the lock
@@ -651,7 +662,7 @@ class Judge:
         if pending is None:
             return
         self.phase = "timing"
-        self.lock_device(exclusive=False)
+        self.lock_device(exclusive=False, label="timing_checks")
         checks = self.result["checks"]
         for index, claim in pending["claims"]:
             mine = loader.fingerprint(self.timing_inputs(index))
@@ -733,7 +744,7 @@ class Judge:
         self.result["checks"]["ablation"] = info
         inputs = loader.draw_inputs(self.ref_module,
                                     loader.derive_seed(self.req["seed"], "ablation"), self.device)
-        self.lock_device(exclusive=False)
+        self.lock_device(exclusive=False, label="ablation")
         saved = self.chan.deadline
         if saved is not None:
             self.chan.deadline = min(saved, time.monotonic() + ABLATION_TIMEOUT_S)
@@ -919,6 +930,8 @@ class Judge:
             if any(self.lock.held_ms.values()):  # how long this task kept the device
                 self.result["timings"]["lock_held"] = {
                     k: round(v, 3) for k, v in self.lock.held_ms.items()}
+            if self.lock.trace:
+                self.result["timings"]["lock_trace"] = self.lock.trace
 
     def _guarded_run(self) -> None:
         try:
@@ -1023,8 +1036,45 @@ def _warm_part(chan: Channel, out: dict, part: str, meanwhile: Any = None) -> No
     chan.send({"cmd": "warm", "part": part})
     if meanwhile is not None:
         meanwhile()
-    _note_warm_error(out, f"{part}_error", chan.recv()[0])
+        out[f"{part}_judge_ms"] = round((_now() - t) * 1e3, 1)
+    reply = chan.recv()[0]
+    _note_warm_error(out, f"{part}_error", reply)
     out[f"{part}_ms"] = round((_now() - t) * 1e3, 1)
+    parts = reply.get("parts_ms") if isinstance(reply, dict) else None
+    if isinstance(parts, dict) and parts:  # the candidate's claim, diagnostic only
+        out[f"{part}_candidate_ms"] = {str(k)[:20]: v for k, v in list(parts.items())[:4]
+                                       if isinstance(v, (int, float))}
+
+
+def _preload_pair(chan: Channel, out: dict, lock: DeviceLock, device: str) -> None:
+    """prewarm.preload in both processes of a spare, one family at a time
+    under the device lock held shared (a module load is device activity,
+    and one family's hold, tens of ms, is all a timing phase elsewhere may
+    have to wait for): the first checked call of the task then loads
+    nothing of the harness's (on the H200 it held the lock 260-400 ms,
+    later calls 10-17 ms)."""
+    t0 = _now()
+    errors: dict = {}
+    held0 = lock.held_ms["shared"]
+    for name in dict.fromkeys(prewarm.JUDGE_FAMILIES + prewarm.CANDIDATE_FAMILIES):
+        lock.shared(chan.deadline, "spare/preload")
+        try:
+            theirs = name in prewarm.CANDIDATE_FAMILIES
+            if theirs:
+                chan.send({"cmd": "warm", "part": "preload", "families": [name]})
+            if name in prewarm.JUDGE_FAMILIES:
+                errors.update(prewarm.preload(device, [name]))
+            if theirs:
+                reply = chan.recv()[0]
+                err = reply.get("warm_error") if isinstance(reply, dict) else None
+                if isinstance(err, str) and err:
+                    errors[f"candidate {name}"] = err[:120]
+        finally:
+            lock.release()
+    out["preload_ms"] = round((_now() - t0) * 1e3, 1)
+    out["preload_locked_ms"] = round(lock.held_ms["shared"] - held0, 1)
+    if errors:
+        out["preload_error"] = str(errors)[:300]
 
 
 def _warm_pair(chan: Channel) -> dict:
@@ -1032,9 +1082,11 @@ def _warm_pair(chan: Channel) -> dict:
     first, unlocked: the candidate's imports and Triton compile (and this
     process's CUDA context meanwhile), then (when tasks profile) CUPTI's
     one-time start, over 4 s of CPU. Then, with the device lock held shared
-    (no measurement elsewhere sees it), the work that runs on the device:
-    this process's cuBLAS while the candidate's cuBLAS and one Triton launch
-    run. Returns what each part took (ms) and what failed."""
+    (no measurement elsewhere sees it): the device code of the harness's
+    operations loaded in both processes (_preload_pair, one family per
+    hold), then the work that runs on the device: this process's cuBLAS
+    while the candidate's cuBLAS and one Triton launch run. Returns what
+    each part took (ms) and what failed."""
     out: dict = {}
     device = os.environ.get("KGYM_DEVICE", "cpu")
     cuda = device.startswith("cuda") and torch.cuda.is_available()
@@ -1046,9 +1098,12 @@ def _warm_pair(chan: Channel) -> dict:
         _warm_part(chan, out, "prep", (lambda: torch.cuda.set_device(dev)) if cuda else None)
         if cuda and os.environ.get("KGYM_WARM_PROFILER") == "1":
             _warm_part(chan, out, "profiler")
+        if cuda:
+            _preload_pair(chan, out, lock, str(dev))
         t = _now()
-        lock.shared(chan.deadline)
-        out["lock_wait_ms"] = round(lock.waited_ms, 1)
+        waited = lock.waited_ms
+        lock.shared(chan.deadline, "spare")
+        out["lock_wait_ms"] = round(lock.waited_ms - waited, 1)
 
         def blas() -> None:  # this process's cuBLAS, while the candidate warms its own
             a = torch.ones(64, 64, device=dev)
@@ -1058,6 +1113,8 @@ def _warm_pair(chan: Channel) -> dict:
         _warm_part(chan, out, "device", blas if cuda else None)
         lock.close()
         out["locked_ms"] = round((_now() - t) * 1e3 - out["lock_wait_ms"], 1)
+        if lock.trace:
+            out["lock_trace"] = lock.trace
     except (ChannelTimeout, PeerClosed, ProtocolError, LockTimeout) as e:
         out["error"] = f"{type(e).__name__}: {e}"[:300]  # the task will find out
     finally:

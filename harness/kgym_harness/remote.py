@@ -334,6 +334,9 @@ class Remote:
                 "sync_latency_ms": _ms(t.get("sync_latency_ms", 0.0)),
                 "sync_excess_ms": _signed_ms(t.get("sync_excess_ms", 0.0)),
                 "l2": _l2(t.get("l2")),
+                # diagnostics only (the lead decides nothing the judge trusts)
+                "lead_us": _num(t.get("lead_us") or 0.0),
+                "lead_short": _int(t.get("lead_short"), 0, 1 << 20) or 0,
                 "launches": _launches(reply.get("launches"))}
 
     def spots(self, k: int, seed: int, sample: int) -> list[tuple[int, Any, str | None]]:

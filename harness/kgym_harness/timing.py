@@ -59,7 +59,8 @@ _urandom = os.urandom  # the spot checks' CSPRNG, as it was before candidate cod
 # up to 30% on 0.15 ms kernels, H200, 2026-11-29). Private torch API:
 # absent, the lead is simply not added.
 _gpu_sleep = getattr(torch.cuda, "_sleep", None)
-LEAD_CYCLES = 400_000      # ~0.2 ms at the H200's ~2 GHz clock
+_event_query = torch.cuda.Event.query
+LEAD_CYCLES = 400_000      # the longest lead: ~0.2 ms at the H200's ~2 GHz clock
 
 DEFAULT_FLUSH_BYTES = 256 << 20
 WARMUP_MIN_MS = 20.0      # warm-up time target of a timing command (first block)
@@ -71,6 +72,10 @@ PERF_BLOCKS = 5           # interleaved reference/candidate blocks
 REWARM_MAX_MS = 10.0      # later blocks re-warm with one call if calls are this fast
 SPOT_CHECKS = 3           # timed outputs kept per timing phase for the judge to check
 PREDRAW_BYTES = 1 << 30   # CUDA: timed calls' inputs drawn ahead, at most this much at once
+LEAD_FACTOR = 2.0         # the lead: this many times the host time of a call,
+LEAD_PAD_NS = 20_000      # plus this,
+LEAD_MIN_NS = 20_000      # at least this (the L2 flush before it adds ~30 us on the H200)
+LEAD_DECAY = 0.9          # per call, of the host-time estimate (its slowest recent call)
 
 
 def is_cuda(device: str) -> bool:
@@ -100,6 +105,70 @@ class L2Flusher:
 
 
 _FLUSHERS: dict[str, L2Flusher] = {}
+
+
+class Lead:
+    """The lead of one process on one device: how long the device-side
+    busy wait before each sample's start event is. It must outlast the
+    host's launch of the timed call (else the sample holds host time), and
+    anything beyond that is idle device time inside the exclusive section
+    (a fixed 0.2 ms was a third of each timed iteration of a 0.13 ms
+    kernel on the H200). So it is sized from this process's own calls:
+    LEAD_FACTOR x the host time of the slowest recent call (an estimate
+    that decays by LEAD_DECAY per call) + LEAD_PAD_NS, within
+    [LEAD_MIN_NS, the LEAD_CYCLES ceiling]. A timed call whose start event
+    the device had already passed when the call returned (the host was
+    late: a slow call, a preempted thread) is counted in `short` and
+    doubles the lead's floor from then on. The busy wait takes cycles:
+    their rate is measured once with events."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.rate = 0.0        # busy-wait cycles per ns, measured on first use
+        self.est_ns = 0.0      # host time of a call (decaying maximum)
+        self.floor_ns = 0.0    # raised by late calls
+        self.short = 0
+
+    def _measure_rate(self) -> float:
+        dev = torch.device(self.device)
+        stream = _current_stream(dev)
+        a, b = _Event(enable_timing=True), _Event(enable_timing=True)
+        _gpu_sleep(1000)
+        _record(a, stream)
+        _gpu_sleep(LEAD_CYCLES // 2)
+        _record(b, stream)
+        _event_sync(b)
+        ms = float(_elapsed(a, b))
+        return (LEAD_CYCLES // 2) / (ms * 1e6) if ms > 0.01 else 2.0
+
+    def observe(self, host_ns: float) -> None:
+        # a first call's compile is no launch time: at most the ceiling counts
+        self.est_ns = max(min(float(host_ns), self.max_ns()), self.est_ns * LEAD_DECAY)
+
+    def late(self) -> None:
+        self.short += 1
+        self.floor_ns = min(self.max_ns(), 2.0 * self.ns())
+
+    def max_ns(self) -> float:
+        return LEAD_CYCLES / (self.rate or 2.0)
+
+    def ns(self) -> float:
+        want = max(LEAD_FACTOR * self.est_ns + LEAD_PAD_NS, LEAD_MIN_NS, self.floor_ns)
+        return min(want, self.max_ns())
+
+    def cycles(self) -> int:
+        return max(1, int(self.ns() * (self.rate or 2.0)))
+
+
+_LEADS: dict[str, Lead] = {}
+
+
+def lead_for(device: str) -> Lead:
+    key = str(torch.device(device))
+    lead = _LEADS.get(key)
+    if lead is None:
+        lead = _LEADS[key] = Lead(key)
+    return lead
 
 
 def flusher_for(device: str) -> L2Flusher:
@@ -450,6 +519,10 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
     if n_iter > 0 and (start == 0 or key not in _CALIBRATION):
         _CALIBRATION[key] = calibrate_sync(device)
     lat, slack = _CALIBRATION.get(key, (0.0, 0.0))
+    lead = lead_for(device) if cuda and _gpu_sleep is not None else None
+    if lead is not None and lead.rate <= 0:
+        lead.rate = lead._measure_rate()  # once per process (the judge's pre-warm pays it)
+    short0 = lead.short if lead is not None else 0
     args = None
     done = 0
     busy_ns = 0
@@ -463,6 +536,8 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
             prep_ns += _perf_ns() - t0
         t0 = _perf_ns()
         call(args)
+        if lead is not None:
+            lead.observe(_perf_ns() - t0)
         sync(device)
         busy_ns += _perf_ns() - t0
         done += 1
@@ -482,13 +557,18 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
             sync(device)  # drawing counts as prep, until the device is done with it
             prep_ns += _perf_ns() - t0
         args = ahead.pop()
-        flusher.flush()
         if cuda:
+            t0 = _perf_ns()
+            flusher.flush()
             stream = _current_stream(dev)
-            if _gpu_sleep is not None:
-                _gpu_sleep(LEAD_CYCLES)
+            if lead is not None:
+                _gpu_sleep(lead.cycles())
             _record(begin, stream)
             out = call(args)
+            if lead is not None:
+                lead.observe(_perf_ns() - t0)
+                if _event_query(begin):  # the device waited for the host: raise the lead
+                    lead.late()
             _record(end_s, stream)
             _cuda_sync(dev)
             _record(end_d, stream)
@@ -500,6 +580,7 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
             if wide:
                 side.append(i)
         else:
+            flusher.flush()
             t1 = _perf_ns()
             out = call(args)
             samples.append((_perf_ns() - t1) / 1e6)
@@ -513,6 +594,8 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
             "wall_ms": (_perf_ns() - t_start) / 1e6, "side_stream": side,
             "sync_latency_ms": lat,
             "sync_excess_ms": statistics.median(excess) if excess else 0.0,
+            "lead_us": round(lead.ns() / 1e3, 1) if lead is not None else None,
+            "lead_short": lead.short - short0 if lead is not None else 0,
             "l2": l2.report() if l2 is not None else None}
 
 

@@ -58,6 +58,29 @@ def test_prewarmed_plan_warms_every_block_with_one_call():
     assert [b["n_warmup"] for b in timing.block_plan(4, 0, prewarmed=True)] == [0, 0, 0, 0]
 
 
+def test_lead_follows_the_host_time_of_calls_within_its_bounds():
+    lead = timing.Lead("cuda:0")  # nothing touches the device until cycles()
+    lead.rate = 2.0  # cycles per ns, as if measured
+    top = timing.LEAD_CYCLES / 2.0
+    assert lead.ns() == max(timing.LEAD_PAD_NS, timing.LEAD_MIN_NS)  # no call seen yet
+    lead.observe(30_000)  # a 30 us launch: 2 x 30 + 20 us
+    assert lead.ns() == pytest.approx(timing.LEAD_FACTOR * 30_000 + timing.LEAD_PAD_NS)
+    assert lead.cycles() == int(lead.ns() * 2.0)
+    lead.observe(5e9)  # a first call that compiled for 5 s counts as the ceiling at most
+    assert lead.est_ns == top and lead.ns() == top
+    for _ in range(200):  # then it decays back to what the calls take
+        lead.observe(10_000)
+    assert lead.ns() == pytest.approx(timing.LEAD_FACTOR * 10_000 + timing.LEAD_PAD_NS)
+    lead.late()  # the device reached the start before the host had launched
+    assert lead.short == 1 and lead.ns() == pytest.approx(2 * 40_000)
+    for _ in range(200):  # the floor stays
+        lead.observe(1_000)
+    assert lead.ns() == pytest.approx(80_000)
+    for _ in range(5):
+        lead.late()
+    assert lead.short == 6 and lead.ns() == top  # never beyond the ceiling
+
+
 def test_time_forward_warms_up_by_time_and_count():
     calls = []
 

@@ -150,3 +150,33 @@ def test_each_candidate_is_checked_against_the_ref_before_it():
     # and the same softmax candidate against GELU's reference alone is no pass
     p = run(["--ref", REF, "--cand", sol2, "--backend", "triton", "--json", *FAST])
     assert json.loads(p.stdout.strip().splitlines()[-1])["verdict"] != "pass"
+
+
+def test_judge_opt_ins_reach_the_judge_through_the_worker():
+    """Regression: the worker gives its children a clean environment, and
+    KGYM_REFTIME_CACHE (documented in docs/harness.md) never reached the
+    judge, so the reference-time cache could not be turned on outside the
+    in-process tests. The worker now passes the judge's opt-ins on: the
+    cache (second candidate: reference time from the cache) and the
+    device lock's trace (KGYM_LOCK_TRACE: each hold with its times)."""
+    import shutil
+    base = tempfile.mkdtemp(prefix="kgym-optin-", dir="/tmp")
+    os.chmod(base, 0o711)
+    try:
+        ref = os.path.join(ROOT, "problems", "cpu", "level1", "1_GELU.py")
+        sol = os.path.join(ROOT, "problems", "cpu", "level1", "solutions", "1_GELU.cpu.py")
+        p = run(["--ref", ref, "--cand", sol, "--cand", sol, "--backend", "cpu", "--json",
+                 *FAST], env={"TMPDIR": base, "KGYM_REFTIME_CACHE": "1",
+                              "KGYM_LOCK_TRACE": "1"})
+        assert p.returncode == 0, p.stderr
+        rs = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+        assert [r["verdict"] for r in rs] == ["pass", "pass"], [r["error_message"] for r in rs]
+        assert [r["checks"]["reference_cached"] for r in rs] == [False, True]
+        for r in rs:
+            trace = r["timings"]["lock_trace"]
+            timed = [h for h in trace if h[0] == "timing" and h[1] == "e"]
+            assert timed, trace  # on the CPU only measuring takes the lock
+            for _, _, asked, got, released in trace:
+                assert asked <= got <= released
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

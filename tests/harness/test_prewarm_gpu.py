@@ -1,0 +1,63 @@
+"""prewarm.preload on a CUDA device (skipped without one; `make test-gpu`
+runs it on the H200): in a fresh process with CUDA's lazy module loading,
+it loads the device code of the harness's operations without running any
+of it, so a warm spare can do it without the device lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+HARNESS = os.path.join(os.path.dirname(__file__), "..", "..", "harness")
+
+PROBE = r"""
+import json, time, torch
+from kgym_harness import compare, guards, prewarm
+dev = torch.device("cuda:0")
+torch.zeros(1, device=dev)  # the context
+took = {}
+errors = prewarm.preload("cuda:0", took=took)  # every family
+# a captured write reaches nothing: the graph is never launched
+x = torch.zeros(1024, device=dev)
+stream = torch.cuda.Stream(dev)
+err = prewarm._capture(stream, lambda: x.fill_(7.0))
+torch.cuda.synchronize(dev)
+untouched = bool((x == 0).all().item())
+def first(fn):
+    torch.cuda.synchronize(dev)
+    t = time.perf_counter()
+    fn()
+    torch.cuda.synchronize(dev)
+    return round((time.perf_counter() - t) * 1e3, 2)
+a = torch.arange(1 << 20, device=dev, dtype=torch.float32)
+ms = {"digests": first(lambda: guards.digests([a])),
+      "compare (mismatch)": first(lambda: compare.compare_outputs(a, a + 1.0, 1e-3, 1e-3))}
+# another shape than preload's may pick another cuBLAS kernel: shown, not checked
+big = first(lambda: a.view(1024, 1024) @ a.view(1024, 1024))
+print(json.dumps({"errors": errors, "capture_error": err, "untouched": untouched, "ms": ms,
+                  "matmul_1024_ms": big,
+                  "took": took, "digest": guards.digests([a])[0]}))
+"""
+
+
+def test_preload_loads_without_running_and_first_calls_are_then_cheap():
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(HARNESS), CUDA_MODULE_LOADING="LAZY")
+    p = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    print(out)  # preload's time and the 1024x1024 matmul's first call, for the log
+    assert out["errors"] == {} and out["capture_error"] is None, out
+    assert out["untouched"] is True  # nothing captured ran
+    # without it each first use costs 15-25 ms (bench/diag/first_use.py)
+    assert all(v < 10.0 for v in out["ms"].values()), out["ms"]
+    # and what the harness computes afterwards is what it computes without it
+    from kgym_harness import guards
+    a = torch.arange(1 << 20, device="cuda:0", dtype=torch.float32)
+    assert out["digest"] == guards.digests([a])[0]
