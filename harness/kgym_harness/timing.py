@@ -163,21 +163,23 @@ class Lead:
 _LEADS: dict[str, Lead] = {}
 
 
-def lead_for(device: str) -> Lead:
+def _per_device(table: dict, device: str, make: Callable[[str], Any]) -> Any:
+    """table's entry for device, made by make(device name) on first use."""
     key = str(torch.device(device))
-    lead = _LEADS.get(key)
-    if lead is None:
-        lead = _LEADS[key] = Lead(key)
-    return lead
+    v = table.get(key)
+    if v is None:
+        v = table[key] = make(key)
+    return v
+
+
+def lead_for(device: str) -> Lead:
+    """This process's lead on a device (timing.Lead)."""
+    return _per_device(_LEADS, device, Lead)
 
 
 def flusher_for(device: str) -> L2Flusher:
     """One flush buffer per device and process (allocating it is not free)."""
-    key = str(torch.device(device))
-    f = _FLUSHERS.get(key)
-    if f is None:
-        f = _FLUSHERS[key] = L2Flusher(device)
-    return f
+    return _per_device(_FLUSHERS, device, L2Flusher)
 
 
 def calibrate_sync(device: str, k: int = SYNC_CAL_ITERS) -> tuple[float, float]:
