@@ -74,8 +74,22 @@ def final_statuses(c: Client, ids: list[str], timeout: float) -> dict[str, dict]
 def assert_exactly_once(env: Env, ids: list[str], statuses: dict[str, dict]) -> None:
     """Each task completed, with one accepted result. A post whose reply was
     lost (the server killed after the write) is retried and refused: then
-    the store's result is that post's, and no post was accepted twice."""
-    logs = env.worker_logs()
+    the store's result is that post's, and no post was accepted twice.
+
+    The server stores a result before its reply reaches the worker, which
+    logs the post only then: the logs are read once every completed task's
+    post is in them, or after 10 s (a task may be seen completed a moment
+    before its line is written; that race failed this test once)."""
+    def logged() -> str | None:
+        logs = env.worker_logs()
+        done = [t for t in ids if statuses[t]["status"] == "completed"]
+        return logs if all(posted(logs, t) for t in done) else None
+    t0 = time.monotonic()
+    logs = logged()
+    while logs is None and time.monotonic() - t0 < 10:
+        time.sleep(0.1)
+        logs = logged()
+    logs = logs if logs is not None else env.worker_logs()
     bad = {}
     for tid in ids:
         p = posted(logs, tid)
