@@ -451,13 +451,12 @@ def l2_guard_for(device: str) -> L2Guard | None:
     candidate makes it before importing the kernel); None on the CPU."""
     if not is_cuda(device):
         return None
-    dev = torch.device(device)
-    key = str(dev)
-    g = _L2_GUARDS.get(key)
-    if g is None:
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
-        g = _L2_GUARDS[key] = L2Guard(CudartL2.load(index))
-    return g
+
+    def make(key: str) -> L2Guard:
+        dev = torch.device(key)
+        return L2Guard(CudartL2.load(dev.index if dev.index is not None
+                                     else torch.cuda.current_device()))
+    return _per_device(_L2_GUARDS, device, make)
 
 
 def _nbytes(args: Any) -> int:
