@@ -443,7 +443,7 @@ def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
                 failed = prewarm.warm_device(str(dev), took)
             elif h.get("part") == "preload":  # the judge holds the device lock shared
                 names = h.get("families")
-                names = [n for n in names if n in prewarm.CANDIDATE_FAMILIES][:32] \
+                names = [n for n in names if n in prewarm.SPARE_FAMILIES][:32] \
                     if isinstance(names, list) else []
                 failed = prewarm.preload(str(dev), names, took)
             elif h.get("part") == "profiler":

@@ -1051,24 +1051,17 @@ def _preload_pair(chan: Channel, out: dict, lock: DeviceLock, device: str) -> No
     under the device lock held shared (a module load is device activity,
     and one family's hold, tens of ms, is all a timing phase elsewhere may
     have to wait for): the first checked call of the task then loads
-    nothing of the harness's (on the H200 it held the lock 260-400 ms,
+    nothing of the harness's (on the H200 it held the lock 260-380 ms,
     later calls 10-17 ms)."""
     t0 = _now()
     errors: dict = {}
     held0 = lock.held_ms["shared"]
-    for name in dict.fromkeys(prewarm.JUDGE_FAMILIES + prewarm.CANDIDATE_FAMILIES):
+    for name in prewarm.SPARE_FAMILIES:
         lock.shared(chan.deadline, "spare/preload")
         try:
-            theirs = name in prewarm.CANDIDATE_FAMILIES
-            if theirs:
-                chan.send({"cmd": "warm", "part": "preload", "families": [name]})
-            if name in prewarm.JUDGE_FAMILIES:
-                errors.update(prewarm.preload(device, [name]))
-            if theirs:
-                reply = chan.recv()[0]
-                err = reply.get("warm_error") if isinstance(reply, dict) else None
-                if isinstance(err, str) and err:
-                    errors[f"candidate {name}"] = err[:120]
+            chan.send({"cmd": "warm", "part": "preload", "families": [name]})
+            errors.update(prewarm.preload(device, [name]))  # this process's meanwhile
+            _note_warm_error(errors, f"candidate {name}", chan.recv()[0])
         finally:
             lock.release()
     out["preload_ms"] = round((_now() - t0) * 1e3, 1)

@@ -6,7 +6,7 @@ kernel, compiled once into the candidate cache, then only loaded), and the
 heavy torch.utils.cpp_extension import the extension hooks need; in both
 processes (preload) the device code of the operations the harness runs in
 a checked call, which CUDA otherwise loads lazily at their first use, under
-the device lock (260-400 ms of the first call's hold on the H200). None of
+the device lock (260-380 ms of the first call's hold on the H200). None of
 it runs in the zygote: CUDA must never start before the fork."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import loader
 
 _KERNEL: list = []  # the tiny kernel, built once per process
 
@@ -41,8 +42,8 @@ def _tiny_triton() -> object | None:
 
 def warm_prep(device: str) -> dict:
     """The part of a spare's warm-up that runs no device work, so it needs
-    no device lock: the cpp_extension import (seconds when cold), the tiny
-    Triton kernel compiled (or loaded from the cache) without a launch, and
+    no device lock: the cpp_extension import (seconds when cold) and the
+    tiny Triton kernel compiled (or loaded from the cache) without a launch.
     Returns what failed, by part."""
     errors: dict[str, str] = {}
     try:
@@ -76,17 +77,10 @@ def _capture(stream: Any, fn: Callable[[], Any]) -> str | None:
             finally:
                 g.capture_end()
     except Exception as e:
-        return _safe_str(e)
+        return f"{type(e).__name__}: {loader.safe_str(e)}"[:160]
     finally:
         g.reset()
     return None
-
-
-def _safe_str(e: BaseException) -> str:
-    try:
-        return f"{type(e).__name__}: {e}"[:160]
-    except Exception:
-        return type(e).__name__
 
 
 def _harness_ops(dev: Any) -> dict[str, Callable[[], Any]]:
@@ -155,22 +149,20 @@ def _common_ops(dev: Any) -> dict[str, Callable[[], Any]]:
     }
 
 
-# what a spare loads, per process: the families a task's first checked call
-# uses (input draws, digests, poison, copies, comparisons). Not cuBLAS or
+# what a spare loads, in both processes: the families a task's first checked
+# call uses (input draws, digests, poison, copies, comparisons). Not cuBLAS or
 # the Triton launch (warm_device runs both for real right after, under the
 # same lock), nor the usual reference operations (_common_ops): with them
 # and cuBLAS, 19 families under the lock, a spare held the device 1.0-1.7 s
 # in all and 4-way throughput did not improve (H200, 2026-12-01,
 # bench/results/2026-12-01-gpu-h200-s6-*).
-CANDIDATE_FAMILIES = ("arith", "compare", "logic", "unary", "where", "reduce", "shape", "fill",
-                      "copy", "index", "arange", "random")
-JUDGE_FAMILIES = CANDIDATE_FAMILIES
+SPARE_FAMILIES = ("arith", "compare", "logic", "unary", "where", "reduce", "shape", "fill",
+                  "copy", "index", "arange", "random")
 
 
-def families(device: str) -> dict[str, Callable[[], Any]]:
-    """Every family preload() knows, by name (CANDIDATE_FAMILIES and
-    JUDGE_FAMILIES say which process loads which)."""
-    dev = torch.device(device)
+def _families(dev: Any) -> dict[str, Callable[[], Any]]:
+    """Every family preload() knows, by name (SPARE_FAMILIES: what a spare
+    loads)."""
     fams = dict(_harness_ops(dev))
     fams.update(_common_ops(dev))
     kernel = _tiny_triton()
@@ -180,6 +172,7 @@ def families(device: str) -> dict[str, Callable[[], Any]]:
     return fams
 
 
+_TABLES: dict[str, tuple[Any, dict]] = {}  # device -> (capture stream, families), made once
 _LOADED: set[str] = set()
 
 
@@ -200,9 +193,11 @@ def preload(device: str, names: Any = None, took: dict | None = None) -> dict:
         return errors
     import warnings
     try:
-        torch.cuda.current_blas_handle()  # cuBLAS's handle outside any capture
-        stream = torch.cuda.Stream(dev)
-        fams = families(device)
+        key = str(dev)
+        if key not in _TABLES:
+            torch.cuda.current_blas_handle()  # cuBLAS's handle outside any capture
+            _TABLES[key] = (torch.cuda.Stream(dev), _families(dev))
+        stream, fams = _TABLES[key]
         wanted = list(fams) if names is None else [n for n in names if n in fams]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -215,7 +210,7 @@ def preload(device: str, names: Any = None, took: dict | None = None) -> dict:
                 else:
                     errors[name] = err
     except Exception as e:
-        errors["preload"] = _safe_str(e)
+        errors["preload"] = f"{type(e).__name__}: {loader.safe_str(e)}"[:160]
     if took is not None:
         took["preload"] = round(took.get("preload", 0.0) + (time.perf_counter() - t0) * 1e3, 1)
     return errors

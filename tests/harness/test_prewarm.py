@@ -37,3 +37,39 @@ def test_warm_device_runs_every_part_on_cpu():
     assert out["cpp_extension"] is True
     # only the Triton part may fail here (a real kernel launch needs a GPU)
     assert set(out["errors"]) <= {"triton"}, out["errors"]
+
+
+def test_preload_pair_holds_the_lock_once_per_family_and_the_candidate_answers(tmp_path,
+                                                                              monkeypatch):
+    """judge._preload_pair against a real candidate process: one shared hold
+    of the device lock per family (the trace says so), each with a warm
+    command the candidate answers; on the CPU nothing is loaded and nothing
+    fails. The device side is on the H200 (test_prewarm_gpu.py, make test-gpu)."""
+    import socket
+    from kgym_harness import judge, prewarm
+    from kgym_harness.channel import Channel
+    from kgym_harness.devlock import DeviceLock
+    monkeypatch.setenv("KGYM_LOCK_TRACE", "1")
+    a, b = socket.socketpair()
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(HARNESS), TMPDIR=str(tmp_path))
+    env.pop("KGYM_DEVICE", None)
+    cand = subprocess.Popen([sys.executable, "-c", "import sys\nfrom kgym_harness.candidate "
+                             "import run_candidate\nrun_candidate(int(sys.argv[1]))",
+                             str(b.fileno())], pass_fds=[b.fileno()], env=env)
+    b.close()
+    try:
+        chan = Channel(a.detach())
+        lock = DeviceLock(str(tmp_path / "lock"))
+        out: dict = {}
+        judge._preload_pair(chan, out, lock, "cpu")
+        assert "preload_error" not in out, out
+        assert [h[0] for h in lock.trace] == ["spare/preload"] * len(prewarm.SPARE_FAMILIES)
+        assert all(h[1] == "s" for h in lock.trace) and lock.mode is None
+        chan.send({"cmd": "exit"})
+        reply = chan.recv()[0]  # the exit's, not a warm reply left unread
+        assert reply["ok"] is True and "parts_ms" not in reply, reply
+        chan.close()
+        assert cand.wait(timeout=60) == 0
+    finally:
+        if cand.poll() is None:
+            cand.kill()
