@@ -81,6 +81,17 @@ def test_lead_follows_the_host_time_of_calls_within_its_bounds():
     assert lead.short == 6 and lead.ns() == top  # never beyond the ceiling
 
 
+def test_sleep_rate_is_the_fastest_wait():
+    # 200k cycles in 0.11 ms alone; one wait stretched to 4.3 ms by another
+    # process's work on the device (seen on the H200: a 4.3 ms "ceiling")
+    assert timing.sleep_rate(200_000, [0.11, 4.3, 0.12]) == pytest.approx(200_000 / 0.11e6)
+    lead = timing.Lead("cuda:0")
+    lead.rate = timing.sleep_rate(200_000, [4.3, 0.11])
+    assert lead.max_ns() == pytest.approx(timing.LEAD_CYCLES / (200_000 / 0.11e6))
+    assert lead.max_ns() < 250_000
+    assert timing.sleep_rate(200_000, []) == 2.0 and timing.sleep_rate(200_000, [0.0]) == 2.0
+
+
 def test_time_forward_warms_up_by_time_and_count():
     calls = []
 
