@@ -170,7 +170,7 @@ def degenerate(first: tuple[list, Any] | None, second: tuple[list, Any] | None,
     """Warnings about the problem itself, from two trials' (input digests,
     expected output): a constant output would pass; the output does not
     depend on the inputs drawn; the inputs do not change between draws."""
-    from .compare import compare_outputs
+    from .compare import outputs_match
     out = []
     if first is not None and guards.constant_passes(first[1], atol, rtol):
         out.append("degenerate problem: the reference's output barely varies (a constant "
@@ -180,7 +180,7 @@ def degenerate(first: tuple[list, Any] | None, second: tuple[list, Any] | None,
         if first[0] == second[0]:
             out.append("degenerate problem: get_inputs() returned the same values for two "
                        "different seeds, so a cached output passes every trial")
-        elif compare_outputs(first[1], second[1], atol, rtol) is None:
+        elif outputs_match(first[1], second[1], atol, rtol):
             out.append("degenerate problem: the reference gave the same output for two "
                        "different input draws, so a cached output passes every trial")
     return out

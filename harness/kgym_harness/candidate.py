@@ -404,19 +404,22 @@ def cmd_profile(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     return {"ok": True, "profile": prof}, []
 
 
-def _early_cuda_init() -> None:
+def _early_cuda_init() -> str | None:
     """Initialise CUDA before the first command arrives, so it overlaps the
     judge's own start-up. The worker names the device in KGYM_DEVICE; any
-    failure here is left for load to report."""
+    failure here is left for load to report. The device, or None."""
     want = os.environ.get("KGYM_DEVICE", "")
     if not want.startswith("cuda"):
-        return
+        return None
     try:
         if torch.cuda.is_available():
             torch.cuda.init()
-            torch.cuda.set_device(torch.device(want if ":" in want else "cuda:0"))
+            dev = want if ":" in want else "cuda:0"
+            torch.cuda.set_device(torch.device(dev))
+            return dev
     except Exception:
         pass
+    return None
 
 
 def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
@@ -443,7 +446,7 @@ def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
                 failed = prewarm.warm_device(str(dev), took)
             elif h.get("part") == "preload":  # the judge holds the device lock shared
                 names = h.get("families")
-                names = [n for n in names if n in prewarm.SPARE_FAMILIES][:32] \
+                names = [n for n in names if prewarm.spare_unit(n)][:32] \
                     if isinstance(names, list) else []
                 failed = prewarm.preload(str(dev), names, took)
             elif h.get("part") == "profiler":
@@ -472,7 +475,11 @@ def run_candidate(chan_fd: int) -> None:
         state.workdir = make_workdir("kgym-cand-")
     except OSError as e:  # before any candidate code: the judge may trust this
         state.setup_failure = _infra("setup", e, "the candidate's temp dir ($TMPDIR) is unusable")
-    _early_cuda_init()
+    early = _early_cuda_init()
+    # the judge's device regions are opened from its first message on; ours
+    # is made only in a command that runs with the device lock held (a warm
+    # spare's "device" part) or at load (channel.py)
+    chan.use_device(early, offer=False)
     try:
         while True:
             try:
@@ -490,11 +497,14 @@ def run_candidate(chan_fd: int) -> None:
                                                     "message": f"unknown command {cmd!r}"}})
                 continue
             reply, out = handler(state, header, tensors)
-            if cmd == "load" and state.device != "cpu":
-                chan.device = state.device  # large inputs arrive straight on the device
+            if cmd == "load":  # large inputs arrive straight on the task's device
+                chan.use_device(state.device if state.device != "cpu" else None)
+            elif cmd == "warm" and header.get("part") == "device" and early:
+                chan.use_device(early)  # the judge holds the device lock
             del header, tensors
             reply["tamper"] = state.snapshot.changed() if state.snapshot else []
             reply["threads"] = quiet.LEDGER.report()
+            reply["chan_ms"] = {k: round(v, 2) for k, v in chan.ms.items()}  # diagnostics
             chan.send(reply, out)
             del reply, out  # hold nothing of this call while serving the next
             _scrub(state.snaps)

@@ -25,8 +25,13 @@ On a GPU, messages whose tensors all live on the channel's CUDA device
 cross through a device region instead (devregion.py: CUDA IPC, two
 device-to-device copies). Each side announces its region once
 ("dev_region": {id, size, handle}, the first one with the first message
-it sends once its device is known); the peer opens it and says whether
-that worked ("dev_ok" in its next message). Only a side whose region the
+it sends once its device is known and offer_region allows); the peer opens
+it (if it knows its own device by then) and says whether that worked
+("dev_ok" in its next message). Both roles settle this before a task's
+first tensor crosses (the judge announces with the load command, a warm
+spare's pair under its device lock), so even the first inputs cross on
+the device: through shared memory, a first 256 MiB message made and
+page-locked a region on both sides. Only a side whose region the
 peer could open sends tensors that way ("dev": {id, size}); every other
 message uses shared memory as above, so a device or sandbox that refuses
 CUDA IPC costs nothing but speed.
@@ -204,6 +209,13 @@ class Channel:
         self.dev_peer_ok = False           # the peer mapped it: we may send through it
         self._dev_answer: bool | None = None  # to tell the peer about its region
         self._dev_seen = False             # the peer announced a region before
+        self.offer_region = True  # our first send may make and announce our region
+        self._dev_pending: Any = None  # an announcement that came before our device
+        # where the channel's own time went (ms, summed; diagnostics): device
+        # regions made and opened, shared-memory regions made and opened,
+        # tensors copied into outgoing regions and out of incoming ones
+        self.ms = dict.fromkeys(("dev_create", "dev_open", "shm_create", "shm_open",
+                                 "place", "take"), 0.0)
         for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):  # fewer wake-ups per tensor
             try:
                 self.sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
@@ -220,6 +232,21 @@ class Channel:
             self.sock.close()
         except OSError:
             pass
+
+    def use_device(self, device: str | None, offer: bool = True) -> None:
+        """Receive large tensors on device (None: on the CPU) and open the
+        peer's device regions there, one announced before included. offer:
+        our next send may make and announce our own region; a side that
+        knows its device before it may touch it (the candidate, until its
+        first command under the device lock) opens the peer's meanwhile."""
+        self.device = device
+        self.offer_region = offer
+        if device and self._dev_pending is not None:
+            ann, self._dev_pending = self._dev_pending, None
+            self._open_announced(ann)
+
+    def _lap(self, what: str, t0: float) -> None:
+        self.ms[what] += (time.perf_counter() - t0) * 1e3
 
     def _remaining(self) -> float | None:
         if self.deadline is None:
@@ -240,9 +267,11 @@ class Channel:
         big = bool(tensors) and total >= SHM_MIN_BYTES
         if big and not (self._on_device(tensors) and self._place_on_device(tensors, specs, header)):
             new_fd = self._place_in_shm(tensors, specs, header)
-        if not self._dev_announced and self.device:
+        if not self._dev_announced and self.device and self.offer_region:
             self._dev_announced = True  # once: None on the CPU, or where IPC is off
+            t0 = time.perf_counter()
             self._dev_out = DevRegion.create(0, self._next_id, self.device)
+            self._lap("dev_create", t0)
             self._next_id += 1
             if self._dev_out is not None:
                 header["dev_region"] = self._announce(self._dev_out)
@@ -269,17 +298,21 @@ class Channel:
         offsets, need = _layout(specs)
         new_fd = -1
         if self._out is None or self._out.size < need:
+            t0 = time.perf_counter()
             if self._out is not None:
                 self._out.close()
             self._out = _new_out_region(need, self._next_id)
+            self._lap("shm_create", t0)
             self._next_id += 1
             new_fd = self._out.fd
+        t0 = time.perf_counter()
         for t, sp, off in zip(tensors, specs, offsets):
             sp["offset"] = off
             if sp["nbytes"]:
                 src = t.detach()
                 dst = self._out.view(off, src.dtype, list(src.shape), sp["nbytes"])
                 dst.copy_(src)
+        self._lap("place", t0)
         header["shm"] = {"id": self._out.id, "size": self._out.size}
         return new_fd
 
@@ -303,19 +336,23 @@ class Channel:
         offsets, need = _layout(specs)
         assert self._dev_out is not None  # _on_device said so
         if self._dev_out.size < need:
+            t0 = time.perf_counter()
             grown = self._dev_out.grown(need, self._next_id)
             if grown is None:
                 return False
             self._next_id += 1
             self._dev_out.close()
             self._dev_out = grown
+            self._lap("dev_create", t0)
             header["dev_region"] = self._announce(grown)
+        t0 = time.perf_counter()
         for t, sp, off in zip(tensors, specs, offsets):
             sp["offset"] = off
             if sp["nbytes"]:
                 src = t.detach()
                 self._dev_out.view(off, src.dtype, list(src.shape), sp["nbytes"]).copy_(src)
         self._dev_out.sync()
+        self._lap("place", t0)
         header["dev"] = {"id": self._dev_out.id, "size": self._dev_out.size}
         return True
 
@@ -435,10 +472,12 @@ class Channel:
                 raise ProtocolError("a shared region came with a message that does not use it")
             return header, [self._recv_tensor(*p) for p in plan]
         region = self._in_region(shm, new_fd)
+        t0 = time.perf_counter()
         tensors = []
         for spec, (dtype, shape, nbytes) in zip(specs, plan):
             off = _offset(spec, nbytes, region.size, "shared-memory")
             tensors.append(self._copy_out(region, off, dtype, shape, nbytes))
+        self._lap("take", t0)
         return header, tensors
 
     def _dev_header(self, header: dict) -> None:
@@ -450,14 +489,24 @@ class Channel:
         ann = header.get("dev_region")
         if ann is None:
             return
+        if not self.device:  # opened (and answered) once we know our device
+            self._dev_pending = ann
+            return
+        self._open_announced(ann)
+
+    def _open_announced(self, ann: Any) -> None:
+        """Map the peer's announced region (replacing its last one); the
+        answer to its first goes with our next message."""
         first = not self._dev_seen
         self._dev_seen = True
         rid = ann.get("id") if isinstance(ann, dict) else None
         region = None
+        t0 = time.perf_counter()
         if isinstance(rid, int) and not isinstance(rid, bool) and self.device:
             region = DevRegion.open(ann.get("handle"), ann.get("size"), rid, self.device)
         if self._dev_in is not None:
             self._dev_in.close()
+        self._lap("dev_open", t0)
         self._dev_in = region
         if first:
             self._dev_answer = region is not None
@@ -470,6 +519,7 @@ class Channel:
         if (not isinstance(dev, dict) or region is None or dev.get("id") != region.id
                 or dev.get("size") != region.size):
             raise ProtocolError(f"message names device region {dev!r}, which we do not hold")
+        t0 = time.perf_counter()
         tensors = []
         for spec, (dtype, shape, nbytes) in zip(specs, plan):
             off = _offset(spec, nbytes, region.size, "device-region")
@@ -478,6 +528,7 @@ class Channel:
                 out.copy_(region.view(off, dtype, shape, nbytes))
             tensors.append(out)
         region.sync()
+        self._lap("take", t0)
         return tensors
 
     def _in_region(self, shm: Any, new_fd: int) -> Region:
@@ -488,10 +539,12 @@ class Channel:
                 or not isinstance(size, int) or not 0 < size <= MAX_MESSAGE_BYTES):
             raise ProtocolError("bad shm field")
         if new_fd >= 0:
+            t0 = time.perf_counter()
             if self._in is not None:
                 self._in.close()
                 self._in = None
             self._in = _open_in_region(new_fd, rid, size)
+            self._lap("shm_open", t0)
         if self._in is None or self._in.id != rid or self._in.size != size:
             raise ProtocolError(f"message names shared region {rid!r}, which we do not hold")
         return self._in

@@ -113,6 +113,33 @@ def compare_outputs(expected: Any, got: Any, atol: float, rtol: float) -> dict |
     return None
 
 
+MATCH_SAMPLE = 1 << 16  # elements per tensor outputs_match looks at first
+
+
+def outputs_match(expected: Any, got: Any, atol: float, rtol: float) -> bool:
+    """compare_outputs(expected, got, atol, rtol) is None, for a caller that
+    expects no (audit.degenerate: two input draws' reference outputs). An
+    evenly strided sample of each tensor is compared first: finite sample
+    elements outside tolerance settle it in a few small passes, where the
+    full comparison of two differing outputs takes its statistics path
+    (about 15 passes in float64). Anything else takes compare_outputs."""
+    exp_leaves, got_leaves = flatten(expected), flatten(got)
+    if len(exp_leaves) == len(got_leaves):
+        for e, g in zip(exp_leaves, got_leaves):
+            if not (isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor)
+                    and e.shape == g.shape and e.dtype == g.dtype and e.numel()
+                    and not e.is_complex() and e.device == g.device):
+                continue
+            step = max(1, e.numel() // MATCH_SAMPLE)
+            wide = torch.float64
+            es = e.detach().reshape(-1)[::step].to(wide)
+            gs = g.detach().reshape(-1)[::step].to(wide)
+            finite = bool(torch.isfinite(torch.stack([es.sum(), gs.sum()])).all())
+            if finite and not _all_within(es, gs, atol, rtol):
+                return False
+    return compare_outputs(expected, got, atol, rtol) is None
+
+
 # ---- samples of outputs (the spot checks of timed calls) -------------------
 
 SPOT_SAMPLE = 1 << 16  # elements per output a spot check compares

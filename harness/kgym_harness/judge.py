@@ -130,16 +130,19 @@ class Judge:
         secret = req["seed"]
         self.init_seed = loader.derive_seed(secret, "init")
         self.timing_seed = loader.derive_seed(secret, "timing")
+        dev = torch.device(self.device)
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+            # large outputs arrive straight on the device; the load command
+            # announces our device region (a warm spare's did already), so
+            # the first inputs cross on the device too
+            self.chan.use_device(self.device)
         # The candidate imports and builds while we do the same below.
         self.remote.send_load(reference_code=req["reference_code"],
                               kernel_code=req["kernel_code"], backend=req["backend"],
                               entry_point=req["entry_point"], init_seed=self.init_seed,
                               device=self.device)
         self.load_sent = True
-        dev = torch.device(self.device)
-        if dev.type == "cuda":
-            torch.cuda.set_device(dev)
-            self.chan.device = self.device  # large outputs arrive straight on the device
         name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
         self.result["device"].update(name=name, device=self.device)
         try:
@@ -961,6 +964,12 @@ class Judge:
 
 def _finish(result: dict, judge: Judge | None, started: float) -> None:
     result["timings"]["total"] = (_now() - started) * 1e3
+    if judge is not None:
+        # where the channel's time went on each side (Channel.ms; the
+        # candidate's is its claim): diagnostics of the first calls
+        result["timings"]["channel"] = {
+            "judge": {k: round(v, 2) for k, v in judge.chan.ms.items()},
+            "candidate": {k: round(v, 2) for k, v in judge.remote.chan_claim.items()}}
     result["status"] = "failed" if result["verdict"] == "infra_error" else "completed"
     kernel_code = judge.req.get("kernel_code", "") if judge and judge.req else ""
     try:
@@ -983,9 +992,8 @@ def run_judge(task: dict, chan_fd: int, result_fd: int, chan: Channel | None = N
     result = schema.new_result(task_id if isinstance(task_id, str) else None,
                                backend if isinstance(backend, str) else None)
     judge = None
-    chan = None
     try:
-        chan = chan or Channel(chan_fd)
+        chan = chan or Channel(chan_fd)  # a warm spare's, with what it settled
         if warm:
             result["timings"]["warm_spare"] = warm  # before the task: not in total
         judge = Judge(task, chan, result)
@@ -1047,16 +1055,16 @@ def _warm_part(chan: Channel, out: dict, part: str, meanwhile: Any = None) -> No
 
 
 def _preload_pair(chan: Channel, out: dict, lock: DeviceLock, device: str) -> None:
-    """prewarm.preload in both processes of a spare, one family at a time
-    under the device lock held shared (a module load is device activity,
-    and one family's hold, tens of ms, is all a timing phase elsewhere may
-    have to wait for): the first checked call of the task then loads
-    nothing of the harness's (on the H200 it held the lock 260-380 ms,
-    later calls 10-17 ms)."""
+    """prewarm.preload in both processes of a spare, one operation at a
+    time under the device lock held shared (a module load is device
+    activity, and one unit's hold is all a timing phase elsewhere may have
+    to wait for: a whole family's took up to 222 ms on the H200): the first
+    checked call of the task then loads nothing of the harness's (on the
+    H200 it held the lock 260-380 ms, later calls 10-17 ms)."""
     t0 = _now()
     errors: dict = {}
     held0 = lock.held_ms["shared"]
-    for name in prewarm.SPARE_FAMILIES:
+    for name in prewarm.units():
         lock.shared(chan.deadline, "spare/preload")
         try:
             chan.send({"cmd": "warm", "part": "preload", "families": [name]})
@@ -1078,8 +1086,9 @@ def _warm_pair(chan: Channel) -> dict:
     (no measurement elsewhere sees it): the device code of the harness's
     operations loaded in both processes (_preload_pair, one family per
     hold), then the work that runs on the device: this process's cuBLAS
-    while the candidate's cuBLAS and one Triton launch run. Returns what
-    each part took (ms) and what failed."""
+    while the candidate's cuBLAS and one Triton launch run, and both
+    processes' channel device regions made and mapped. Returns what each
+    part took (ms) and what failed."""
     out: dict = {}
     device = os.environ.get("KGYM_DEVICE", "cpu")
     cuda = device.startswith("cuda") and torch.cuda.is_available()
@@ -1101,6 +1110,11 @@ def _warm_pair(chan: Channel) -> dict:
         def blas() -> None:  # this process's cuBLAS, while the candidate warms its own
             a = torch.ones(64, 64, device=dev)
             (a @ a).sum().item()
+        if cuda:
+            # the "device" command announces our device region and its reply
+            # the candidate's (channel.py): both made under the lock, and the
+            # task's first inputs cross on the device
+            chan.use_device(str(dev))
         # both processes at once: the shared hold is the longer of the two,
         # not their sum (a timing phase elsewhere may be waiting for it to end)
         _warm_part(chan, out, "device", blas if cuda else None)

@@ -224,6 +224,7 @@ class Remote:
         self.pid: int | None = None
         self.late_threads = 0
         self.thread_busy_ms = 0.0
+        self.chan_claim: dict[str, float] = {}  # the candidate's Channel.ms (diagnostics)
         self._pass_creds(True)  # the kernel attaches the writer's pid to the load reply
 
     def _pass_creds(self, on: bool) -> None:
@@ -246,6 +247,9 @@ class Remote:
         tamper = reply.get("tamper")
         if isinstance(tamper, list):
             self.tamper.update(_text(t, 200) for t in tamper[:50] if isinstance(t, str))
+        claim = reply.get("chan_ms")
+        if isinstance(claim, dict):
+            self.chan_claim = {k: _num(claim.get(k)) for k in self.chan.ms}
         threads = reply.get("threads")
         if isinstance(threads, dict):
             self.late_threads += _int(threads.get("late"), 0, 1 << 30) or 0

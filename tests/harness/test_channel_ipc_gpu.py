@@ -118,3 +118,17 @@ def test_a_region_announced_larger_than_it_is_is_not_used(peer):
         assert "dev" not in header and torch.equal(got[0], x * 2)
     assert peer._dev_in is None  # refused by the driver's account of the allocation
     assert peer.dev_peer_ok      # while ours, honestly announced, is used
+
+
+def test_an_evaluation_moves_every_large_tensor_on_the_device():
+    """A whole evaluation on the GPU (the launcher's judge and candidate):
+    with 4 MiB inputs and outputs nothing crosses through shared memory,
+    not even the first call's inputs, which once did (a region made and
+    page-locked on both sides for that one message)."""
+    import kit
+    ref = kit.REF.replace("torch.randn(4, 16)", "torch.randn(1024, 1024)")
+    r = kit.run(kit.triton_kernel(), "triton", reference_code=ref, device="cuda:0")
+    assert r["verdict"] == "pass", r["feedback"]
+    ch = r["timings"]["channel"]
+    assert ch["judge"]["shm_create"] == 0.0 and ch["candidate"]["shm_create"] == 0.0, ch
+    assert ch["judge"]["dev_create"] > 0.0 and ch["candidate"]["dev_open"] > 0.0, ch

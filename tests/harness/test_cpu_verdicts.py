@@ -24,7 +24,12 @@ def test_honest_kernel_passes():
     phases = {"queued", "setup", "compile", "correctness", "timing", "profiling",
               "timing_checks", "recheck", "total"}
     assert set(r["timings"]) - phases == {"load_detail", "trials_detail", "quiescence", "close",
-                                          "ablation"}, r["timings"]
+                                          "ablation", "channel"}, r["timings"]
+    # the channel's own time on each side; a CPU task has no device regions
+    ch = r["timings"]["channel"]
+    assert set(ch["judge"]) == set(ch["candidate"]) == {
+        "dev_create", "dev_open", "shm_create", "shm_open", "place", "take"}
+    assert ch["judge"]["dev_create"] == ch["candidate"]["dev_create"] == 0.0
     # where the trials' time went, by the judge's clock and the candidate's claim
     assert {"inputs", "candidate", "reference", "compare", "cand_forward"} <= set(
         r["timings"]["trials_detail"])

@@ -39,12 +39,13 @@ def test_warm_device_runs_every_part_on_cpu():
     assert set(out["errors"]) <= {"triton"}, out["errors"]
 
 
-def test_preload_pair_holds_the_lock_once_per_family_and_the_candidate_answers(tmp_path,
-                                                                              monkeypatch):
+def test_preload_pair_holds_the_lock_once_per_unit_and_the_candidate_answers(tmp_path,
+                                                                            monkeypatch):
     """judge._preload_pair against a real candidate process: one shared hold
-    of the device lock per family (the trace says so), each with a warm
-    command the candidate answers; on the CPU nothing is loaded and nothing
-    fails. The device side is on the H200 (test_prewarm_gpu.py, make test-gpu)."""
+    of the device lock per preload unit, one operation each (the trace says
+    so), each with a warm command the candidate answers; on the CPU nothing
+    is loaded and nothing fails. The device side is on the H200
+    (test_prewarm_gpu.py, make test-gpu)."""
     import socket
     from kgym_harness import judge, prewarm
     from kgym_harness.channel import Channel
@@ -63,7 +64,10 @@ def test_preload_pair_holds_the_lock_once_per_family_and_the_candidate_answers(t
         out: dict = {}
         judge._preload_pair(chan, out, lock, "cpu")
         assert "preload_error" not in out, out
-        assert [h[0] for h in lock.trace] == ["spare/preload"] * len(prewarm.SPARE_FAMILIES)
+        units = prewarm.units()
+        assert len(units) > len(prewarm.SPARE_FAMILIES)  # one operation per unit
+        assert {u.split("/")[0] for u in units} == set(prewarm.SPARE_FAMILIES)
+        assert [h[0] for h in lock.trace] == ["spare/preload"] * len(units)
         assert all(h[1] == "s" for h in lock.trace) and lock.mode is None
         chan.send({"cmd": "exit"})
         reply = chan.recv()[0]  # the exit's, not a warm reply left unread

@@ -463,3 +463,54 @@ def test_warm_spare_errors_are_kept_bounded():
     _note_warm_error(out, "profiler_error", {"ok": True, "ms": 3.0})
     _note_warm_error(out, "other", ["not", "a", "reply"])
     assert out == {"device_error": "x" * 300}
+
+
+def test_run_judge_keeps_the_channel_it_is_given(monkeypatch):
+    """A warm spare's judge hands run_judge the channel its warm-up used
+    (with the device regions both sides settled). run_judge once made a new
+    Channel on the same fd instead: the settled regions were lost and two
+    objects owned one descriptor."""
+    import os
+    from kgym_harness import judge
+    made = []
+    real = judge.Channel
+    monkeypatch.setattr(judge, "Channel", lambda fd: made.append(fd) or real(fd))
+    a, b = socket.socketpair()
+    chan = real(a.detach())
+    r, w = os.pipe()
+    judge.run_judge({"not": "a task"}, chan.sock.fileno(), w, chan=chan)
+    data = b""
+    while True:
+        part = os.read(r, 1 << 16)
+        if not part:
+            break
+        data += part
+    os.close(r)
+    result = frame.decode_result(data)
+    assert result["verdict"] == "infra_error" and result["error_code"] == "BAD_REQUEST"
+    assert made == []
+    b.close()
+
+
+def test_outputs_match_agrees_with_compare_outputs():
+    """compare.outputs_match (audit.degenerate's yes/no, settled on a sample
+    when the answer is no) says what compare_outputs says, in every case:
+    a difference the sample misses goes on to the full comparison."""
+    base = torch.randn(300_000)
+    off_sample = base.clone()
+    off_sample[1] += 1.0  # the sample takes every 4th element: index 1 is not in it
+    nan_both = base.clone()
+    nan_both[::7] = float("nan")
+    inf_got = base.clone()
+    inf_got[5] = float("inf")
+    cases = [
+        (base, base.clone()), (base, base + 1e-9), (base, torch.randn(300_000)),
+        (base, off_sample), (nan_both, nan_both.clone()), (nan_both, base), (base, inf_got),
+        (base, base[:-1]), (base, base.double()), ((base, base[:10]), (base, base[:10] + 1)),
+        ((base, base[:10]), (base.clone(), base[:10].clone())),
+        (torch.arange(10), torch.arange(10)), (torch.arange(10), torch.arange(10) + 1),
+        (torch.empty(0), torch.empty(0)), (3, 3), (3, 4),
+    ]
+    for e, g in cases:
+        want = compare.compare_outputs(e, g, 1e-5, 1e-5) is None
+        assert compare.outputs_match(e, g, 1e-5, 1e-5) is want, (e, g)
