@@ -25,7 +25,7 @@ def test_lead_is_short_for_a_fast_launch_and_samples_match_the_fixed_lead(monkey
     def call(args):
         return args[0] * 2.0
     timing._LEADS.clear()
-    fixed, adaptive = [], []
+    fixed, adaptive, leads = [], [], []
     for _ in range(3):  # alternated: the clocks drift alike for both
         monkeypatch.setattr(timing, "LEAD_MIN_NS", 10**9)  # always the ceiling
         r = _time(call)
@@ -35,11 +35,16 @@ def test_lead_is_short_for_a_fast_launch_and_samples_match_the_fixed_lead(monkey
         monkeypatch.setattr(timing, "LEAD_MIN_NS", 20_000)
         timing._LEADS.clear()
         r = _time(call)
-        # 2 x the host time of a call + 20 us: 140-155 us for a GELU on the
-        # H200 (bench/results/2026-12-01-*-s6-*), against the 220 us ceiling
-        assert r["lead_us"] < 0.85 * ceiling, (r["lead_us"], ceiling)
         assert r["lead_short"] <= 3, r
+        # a late call doubles the lead's floor for the rest of the phase
+        # (seen once on the H200: 194.8 us against a 215.2 us ceiling, 2 x
+        # 97.4): only a round without one shows the lead sized from the calls
+        leads.append((r["lead_us"], ceiling, r["lead_short"]))
         adaptive.append(statistics.median(r["samples_ms"]))
+    # 2 x the host time of a call + 20 us: 140-155 us for a GELU on the
+    # H200 (bench/results/2026-12-01-*-s6-*), against the ~220 us ceiling
+    clean = [(lead, ceil) for lead, ceil, short in leads if short == 0]
+    assert clean and all(lead < 0.85 * ceil for lead, ceil in clean), leads
     a, f = statistics.median(adaptive), statistics.median(fixed)
     assert abs(a - f) / f < 0.03, (adaptive, fixed)
 
