@@ -7,7 +7,8 @@ public timing seed. Everything it says is checked or cross-checked by the
 judge.
 
 Commands (JSON header + tensors, see channel.py):
-  load    {reference_code, kernel_code, backend, entry_point, init_seed, device}
+  load    {reference_code, kernel_code, backend, entry_point, init_seed, device,
+           compile_ahead_s}     -> {hooks, ms (+ ahead: ms, outcome, kernels)}
   run     {mode: train|eval, grad: bool, guard: bool, ablate: bool, args}
                                 -> {output, launches (+ guard: aliases, inputs, quiet)
                                     (+ ablation: calls, poisoned, unresolved)}
@@ -40,7 +41,8 @@ from typing import Any, Callable
 
 import torch
 
-from . import compare, guards, hooks, integrity, loader, prewarm, profiling, quiet, timing
+from . import (ahead, compare, guards, hooks, integrity, loader, prewarm, profiling, quiet,
+               timing)
 from .channel import Channel, PeerClosed, ProtocolError, pack, unpack
 
 
@@ -149,10 +151,17 @@ def cmd_load(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
         lap("build")
     except BaseException as e:
         return _failure(e, "init", state), []
+    reply: dict = {"ok": True, "hooks": installed, "ms": ms}
+    budget = h.get("compile_ahead_s")
+    if (isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget > 0
+            and state.device.startswith("cuda") and hooks.triton_jit_hooked()):
+        # the kernels' compile, before the first call holds the device lock
+        reply["ahead"] = ahead.compile_ahead(cls, init, state.ref_module, float(budget))
+        lap("ahead")
     _start_pools()
     hooks.RECORDER.take()
     lap("pools")
-    return {"ok": True, "hooks": installed, "ms": ms}, []
+    return reply, []
 
 
 def _start_pools() -> None:

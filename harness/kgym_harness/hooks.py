@@ -57,6 +57,9 @@ class LaunchRecorder:
         self.low_precision: set[str] = set()
         # guards.Ablation while the judge's ablation forward runs, else None
         self.ablation: Any = None
+        # ahead.compile_ahead's child: Triton launches compile and do not run
+        self.compile_only = False
+        self.compiled = 0
 
     def full(self) -> bool:
         return len(self.records) >= MAX_RECORDS
@@ -89,6 +92,12 @@ class LaunchRecorder:
 
 
 RECORDER = LaunchRecorder()
+
+
+class CompileOnlyStop(Exception):
+    """A launch that cannot be compiled without running (an autotuner's
+    benchmark, a compiled kernel launched directly): ahead.py's dry run
+    stops there."""
 
 
 # ---- Triton -----------------------------------------------------------------
@@ -148,6 +157,9 @@ def _wrap_launch(orig: Callable) -> Callable:
     def run(self, *args, **kwargs):
         if kwargs.get("warmup", False):
             return orig(self, *args, **kwargs)
+        if RECORDER.compile_only:  # ahead.py: compile into the cache, launch nothing
+            RECORDER.compiled += 1
+            return orig(self, *args, **dict(kwargs, warmup=True))
         if RECORDER.light:
             RECORDER.count += 1
             return orig(self, *args, **kwargs)
@@ -173,6 +185,8 @@ def _wrap_outer(orig: Callable) -> Callable:
     """Wrap Autotuner/Heuristics.run: count one launch only if no inner hook did."""
     @functools.wraps(orig)
     def run(self, *args, **kwargs):
+        if RECORDER.compile_only and len(getattr(self, "configs", ())) > 1:
+            raise CompileOnlyStop("an autotuner benchmarks its configs on the device")
         before = RECORDER.count
         out = orig(self, *args, **kwargs)
         if RECORDER.count == before and not kwargs.get("warmup", False):
@@ -188,6 +202,8 @@ def _wrap_compiled_getitem(orig: Callable) -> Callable:
     """Wrap CompiledKernel.__getitem__ (a direct launch of a compiled kernel)."""
     @functools.wraps(orig)
     def getitem(self, grid):
+        if RECORDER.compile_only:
+            raise CompileOnlyStop("a compiled kernel launched directly")
         runner = orig(self, grid)
         name = getattr(self, "name", None) or "compiled_kernel"
 
@@ -294,6 +310,16 @@ def install_triton_hooks() -> list[str]:
         if cls is not None and _patch(cls, attr, wrapper):
             done.append(f"{clsname}.{attr}")
     return done
+
+
+def triton_jit_hooked() -> bool:
+    """Real (compiled, not interpreted) Triton kernels, their launch hooked."""
+    try:
+        from triton.runtime.jit import JITFunction
+    except Exception:
+        return False
+    return (getattr(JITFunction.__dict__.get("run"), "__kgym_wrapped__", False)
+            and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"))
 
 
 def interpret_language_functions() -> int:

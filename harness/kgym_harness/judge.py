@@ -30,6 +30,8 @@ MODES = (("train", False), ("train", True), ("eval", False))
 RECHECK_TRIALS = 2
 ABLATION_TIMEOUT_S = 30.0
 PROFILE_ITERS = 3
+AHEAD_MAX_S = 30.0   # the candidate's compile ahead (ahead.py): at most this long,
+AHEAD_SHARE = 0.2    # and at most this share of the evaluation's time budget
 
 
 class Stop(Exception):
@@ -137,11 +139,16 @@ class Judge:
             # announces our device region (a warm spare's did already), so
             # the first inputs cross on the device too
             self.chan.use_device(self.device)
-        # The candidate imports and builds while we do the same below.
+        # The candidate imports and builds while we do the same below; a
+        # Triton candidate on a GPU compiles its kernels ahead (ahead.py)
+        ahead_s = 0.0
+        if (req["backend"] == "triton" and dev.type == "cuda"
+                and os.environ.get("KGYM_COMPILE_AHEAD", "1") != "0"):
+            ahead_s = min(AHEAD_MAX_S, AHEAD_SHARE * budget)
         self.remote.send_load(reference_code=req["reference_code"],
                               kernel_code=req["kernel_code"], backend=req["backend"],
                               entry_point=req["entry_point"], init_seed=self.init_seed,
-                              device=self.device)
+                              device=self.device, compile_ahead_s=ahead_s)
         self.load_sent = True
         name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
         self.result["device"].update(name=name, device=self.device)
@@ -168,6 +175,8 @@ class Judge:
         load_ms = self.remote.finish_load()
         if load_ms:
             self.result["timings"]["load_detail"] = load_ms  # the candidate's claim
+        if self.remote.ahead is not None:  # its claim too: diagnostics only
+            self.result["checks"]["compile_ahead"] = self.remote.ahead
         self.result["compiled"] = True
 
     def lock_device(self, exclusive: bool, label: str = "") -> None:

@@ -225,6 +225,7 @@ class Remote:
         self.late_threads = 0
         self.thread_busy_ms = 0.0
         self.chan_claim: dict[str, float] = {}  # the candidate's Channel.ms (diagnostics)
+        self.ahead: dict | None = None  # the load reply's compile-ahead account (claim)
         self._pass_creds(True)  # the kernel attaches the writer's pid to the load reply
 
     def _pass_creds(self, on: bool) -> None:
@@ -277,6 +278,10 @@ class Remote:
         if pid is not None and quiet.proc_stat(pid) is not None:
             self.pid = pid
             self.watch = quiet.ProcWatch(pid)
+        a = reply.get("ahead")
+        if isinstance(a, dict):
+            self.ahead = {"outcome": _text(a.get("outcome"), 200), "ms": _num(a.get("ms")),
+                          "kernels": _int(a.get("kernels"), 0, 1 << 20) or 0}
         ms = reply.get("ms")
         return {k: _num(v) for k, v in list(ms.items())[:8] if isinstance(k, str) and len(k) < 32} \
             if isinstance(ms, dict) else {}

@@ -276,10 +276,11 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
     snprintf(threads, sizeof threads, "%d", child_cpu_threads(e));
     json_object_set_new(env, "KGYM_CPU_THREADS", json_string(threads));
     if (!strcmp(role, "judge")) {
-        /* the judge's opt-ins, from the worker's environment: the
-         * reference-time cache and the device lock's trace (diagnosis) */
-        static const char *judge_pass[] = {"KGYM_REFTIME_CACHE",
-                                           "KGYM_LOCK_TRACE", NULL};
+        /* the judge's switches, from the worker's environment: the
+         * reference-time cache, the device lock's trace (diagnosis), the
+         * candidate's compile ahead (on unless 0) */
+        static const char *judge_pass[] = {"KGYM_REFTIME_CACHE", "KGYM_LOCK_TRACE",
+                                           "KGYM_COMPILE_AHEAD", NULL};
         for (const char **p = judge_pass; *p; p++) {
             const char *v = getenv(*p);
             if (v)

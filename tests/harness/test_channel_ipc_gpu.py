@@ -132,3 +132,6 @@ def test_an_evaluation_moves_every_large_tensor_on_the_device():
     ch = r["timings"]["channel"]
     assert ch["judge"]["shm_create"] == 0.0 and ch["candidate"]["shm_create"] == 0.0, ch
     assert ch["judge"]["dev_create"] > 0.0 and ch["candidate"]["dev_open"] > 0.0, ch
+    # and its kernel was compiled at load, before the first call (ahead.py)
+    ahead = r["checks"]["compile_ahead"]
+    assert ahead["outcome"] == "done" and ahead["kernels"] >= 1, ahead
