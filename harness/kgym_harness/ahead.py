@@ -20,6 +20,14 @@ driver is given the device, stream and target the parent read before the
 fork. The parent waits (at most the budget), then the real first call
 finds its kernels in the cache, as a repeated source does.
 
+Off by default (the judge asks for it with KGYM_COMPILE_AHEAD=1): on the
+H200 under the worker's sandbox the fork took 2.3-4.2 s even when every
+kernel was already in the cache, where the whole load takes 36 ms without
+it (2026-12-01, bench/results/2026-12-01-gpu-h200-s7.txt), so 4-way
+throughput fell instead of rising. A fork of a process that holds a CUDA
+context is the likely cost; a compile child forked from the zygote, which
+never touched CUDA, would not pay it.
+
 Nothing the child does decides anything: a forward that does not run on
 meta tensors (a read back, an autotuner's benchmark, an explicit CUDA
 tensor), a child that dies or runs out of time, only means that some

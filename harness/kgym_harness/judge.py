@@ -139,11 +139,13 @@ class Judge:
             # announces our device region (a warm spare's did already), so
             # the first inputs cross on the device too
             self.chan.use_device(self.device)
-        # The candidate imports and builds while we do the same below; a
-        # Triton candidate on a GPU compiles its kernels ahead (ahead.py)
+        # The candidate imports and builds while we do the same below; with
+        # KGYM_COMPILE_AHEAD=1 a Triton candidate on a GPU compiles its
+        # kernels ahead (ahead.py; off by default: under the worker's sandbox
+        # on the H200 its fork took 2.3-4.2 s where the load takes 36 ms)
         ahead_s = 0.0
         if (req["backend"] == "triton" and dev.type == "cuda"
-                and os.environ.get("KGYM_COMPILE_AHEAD", "1") != "0"):
+                and os.environ.get("KGYM_COMPILE_AHEAD", "0") == "1"):
             ahead_s = min(AHEAD_MAX_S, AHEAD_SHARE * budget)
         self.remote.send_load(reference_code=req["reference_code"],
                               kernel_code=req["kernel_code"], backend=req["backend"],

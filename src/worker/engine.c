@@ -278,7 +278,7 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
     if (!strcmp(role, "judge")) {
         /* the judge's switches, from the worker's environment: the
          * reference-time cache, the device lock's trace (diagnosis), the
-         * candidate's compile ahead (on unless 0) */
+         * candidate's compile ahead (KGYM_COMPILE_AHEAD=1, off by default) */
         static const char *judge_pass[] = {"KGYM_REFTIME_CACHE", "KGYM_LOCK_TRACE",
                                            "KGYM_COMPILE_AHEAD", NULL};
         for (const char **p = judge_pass; *p; p++) {

@@ -120,12 +120,14 @@ def test_a_region_announced_larger_than_it_is_is_not_used(peer):
     assert peer.dev_peer_ok      # while ours, honestly announced, is used
 
 
-def test_an_evaluation_moves_every_large_tensor_on_the_device():
+def test_an_evaluation_moves_every_large_tensor_on_the_device(monkeypatch):
     """A whole evaluation on the GPU (the launcher's judge and candidate):
     with 4 MiB inputs and outputs nothing crosses through shared memory,
     not even the first call's inputs, which once did (a region made and
-    page-locked on both sides for that one message)."""
+    page-locked on both sides for that one message). With the compile
+    ahead asked for (KGYM_COMPILE_AHEAD=1), its kernel is compiled at load."""
     import kit
+    monkeypatch.setenv("KGYM_COMPILE_AHEAD", "1")  # the launcher's judge inherits it
     ref = kit.REF.replace("torch.randn(4, 16)", "torch.randn(1024, 1024)")
     r = kit.run(kit.triton_kernel(), "triton", reference_code=ref, device="cuda:0")
     assert r["verdict"] == "pass", r["feedback"]
@@ -135,3 +137,4 @@ def test_an_evaluation_moves_every_large_tensor_on_the_device():
     # and its kernel was compiled at load, before the first call (ahead.py)
     ahead = r["checks"]["compile_ahead"]
     assert ahead["outcome"] == "done" and ahead["kernels"] >= 1, ahead
+    print("compile ahead", ahead)  # its time, for the log

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Where a concurrency run's time went, by the device lock (issue 4).
+
+Reads the result objects a `make test-gpu` concurrency step wrote (its
+gpu_results.jsonl, or a copy in bench/results/: 4 engines of 32 results,
+repeated c1, repeated c4, distinct c1, distinct c4, each run with
+KGYM_LOCK_TRACE=1) and splits each engine's steady state (from the first
+exclusive hold of its last 16 tasks to the last one's end) into: an
+exclusive hold running; an exclusive taker waiting (for other exclusive
+takers or for shared holders to drain), with how many shared holds were
+in progress; and free (no exclusive taker), with how many shared holds.
+Holds of the tasks and of their warm spares both count.
+
+    bench/diag/lock_timeline.py FILE.jsonl [--per-engine 32]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+NAMES = ("repeated c1", "repeated c4", "distinct c1", "distinct c4")
+
+
+def holds_of(results: list[dict]) -> list[tuple[str, str, float, float, float]]:
+    """(owner, mode, asked, got, released) of every traced hold."""
+    out = []
+    for r in results:
+        t = r.get("timings") or {}
+        for owner, trace in ((r["task_id"], t.get("lock_trace")),
+                             (r["task_id"] + "/spare", (t.get("warm_spare") or {}).get("lock_trace"))):
+            for h in trace or []:
+                out.append((owner, h[1], float(h[2]), float(h[3]), float(h[4])))
+    return out
+
+
+def timeline(results: list[dict]) -> dict[str, float]:
+    """Share of the steady state (ms) in each state, by a sweep over the
+    holds' edges."""
+    late = {r["task_id"] for r in sorted(results, key=lambda r: r["_t"])[len(results) // 2:]}
+    holds = holds_of(results)
+    ex = [h for h in holds if h[1] == "e"]
+    late_ex = [h for h in ex if h[0] in late]
+    if not late_ex:
+        return {}
+    t0, t1 = min(h[3] for h in late_ex), max(h[4] for h in late_ex)
+    edges: list[tuple[float, str, int]] = []
+    for _, mode, asked, got, rel in holds:
+        if mode == "e":
+            edges += [(asked, "wait", 1), (got, "wait", -1), (got, "excl", 1), (rel, "excl", -1)]
+        else:
+            edges += [(got, "shared", 1), (rel, "shared", -1)]
+    edges.sort()
+    count = {"wait": 0, "excl": 0, "shared": 0}
+    spent: dict[str, float] = {}
+    prev = t0
+    for at, kind, d in edges:
+        lo, hi = max(prev, t0), min(at, t1)
+        if hi > lo:
+            sh = min(count["shared"], 4)
+            state = ("exclusive held" if count["excl"] else
+                     f"exclusive waiting, {sh} shared" if count["wait"] else f"free, {sh} shared")
+            spent[state] = spent.get(state, 0.0) + hi - lo
+        prev = max(prev, at)
+        count[kind] += d
+    total = t1 - t0
+    return {k: v / total for k, v in sorted(spent.items())} | {"window_ms": total}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("jsonl")
+    ap.add_argument("--per-engine", type=int, default=32)
+    a = ap.parse_args()
+    rows = [json.loads(ln) for ln in open(a.jsonl) if ln.startswith("{")]
+    for i in range(0, len(rows), a.per_engine):
+        shares = timeline(rows[i:i + a.per_engine])
+        name = NAMES[i // a.per_engine] if i // a.per_engine < len(NAMES) else f"engine {i}"
+        if not shares:
+            print(f"{name}: no exclusive holds traced")
+            continue
+        window = shares.pop("window_ms")
+        print(f"{name}: {window / 1e3:.1f} s: " + ", ".join(
+            f"{k} {100 * v:.0f}%" for k, v in shares.items() if v >= 0.005))
+
+
+if __name__ == "__main__":
+    main()
