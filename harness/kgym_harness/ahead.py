@@ -133,6 +133,7 @@ def compile_ahead(cls: Any, init: list, ref_module: Any, budget_s: float,
         out["outcome"] = "skipped: no Triton driver" if info is None else "skipped: no budget"
         return out
     r, w = os.pipe()
+    t_fork = time.perf_counter()  # CLOCK_MONOTONIC: the child's clock too
     try:
         pid = os.fork()
     except OSError as e:
@@ -143,17 +144,20 @@ def compile_ahead(cls: Any, init: list, ref_module: Any, budget_s: float,
     if pid == 0:  # the child: never returns
         code = 0
         try:
+            started = time.perf_counter()
             os.close(r)
             try:
                 res = {"outcome": "done", "kernels": _dry_run(cls, init, ref_module, info)}
             except BaseException as e:
                 res = {"outcome": f"raised: {type(e).__name__}: {str(e)[:160]}",
                        "kernels": hooks.RECORDER.compiled}
+            res["started"], res["done"] = started, time.perf_counter()
             os.write(w, json.dumps(res).encode()[:4000])
         except BaseException:
             code = 1
         finally:
             os._exit(code)
+    t_forked = time.perf_counter()
     os.close(w)
     deadline = t0 + budget_s
     status = None
@@ -186,5 +190,13 @@ def compile_ahead(cls: Any, init: list, ref_module: Any, budget_s: float,
         out["outcome"] = str(res.get("outcome", ""))[:200]
     kernels = res.get("kernels") if isinstance(res, dict) else 0
     out["kernels"] = kernels if isinstance(kernels, int) and not isinstance(kernels, bool) else 0
-    out["ms"] = round((time.perf_counter() - t0) * 1e3, 1)
+    t_end = time.perf_counter()
+    out["ms"] = round((t_end - t0) * 1e3, 1)
+    # where it went (ms): the fork call in the parent, the child's start,
+    # its dry run, its exit until reaped
+    started, done = res.get("started"), res.get("done")
+    if all(isinstance(v, float) for v in (started, done)):
+        out["phases_ms"] = {k: round(v * 1e3, 1) for k, v in (
+            ("fork", t_forked - t_fork), ("start", started - t_fork),
+            ("run", done - started), ("exit", t_end - done))}
     return out

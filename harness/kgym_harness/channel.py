@@ -30,8 +30,8 @@ it (if it knows its own device by then) and says whether that worked
 ("dev_ok" in its next message). Both roles settle this before a task's
 first tensor crosses (the judge announces with the load command, a warm
 spare's pair under its device lock), so even the first inputs cross on
-the device: through shared memory, a first 256 MiB message made and
-page-locked a region on both sides. Only a side whose region the
+the device (through shared memory, a first 256 MiB message once made and
+page-locked a region on both sides for itself). Only a side whose region the
 peer could open sends tensors that way ("dev": {id, size}); every other
 message uses shared memory as above, so a device or sandbox that refuses
 CUDA IPC costs nothing but speed.

@@ -282,6 +282,10 @@ class Remote:
         if isinstance(a, dict):
             self.ahead = {"outcome": _text(a.get("outcome"), 200), "ms": _num(a.get("ms")),
                           "kernels": _int(a.get("kernels"), 0, 1 << 20) or 0}
+            phases = a.get("phases_ms")
+            if isinstance(phases, dict):
+                self.ahead["phases_ms"] = {k: _num(phases.get(k))
+                                           for k in ("fork", "start", "run", "exit")}
         ms = reply.get("ms")
         return {k: _num(v) for k, v in list(ms.items())[:8] if isinstance(k, str) and len(k) < 32} \
             if isinstance(ms, dict) else {}

@@ -173,7 +173,12 @@ def _preimport() -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - triton is optional on cpu
         info["triton"] = None
         info["triton_error"] = str(e)[:200]
-    for mod in ("kgym_harness.judge", "kgym_harness.candidate"):
+    mods = ["kgym_harness.judge", "kgym_harness.candidate"]
+    if os.environ.get("KGYM_COMPILE_AHEAD") == "1":
+        # what ahead.py's meta draws import at their first use (torch's
+        # symbolic shapes, sympy): 2.8 s per candidate on the H200, once here
+        mods.append("torch.fx.experimental.symbolic_shapes")
+    for mod in mods:
         try:
             __import__(mod)
         except Exception as e:  # noqa: BLE001

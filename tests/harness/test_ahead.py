@@ -58,6 +58,8 @@ def test_the_kernels_of_a_meta_forward_are_compiled_into_the_cache(tmp_path):
     # after the cache was written
     assert r["outcome"] == "done" or r["outcome"].startswith("raised"), r
     assert r["compile_only_here"] is False  # the mode was the child's alone
+    assert set(r["phases_ms"]) == {"fork", "start", "run", "exit"}
+    assert all(v >= 0 for v in r["phases_ms"].values()), r
 
 
 def test_a_forward_that_cannot_run_on_meta_tensors_only_stops_the_dry_run(tmp_path):
