@@ -20,13 +20,16 @@ driver is given the device, stream and target the parent read before the
 fork. The parent waits (at most the budget), then the real first call
 finds its kernels in the cache, as a repeated source does.
 
-Off by default (the judge asks for it with KGYM_COMPILE_AHEAD=1): on the
-H200 under the worker's sandbox the fork took 2.3-4.2 s even when every
-kernel was already in the cache, where the whole load takes 36 ms without
-it (2026-12-01, bench/results/2026-12-01-gpu-h200-s7.txt), so 4-way
-throughput fell instead of rising. A fork of a process that holds a CUDA
-context is the likely cost; a compile child forked from the zygote, which
-never touched CUDA, would not pay it.
+Off by default (the judge asks for it with KGYM_COMPILE_AHEAD=1). On the
+H200 (2026-12-01, bench/results/2026-12-01-gpu-h200-s7.txt) the fork and
+the child's exit take 5-26 ms, but the dry run took 2.8-3.3 s even with
+every kernel in the cache, where the whole load takes 36 ms without it:
+torch.randn on the meta device imports torch's symbolic shapes and sympy
+(2.8 s there, no .pyc). The zygote now imports those when compile ahead
+is on; GELU's and Linear+ReLU's loads then took 0.06-0.1 s, RowSoftmax's
+and LayerNorm's still 1.6-2.5 s (some other first use, not found yet:
+bench/diag/ahead_phases.py shows where), and 4-way throughput was no
+better than without it. Until those costs are gone it stays off.
 
 Nothing the child does decides anything: a forward that does not run on
 meta tensors (a read back, an autotuner's benchmark, an explicit CUDA

@@ -141,8 +141,8 @@ class Judge:
             self.chan.use_device(self.device)
         # The candidate imports and builds while we do the same below; with
         # KGYM_COMPILE_AHEAD=1 a Triton candidate on a GPU compiles its
-        # kernels ahead (ahead.py; off by default: under the worker's sandbox
-        # on the H200 its fork took 2.3-4.2 s where the load takes 36 ms)
+        # kernels ahead (ahead.py; off by default: on the H200 its dry run
+        # took 1.6-3.3 s per load where the load takes 36 ms without it)
         ahead_s = 0.0
         if (req["backend"] == "triton" and dev.type == "cuda"
                 and os.environ.get("KGYM_COMPILE_AHEAD", "0") == "1"):
