@@ -25,11 +25,12 @@ H200 (2026-12-01, bench/results/2026-12-01-gpu-h200-s7.txt) the fork and
 the child's exit take 5-26 ms, but the dry run took 2.8-3.3 s even with
 every kernel in the cache, where the whole load takes 36 ms without it:
 torch.randn on the meta device imports torch's symbolic shapes and sympy
-(2.8 s there, no .pyc). The zygote now imports those when compile ahead
-is on; GELU's and Linear+ReLU's loads then took 0.06-0.1 s, RowSoftmax's
-and LayerNorm's still 1.6-2.5 s (some other first use, not found yet:
-bench/diag/ahead_phases.py shows where), and 4-way throughput was no
-better than without it. Until those costs are gone it stays off.
+(2.8 s there, no .pyc). With those imported in the zygote, GELU's and
+Linear+ReLU's loads took 0.06-0.1 s, RowSoftmax's and LayerNorm's still
+1.6-2.5 s: a scalar product on meta tensors (4.0 * torch.randn(...) in
+their get_inputs) imports torch._dynamo too (found on the CPU afterwards).
+The zygote now runs warm_meta() when compile ahead is on, which imports
+all of that once; not yet measured on a GPU. Until it is, it stays off.
 
 Nothing the child does decides anything: a forward that does not run on
 meta tensors (a read back, an autotuner's benchmark, an explicit CUDA
@@ -43,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -51,6 +53,21 @@ import torch
 from . import hooks
 
 POLL_S = 0.005
+
+
+def warm_meta() -> None:
+    """What meta tensors import at their first use (torch's Python
+    references pull in torch._dynamo, torch's symbolic shapes and sympy:
+    2.8 s of a dry run on the H200, where the venv has no .pyc), done once
+    in the zygote so that no dry run pays it: a few operations on the meta
+    device, nothing else. CUDA is not touched."""
+    with torch.device("meta"):
+        x = torch.randn(4, 4)
+        y = (4.0 * x + 1).contiguous().view(-1)
+        torch.empty_like(y).copy_(y)
+        torch.softmax(x, -1)
+        torch.nn.functional.layer_norm(x, (4,))
+        x @ x
 
 
 def driver_info() -> tuple[int, Any, int] | None:
@@ -128,7 +145,8 @@ def compile_ahead(cls: Any, init: list, ref_module: Any, budget_s: float,
                   info: tuple[int, Any, int] | None = None) -> dict:
     """Fork, compile the kernels of one meta forward in the child, wait at
     most budget_s. Returns {"ms", "outcome" (done, raised: ..., died,
-    timeout, skipped: ...), "kernels" (launches compiled)}: diagnostics."""
+    timeout, skipped: ...), "kernels" (launches compiled), "imported"
+    (modules the dry run imported), "phases_ms"}: diagnostics."""
     t0 = time.perf_counter()
     out: dict = {"ms": 0.0, "outcome": "", "kernels": 0}
     info = info or driver_info()
@@ -149,12 +167,14 @@ def compile_ahead(cls: Any, init: list, ref_module: Any, budget_s: float,
         try:
             started = time.perf_counter()
             os.close(r)
+            before = len(sys.modules)
             try:
                 res = {"outcome": "done", "kernels": _dry_run(cls, init, ref_module, info)}
             except BaseException as e:
                 res = {"outcome": f"raised: {type(e).__name__}: {str(e)[:160]}",
                        "kernels": hooks.RECORDER.compiled}
             res["started"], res["done"] = started, time.perf_counter()
+            res["imported"] = len(sys.modules) - before  # first uses warm_meta missed
             os.write(w, json.dumps(res).encode()[:4000])
         except BaseException:
             code = 1
@@ -197,6 +217,9 @@ def compile_ahead(cls: Any, init: list, ref_module: Any, budget_s: float,
     out["ms"] = round((t_end - t0) * 1e3, 1)
     # where it went (ms): the fork call in the parent, the child's start,
     # its dry run, its exit until reaped
+    imported = res.get("imported")
+    if isinstance(imported, int) and not isinstance(imported, bool):
+        out["imported"] = imported
     started, done = res.get("started"), res.get("done")
     if all(isinstance(v, float) for v in (started, done)):
         out["phases_ms"] = {k: round(v * 1e3, 1) for k, v in (

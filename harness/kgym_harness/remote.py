@@ -282,6 +282,8 @@ class Remote:
         if isinstance(a, dict):
             self.ahead = {"outcome": _text(a.get("outcome"), 200), "ms": _num(a.get("ms")),
                           "kernels": _int(a.get("kernels"), 0, 1 << 20) or 0}
+            if "imported" in a:
+                self.ahead["imported"] = _int(a.get("imported"), 0, 1 << 20) or 0
             phases = a.get("phases_ms")
             if isinstance(phases, dict):
                 self.ahead["phases_ms"] = {k: _num(phases.get(k))

@@ -24,6 +24,8 @@ import glob, json, os, sys
 from triton.backends.compiler import GPUTarget
 from kgym_harness import ahead, hooks, loader
 hooks.install_triton_hooks()
+if os.environ.get("WARM_META") == "1":
+    ahead.warm_meta()  # as the zygote does with KGYM_COMPILE_AHEAD=1
 ref = loader.import_file(sys.argv[1], "kgym_reference")
 mod = loader.import_file(sys.argv[2], "kgym_kernel")
 res = ahead.compile_ahead(mod.ModelNew, loader.init_inputs(ref, 0), ref, float(sys.argv[3]),
@@ -36,11 +38,13 @@ print(json.dumps(res))
 """
 
 
-def _ahead(tmp_path, kernel_code: str, budget: float = 120.0) -> dict:
-    (tmp_path / "ref.py").write_text(kit.REF)
+def _ahead(tmp_path, kernel_code: str, budget: float = 120.0, ref: str = kit.REF,
+           warm_meta: bool = False) -> dict:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "ref.py").write_text(ref)
     (tmp_path / "kernel.py").write_text(kernel_code)
     env = dict(os.environ, PYTHONPATH=os.path.abspath(HARNESS),
-               TRITON_CACHE_DIR=str(tmp_path / "triton"))
+               TRITON_CACHE_DIR=str(tmp_path / "triton"), WARM_META="1" if warm_meta else "0")
     env.pop("TRITON_INTERPRET", None)
     p = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "ref.py"),
                         str(tmp_path / "kernel.py"), str(budget)],
@@ -89,3 +93,30 @@ def test_a_dry_run_past_its_budget_is_killed(tmp_path):
     """
     r = _ahead(tmp_path, kit.triton_kernel(kit.model_new(body)), budget=1.0)
     assert r["outcome"] == "timeout" and 1000 <= r["ms"] < 5000, r
+
+
+def test_warm_meta_leaves_a_dry_run_nothing_heavy_to_import(tmp_path):
+    """A meta forward's first use of torch's Python references imports
+    torch._dynamo and sympy (2.8 s of a dry run on the H200, whose venv has
+    no .pyc; a scalar product in get_inputs is enough). After warm_meta,
+    which the zygote runs when compile ahead is on, the dry run of the same
+    problem imports a few modules at most."""
+    ref = kit.REF.replace("torch.randn(4, 16)", "4.0 * torch.randn(4, 16)")
+    cold = _ahead(tmp_path / "cold", kit.triton_kernel(), ref=ref)
+    warm = _ahead(tmp_path / "warm", kit.triton_kernel(), ref=ref, warm_meta=True)
+    assert cold["outcome"] == warm["outcome"] == "done" and warm["kernels"] == 1, (cold, warm)
+    print("imported: cold", cold["imported"], "warm", warm["imported"])
+    assert cold["imported"] > 200 and warm["imported"] < 80, (cold["imported"], warm["imported"])
+
+
+def test_the_zygote_warms_the_meta_device_only_when_compile_ahead_is_on():
+    probe = ("import json; from kgym_harness import zygote; i = zygote._preimport(); "
+             "print(json.dumps({'meta_ms': i.get('meta_ms'), 'errors': i.get('import_errors')}))")
+    for on in ("1", "0"):
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(HARNESS), KGYM_COMPILE_AHEAD=on)
+        p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           env=env, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+        assert out["errors"] is None, out
+        assert (out["meta_ms"] is not None) == (on == "1"), out
