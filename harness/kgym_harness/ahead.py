@@ -3,10 +3,11 @@
 A Triton kernel compiles at its first launch, and the first launch is in
 the first checked call, which runs with the device lock held shared: a
 timing phase elsewhere waits for the compile (under 4-way concurrency on
-the H200 the first call of a fresh source held the lock 425 ms on average
-and was the last hold before an exclusive one in 7 of 16 tasks, 1.6-2.0 s
-of a 11-14 s run with one holder left: bench/results/2026-12-01-gpu-h200-
-s7-*). Compiling needs no device, only the kernel's specialisation: the
+the H200 the first call of a fresh source held the lock 424 ms on average
+and was the last shared hold before an exclusive one in 7-8 of 16 tasks,
+the only holder left for 1.6-2.0 s of an 11.4-13.5 s run: bench/results/
+2026-12-01-gpu-h200-s7.txt, runs 1 and 2). Compiling needs no device, only
+the kernel's specialisation: the
 argument dtypes, the pointers' alignment and the integer values, which one
 forward on meta tensors of the problem's input shapes reproduces.
 
