@@ -46,6 +46,8 @@ GPU = os.path.join(ROOT, "problems", "gpu")
 CANDS = os.path.join(ROOT, "tests", "gpu", "candidates")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import variants  # noqa: E402  (bench/variants.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "diag"))
+import lock_timeline  # noqa: E402  (bench/diag/lock_timeline.py)
 
 lines: list[str] = []
 failures: list[str] = []
@@ -382,6 +384,10 @@ def run_concurrency() -> None:
                 f"{[round((r.get('timings') or {}).get('total', 0) / 1e3, 2) for r in res]}")
             late = sorted(res, key=lambda r: r["_t"])[len(res) // 2:]
             say("  " + lock_use(late, walls[conc]))
+            shares = lock_timeline.timeline(res) if len(res) == 32 else {}
+            if shares.pop("window_ms", None):  # what the lock was doing, steady state
+                say("  lock timeline: " + ", ".join(f"{k} {100 * v:.0f}%"
+                                                    for k, v in shares.items() if v >= 0.005))
             if conc > 1:
                 for ln in lock_trace_report(late):
                     say("    " + ln)
