@@ -22,6 +22,8 @@ and the figures the issues ask for:
               caught as labelled, no honest candidate flagged
   pytest      the CUDA paths' own tests: tests/harness/*_gpu.py (timing
               lead, IPC channel, device digests and guards)
+  ahead       only with --only: the concurrency step on distinct candidates
+              with compile ahead (KGYM_COMPILE_AHEAD) off, then on
 
 Writes every result object to OUTDIR/gpu_results.jsonl and the summary to
 OUTDIR/gpu_summary.txt. Exit status 1 if any check failed.
@@ -335,7 +337,8 @@ def _concurrency_args(tasks: list[tuple[str, str]], last: list[str] | None) -> l
     return args
 
 
-def run_concurrency() -> None:
+def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
+                    env: dict[str, str] | None = None, label: str = "") -> None:
     """Throughput of a warm worker at --concurrency 4 against 1, twice:
     repeated candidates (16 tasks, every kernel already in Triton's cache:
     the worst case for overlap, nothing is left but the evaluation itself)
@@ -344,7 +347,8 @@ def run_concurrency() -> None:
     engine runs 32 tasks; the first 16 (the mixed solutions) warm it up
     (zygote, spares, caches), the throughput is that of the last 16 (from
     the 16th result to the 32nd), a worker's steady state. The targets
-    (>= 2x, kernel medians within 2%) are checked on each."""
+    (>= 2x, kernel medians within 2%) are checked on each. env: for every
+    engine (the lock trace is always on); label: in each line's name."""
     tasks = []
     for prob in problems()[:4]:
         s = solutions(prob, "triton")
@@ -352,8 +356,9 @@ def run_concurrency() -> None:
             tasks.append((prob, s[0]))
     tmp = tempfile.mkdtemp(prefix="kgym-variants-")
     nonce = f"{os.getpid()}-{int(time.time())}"
-    for kind in ("repeated", "distinct"):
-        say(f"== concurrency ({kind} candidates): 16 mixed triton tasks on a warm engine, "
+    for kind in kinds:
+        kind_l = kind + label
+        say(f"== concurrency ({kind_l} candidates): 16 mixed triton tasks on a warm engine, "
             "--concurrency 4 vs 1")
         walls: dict[int, float] = {}
         med: dict[int, list[float]] = {}
@@ -371,7 +376,8 @@ def run_concurrency() -> None:
                         last.append(path)
             args = _concurrency_args(tasks, last)
             res, wall = kgym_eval(args[1], [], "triton", *args[2:], "--enable-profiling",
-                                  "false", concurrency=conc, env={"KGYM_LOCK_TRACE": "1"})
+                                  "false", concurrency=conc,
+                                  env=dict(env or {}, KGYM_LOCK_TRACE="1"))
             ts = sorted(r["_t"] for r in res)
             walls[conc] = ts[-1] - ts[len(ts) // 2 - 1] if len(ts) == 32 else float("inf")
             by_task: dict = {}
@@ -398,9 +404,9 @@ def run_concurrency() -> None:
         say(f"  last 16: serial {walls[1]:.1f} s, concurrency 4 {walls[4]:.1f} s, throughput "
             f"x{ratio:.2f}; max difference of the problems' kernel medians "
             f"{100 * max(diffs or [0]):.2f}%")
-        check(f"concurrency ({kind}) throughput >= 2x", ratio >= 2.0, f"x{ratio:.2f}")
+        check(f"concurrency ({kind_l}) throughput >= 2x", ratio >= 2.0, f"x{ratio:.2f}")
         within = sum(d <= 0.02 for d in diffs)
-        check(f"concurrency ({kind}): kernel medians within 2% of the serial run",
+        check(f"concurrency ({kind_l}): kernel medians within 2% of the serial run",
               bool(diffs) and within == len(diffs),
               f"{within}/{len(diffs)} problems within 2%; differences "
               f"{[round(100 * d, 2) for d in diffs]} %")
@@ -480,6 +486,15 @@ def run_pytest() -> None:
           f"rc={p.returncode}; {tail[-1] if tail else p.stderr[-300:]!r}")
 
 
+def run_ahead_ab() -> None:
+    """Compile ahead (harness/kgym_harness/ahead.py, KGYM_COMPILE_AHEAD)
+    off, then on, on distinct candidates (the ones that compile): one run
+    of each, side by side. Not part of the default steps' figures: it is
+    an opt-in under evaluation."""
+    for on in ("0", "1"):
+        run_concurrency(("distinct",), {"KGYM_COMPILE_AHEAD": on}, f", compile ahead {on}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"))
@@ -488,8 +503,9 @@ def main() -> int:
     steps = {"honest": run_honest, "cheats": run_cheats, "repeat": run_self_and_repeat,
              "overhead": run_overhead, "e2e": run_e2e, "concurrency": run_concurrency}
     steps["redteam"] = run_redteam  # the red-team corpus, docs/redteam.md
+    steps["ahead"] = run_ahead_ab
     steps["pytest"] = run_pytest
-    chosen = [s for s in args.only.split(",") if s] or list(steps)
+    chosen = [s for s in args.only.split(",") if s] or [s for s in steps if s != "ahead"]
     say(f"# gpu suite {time.strftime('%Y-%m-%d %H:%M:%S')} host={os.uname().nodename}")
     try:
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
