@@ -9,7 +9,7 @@ candidate, forks, and in the child times each step of the dry run
 launches compiled) under cProfile; prints the steps and the costliest
 functions.
 
-    bench/diag/ahead_phases.py --ref R.py --cand C.py [--top 20]
+    bench/diag/ahead_phases.py --ref R.py --cand C.py [--top 20] [--warm-meta]
 """
 from __future__ import annotations
 
@@ -30,9 +30,13 @@ def main() -> None:
     ap.add_argument("--ref", required=True)
     ap.add_argument("--cand", required=True)
     ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--warm-meta", action="store_true",
+                    help="run ahead.warm_meta() first, as the zygote does with compile ahead on")
     a = ap.parse_args()
     import torch
     from kgym_harness import ahead, hooks, loader, prewarm
+    if a.warm_meta:
+        ahead.warm_meta()  # before CUDA, as in the zygote
     torch.zeros(1, device="cuda")
     hooks.install_triton_hooks()
     prewarm.warm_prep("cuda:0")
