@@ -117,9 +117,8 @@ def _dry_run(cls: Any, init: list, ref_module: Any, info: tuple[int, Any, int]) 
     """In the child: one meta forward, every Triton launch compiled instead;
     returns how many launches were compiled."""
     from triton.runtime import driver
-    real = driver._active if getattr(driver, "_active", None) is not None else None
     try:
-        real = real or driver.active
+        real = driver.active  # made before the fork (driver_info), so nothing new here
     except Exception:
         real = None
     shim = _Driver(real, *info)

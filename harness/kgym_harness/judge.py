@@ -1095,7 +1095,7 @@ def _warm_pair(chan: Channel) -> dict:
     process's CUDA context meanwhile), then (when tasks profile) CUPTI's
     one-time start, over 4 s of CPU. Then, with the device lock held shared
     (no measurement elsewhere sees it): the device code of the harness's
-    operations loaded in both processes (_preload_pair, one family per
+    operations loaded in both processes (_preload_pair, one operation per
     hold), then the work that runs on the device: this process's cuBLAS
     while the candidate's cuBLAS and one Triton launch run, and both
     processes' channel device regions made and mapped. Returns what each
