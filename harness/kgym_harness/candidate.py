@@ -434,7 +434,8 @@ def _early_cuda_init() -> str | None:
 def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     """A warm spare's start-up, driven by its judge before any task exists
     (the CUDA context was made at start, _early_cuda_init): part "prep", no
-    device work (imports, the tiny Triton kernel's compile); part
+    device work (imports, the tiny Triton kernel's compile, the preload's
+    set-up: cuBLAS handle, stream, allocations); part
     "profiler", CUPTI's one-time start (CPU); part "preload" (the judge
     holds the device lock shared): prewarm.preload of the families named;
     part "device" (lock held too): cuBLAS and a Triton launch. Refused once
@@ -449,6 +450,8 @@ def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
         failed: dict = {}
         if h.get("part") == "prep":  # any device: the cpu backend's extensions too
             failed = prewarm.warm_prep(want if want.startswith("cuda") else "cpu")
+            if want.startswith("cuda") and torch.cuda.is_available():
+                failed.update(prewarm.preload_setup(want if ":" in want else "cuda:0"))
         elif want.startswith("cuda") and torch.cuda.is_available():
             dev = torch.device(want if ":" in want else "cuda:0")
             if h.get("part") == "device":

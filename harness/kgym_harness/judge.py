@@ -549,6 +549,8 @@ class Judge:
                                      for side, v in run["lead"].items()}
             if cached is None:
                 checks["reference_side_stream_samples"] = run["ref_side"]
+            checks["timing_host_ms"] = {side: {k: round(v, 2) for k, v in parts.items()}
+                                        for side, parts in run["host"].items() if parts}
         if side:
             checks["side_stream_indices"] = side[:20]
         if run["launches"] == 0 and not self.ref_mode_dependent:
@@ -605,6 +607,8 @@ class Judge:
                      "excess": {"kernel": [], "reference": []},
                      "latency": {"kernel": [], "reference": []},
                      "lead": {"kernel": [0.0, 0], "reference": [0.0, 0]},  # us, late calls
+                     # where each side's wall time went (diagnostics, timing.time_forward)
+                     "host": {"kernel": {}, "reference": {}},
                      "spots": timing.SPOT_CHECKS if req["run_hack_checks"] else 0,
                      "timed": set(), "l2_found": None, "l2_report": None}
         cand = run["cand"]
@@ -626,6 +630,7 @@ class Judge:
                                                 run["lead"]["reference"][1] + r["lead_short"]]
                     for k in ("prep_ms", "warmup_ms", "wall_ms"):
                         ref[k] += r[k]
+                    _add_host(run["host"]["reference"], r, r["wall_ms"])
                     continue
                 w = timing.rewarm(blk, cand)
                 run["warmups"] += w
@@ -635,6 +640,7 @@ class Judge:
                 c = self.remote.time(w, blk["n_iter"], self.timing_seed, blk["start"],
                                      blk["warmup_ms"], blk["timed_start"], run["spots"])
                 run["wall_ms"] += (_now() - t1) * 1e3
+                _add_host(run["host"]["kernel"], c, (_now() - t1) * 1e3)
                 d1 = quiet.run_delay_ns(pid) if d0 is not None else None
                 if d1 is not None and d1 >= d0:
                     run["queued_ms"] += (d1 - d0) / 1e6
@@ -973,6 +979,16 @@ class Judge:
             self.result["correctness"] = False
 
 
+def _add_host(into: dict, r: dict, wall_ms: float) -> None:
+    """One timing command's share of checks.timing_host_ms: its wall (the
+    judge's clock for the candidate's), input draws, warm-up and the
+    timed loop's parts (timing.time_forward's host_ms)."""
+    parts = {"wall": wall_ms, "draw": r.get("prep_ms", 0.0), "warmup": r.get("warmup_ms", 0.0)}
+    parts.update(r.get("host_ms") or {})
+    for k, v in parts.items():
+        into[k] = into.get(k, 0.0) + float(v)
+
+
 def _finish(result: dict, judge: Judge | None, started: float) -> None:
     result["timings"]["total"] = (_now() - started) * 1e3
     if judge is not None:
@@ -1092,7 +1108,8 @@ def _preload_pair(chan: Channel, out: dict, lock: DeviceLock, device: str) -> No
 def _warm_pair(chan: Channel) -> dict:
     """A spare's start-up before its task. What runs no device work goes
     first, unlocked: the candidate's imports and Triton compile (and this
-    process's CUDA context meanwhile), then (when tasks profile) CUPTI's
+    process's CUDA context meanwhile), both processes' preload set-up
+    (prewarm.preload_setup), then (when tasks profile) CUPTI's
     one-time start, over 4 s of CPU. Then, with the device lock held shared
     (no measurement elsewhere sees it): the device code of the harness's
     operations loaded in both processes (_preload_pair, one operation per
@@ -1107,8 +1124,14 @@ def _warm_pair(chan: Channel) -> dict:
     chan.deadline = time.monotonic() + WARM_TIMEOUT_S
     dev = torch.device(device if ":" in device else "cuda:0") if cuda else None
     try:
-        # this process's CUDA context (no device work) while the candidate preps
-        _warm_part(chan, out, "prep", (lambda: torch.cuda.set_device(dev)) if cuda else None)
+        def prep() -> None:
+            # this process's CUDA context and the preload's set-up (cuBLAS
+            # handle, allocations): no device work, while the candidate preps
+            torch.cuda.set_device(dev)
+            failed = prewarm.preload_setup(str(dev))
+            if failed:
+                out["preload_setup_error"] = str(failed)[:300]
+        _warm_part(chan, out, "prep", prep if cuda else None)
         if cuda and os.environ.get("KGYM_WARM_PROFILER") == "1":
             _warm_part(chan, out, "profiler")
         if cuda:

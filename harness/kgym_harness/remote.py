@@ -128,6 +128,15 @@ def _signed_ms(v: Any) -> float:
     return float(v)
 
 
+HOST_PARTS = ("calibrate", "launch", "wait", "read")
+
+
+def _host_ms(v: Any) -> dict:
+    """A timing reply's host_ms (where its wall time went, diagnostics):
+    the known parts, each a number of ms; anything else is dropped."""
+    v = v if isinstance(v, dict) else {}
+    return {k: _num(v.get(k, 0.0)) for k in HOST_PARTS}
+
 def _int(v: Any, lo: int = 0, hi: int = 2**63) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi else None
 
@@ -352,6 +361,7 @@ class Remote:
                 # diagnostics only (the lead decides nothing the judge trusts)
                 "lead_us": _num(t.get("lead_us") or 0.0),
                 "lead_short": _int(t.get("lead_short"), 0, 1 << 20) or 0,
+                "host_ms": _host_ms(t.get("host_ms")),
                 "launches": _launches(reply.get("launches"))}
 
     def spots(self, k: int, seed: int, sample: int) -> list[tuple[int, Any, str | None]]:

@@ -530,8 +530,11 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
     key = str(dev)
     # once per timing phase (its first block); a warm-up only (n_iter 0)
     # picks no sample and need not pay its 40 round trips
+    cal_ns = _perf_ns()
     if n_iter > 0 and (start == 0 or key not in _CALIBRATION):
         _CALIBRATION[key] = calibrate_sync(device)
+    cal_ns = _perf_ns() - cal_ns
+    launch_ns = wait_ns = read_ns = 0  # of the timed loop, by the host's clock
     lat, slack = _CALIBRATION.get(key, (0.0, 0.0))
     lead = lead_for(device) if cuda and _gpu_sleep is not None else None
     short0 = lead.short if lead is not None else 0
@@ -586,15 +589,20 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
                 if _event_query(begin):  # the device waited for the host: raise the lead
                     lead.late()
             _record(end_s, stream)
+            t1 = _perf_ns()
             _cuda_sync(dev)
             _record(end_d, stream)
             _event_sync(end_d)
+            t2 = _perf_ns()
+            launch_ns += t1 - t0
+            wait_ns += t2 - t1
             t_s, t_d = float(_elapsed(begin, end_s)), float(_elapsed(begin, end_d))
             excess.append(t_d - lat - t_s)
             ms, wide = pick_sample(t_s, t_d, lat, slack)
             samples.append(ms)
             if wide:
                 side.append(i)
+            read_ns += _perf_ns() - t2
         else:
             flusher.flush()
             t1 = _perf_ns()
@@ -612,7 +620,12 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
             "sync_excess_ms": statistics.median(excess) if excess else 0.0,
             "lead_us": round(lead.ns() / 1e3, 1) if lead is not None else None,
             "lead_short": lead.short - short0 if lead is not None else 0,
-            "l2": l2.report() if l2 is not None else None}
+            "l2": l2.report() if l2 is not None else None,
+            # where the wall time went (CUDA; diagnostics): sync calibration,
+            # and per timed call the launch (flush, lead, start event, the
+            # call), the wait for the device and the clock reads
+            "host_ms": {"calibrate": round(cal_ns / 1e6, 3), "launch": round(launch_ns / 1e6, 3),
+                        "wait": round(wait_ns / 1e6, 3), "read": round(read_ns / 1e6, 3)}}
 
 
 def flush_cost_ms(device: str, k: int = 5) -> float:

@@ -22,7 +22,8 @@ import json, sys
 from kgym_harness import prewarm
 errors = prewarm.warm_prep("cpu")
 errors.update(prewarm.warm_device("cpu"))
-print(json.dumps({"errors": errors,
+setup = prewarm.preload_setup("cpu")  # nothing to set up off CUDA
+print(json.dumps({"errors": errors, "setup": setup, "tables": list(prewarm._TABLES),
                   "cpp_extension": "torch.utils.cpp_extension" in sys.modules}))
 """
 
@@ -35,6 +36,7 @@ def test_warm_device_runs_every_part_on_cpu():
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["cpp_extension"] is True
+    assert out["setup"] == {} and out["tables"] == []
     # only the Triton part may fail here (a real kernel launch needs a GPU)
     assert set(out["errors"]) <= {"triton"}, out["errors"]
 

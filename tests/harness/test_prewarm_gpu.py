@@ -21,6 +21,10 @@ import json, time, torch
 from kgym_harness import compare, guards, prewarm
 dev = torch.device("cuda:0")
 torch.zeros(1, device=dev)  # the context
+t = time.perf_counter()
+setup = prewarm.preload_setup("cuda:0")  # unlocked in a spare: the table, before any unit
+setup_ms = round((time.perf_counter() - t) * 1e3, 2)
+made = "cuda:0" in prewarm._TABLES
 took = {}
 errors = prewarm.preload("cuda:0", took=took)  # every family
 # a captured write reaches nothing: the graph is never launched
@@ -40,7 +44,7 @@ ms = {"digests": first(lambda: guards.digests([a])),
       "compare (mismatch)": first(lambda: compare.compare_outputs(a, a + 1.0, 1e-3, 1e-3))}
 # another shape than preload's may pick another cuBLAS kernel: shown, not checked
 big = first(lambda: a.view(1024, 1024) @ a.view(1024, 1024))
-print(json.dumps({"errors": errors, "capture_error": err, "untouched": untouched, "ms": ms,
+print(json.dumps({"setup": setup, "setup_ms": setup_ms, "made": made, "errors": errors, "capture_error": err, "untouched": untouched, "ms": ms,
                   "matmul_1024_ms": big,
                   "took": took, "digest": guards.digests([a])[0]}))
 """
@@ -53,6 +57,7 @@ def test_preload_loads_without_running_and_first_calls_are_then_cheap():
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
     print(out)  # preload's time and the 1024x1024 matmul's first call, for the log
+    assert out["setup"] == {} and out["made"] is True, out
     assert out["errors"] == {} and out["capture_error"] is None, out
     assert out["untouched"] is True  # nothing captured ran
     # without it each first use costs 15-25 ms (bench/diag/first_use.py)
