@@ -24,6 +24,8 @@ and the figures the issues ask for:
               lead, IPC channel, device digests and guards)
   ahead       only with --only: the concurrency step on distinct candidates
               with compile ahead (KGYM_COMPILE_AHEAD) off, then on
+  ab          only with --only, and --ab VAR=A,B: the same once per value
+              of the engines' environment variable VAR
 
 Writes every result object to OUTDIR/gpu_results.jsonl and the summary to
 OUTDIR/gpu_summary.txt. Exit status 1 if any check failed.
@@ -495,17 +497,32 @@ def run_ahead_ab() -> None:
         run_concurrency(("distinct",), {"KGYM_COMPILE_AHEAD": on}, f", compile ahead {on}")
 
 
+def run_ab(spec: str) -> None:
+    """--ab VAR=A,B,...: the concurrency step on distinct candidates once
+    per value of the engine's environment variable VAR, side by side (an
+    A/B of a switch under evaluation)."""
+    var, _, values = spec.partition("=")
+    if not var or not values:
+        raise SystemExit("--ab wants VAR=VALUE,VALUE,...")
+    for v in values.split(","):
+        run_concurrency(("distinct",), {var: v}, f", {var}={v}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--only", default="")
+    ap.add_argument("--ab", default="", help="VAR=A,B: with --only ab, the distinct "
+                    "concurrency step once per value of the engines' variable VAR")
     args = ap.parse_args()
     steps = {"honest": run_honest, "cheats": run_cheats, "repeat": run_self_and_repeat,
              "overhead": run_overhead, "e2e": run_e2e, "concurrency": run_concurrency}
     steps["redteam"] = run_redteam  # the red-team corpus, docs/redteam.md
     steps["ahead"] = run_ahead_ab
+    steps["ab"] = lambda: run_ab(args.ab)
     steps["pytest"] = run_pytest
-    chosen = [s for s in args.only.split(",") if s] or [s for s in steps if s != "ahead"]
+    chosen = [s for s in args.only.split(",") if s] or [s for s in steps
+                                                         if s not in ("ahead", "ab")]
     say(f"# gpu suite {time.strftime('%Y-%m-%d %H:%M:%S')} host={os.uname().nodename}")
     try:
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",

@@ -22,6 +22,10 @@ process does one thing the worker does without the lock:
             kernel's compile), and stay alive
   cpuN      N processes that only burn CPU (a pure Python loop)
 
+A mode written fresh-MODE times loops that draw each call's input (as the
+harness's loops do) after giving the cached memory back, so they allocate
+from the driver while the second process does MODE.
+
 Prints, per mode, the timing loop's wall per call (median, p90), the
 median sample, late calls, and the same for the loops that overlapped a
 disturbance window and those that did not.
@@ -43,18 +47,23 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 N = 8192
 
 
-def _timer(seconds: float, ready, go, q) -> None:
+def _timer(seconds: float, ready, go, q, fresh: bool = False) -> None:
     import torch
     from kgym_harness import timing
     x = torch.randn(N, N, device="cuda")
     call = lambda a: torch.nn.functional.gelu(a[0])  # noqa: E731
-    make = lambda i: [x]  # noqa: E731
+    if fresh:  # each call's input drawn (the harness's timing loops), memory given back per loop
+        make = lambda i: [torch.randn(N, N, device="cuda")]  # noqa: E731
+    else:
+        make = lambda i: [x]  # noqa: E731
     timing.time_forward(call, make, 5, 20, "cuda", warmup_ms=20.0)
     ready.set()
     go.wait()
     loops = []
     t_end = time.monotonic() + seconds
     while time.monotonic() < t_end:
+        if fresh:
+            torch.cuda.empty_cache()  # the loop's draws allocate from the driver again
         t0 = time.monotonic()
         r = timing.time_forward(call, make, 1, 20, "cuda", start=1)
         t1 = time.monotonic()
@@ -164,10 +173,12 @@ def _summary(loops: list) -> str:
 
 
 def run(mode: str, seconds: float) -> None:
+    fresh = mode.startswith("fresh-")
+    mode = mode.removeprefix("fresh-")
     ctx = mp.get_context("spawn")
     q1, q2 = ctx.Queue(), ctx.Queue()
     r1, r2, go = ctx.Event(), ctx.Event(), ctx.Event()
-    a = ctx.Process(target=_timer, args=(seconds, r1, go, q1))
+    a = ctx.Process(target=_timer, args=(seconds, r1, go, q1, fresh))
     b = ctx.Process(target=_disturber, args=(mode, seconds, r2, go, q2))
     a.start()
     b.start()
@@ -180,6 +191,7 @@ def run(mode: str, seconds: float) -> None:
     hit = [lp for lp in loops if any(w0 < lp[1] and w1 > lp[0] for w0, w1 in windows)]
     clear = [lp for lp in loops if lp not in hit]
     busy = sum(w1 - w0 for w0, w1 in windows)
+    mode = ("fresh-" if fresh else "") + mode
     print(f"{mode:9s} all     {_summary(loops)}", flush=True)
     if windows:
         print(f"{'':9s} overlap {_summary(hit)}   ({len(windows)} windows, "

@@ -361,9 +361,13 @@ def cmd_time(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     hooks.RECORDER.take()
     hooks.RECORDER.light = True
     try:
+        # a warm-up only may leave the coming timed loop's memory cached
+        reserve = min(max(int(h.get("reserve", 0) or 0), 0), 1 << 20)
         res = timing.time_forward(call, make_args, n_warmup, n_iter, state.device,
                                   start=start, warmup_ms=warmup_ms, timed_start=timed_start,
-                                  spots=state.spots if k else None)
+                                  spots=state.spots if k else None, reserve_for=reserve,
+                                  reserve_spots=min(max(int(h.get("reserve_spots", 0) or 0), 0),
+                                                    16))
         # the inputs it timed on, for the judge to check (none: a warm-up only)
         res["inputs"] = loader.fingerprint(make_args(timed_start)) if n_iter > 0 else None
     except BaseException as e:

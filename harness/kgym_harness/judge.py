@@ -509,7 +509,7 @@ class Judge:
         plan = timing.block_plan(req["num_perf_trials"], req["num_warmup"], prewarmed=True)
         self.lock_device(exclusive=False, label="timing/prewarm")
         ref_call, cached, key = self.reference_timer(plan)  # torch.compile: not while exclusive
-        self.prewarm(ref_call, cached)
+        self.prewarm(ref_call, cached, plan)
         self.lock_device(exclusive=True)
         run = self._time_blocks(plan, ref_call, cached)
         unexplained = self._unexplained(run, plan)
@@ -573,7 +573,7 @@ class Judge:
         self.pending_checks = {"claims": run["claims"], "spots": run["spots"],
                                "timed": run["timed"]}
 
-    def prewarm(self, ref_call: Any, cached: dict | None) -> None:
+    def prewarm(self, ref_call: Any, cached: dict | None, plan: list[dict]) -> None:
         """The timing phase's full warm-up, each side in turn (num_warmup
         calls and WARMUP_MIN_MS of synchronised time: first calls, caches,
         clocks), before the exclusive section and under the shared lock: it
@@ -587,13 +587,23 @@ class Judge:
         if n <= 0:
             return
         seed = loader.derive_seed(self.timing_seed, "prewarm")
+        # each side leaves the memory of its first timed block cached
+        # (timing.reserve): allocating it from the driver inside the
+        # exclusive section waited on other processes' driver work
+        first = plan[0]["n_iter"] if os.environ.get("KGYM_TIMING_RESERVE", "1") != "0" else 0
+        spots = timing.SPOT_CHECKS if self.req["run_hack_checks"] else 0
+        reserved = {}
         if cached is None:
             def inputs(i: int) -> list:
                 return loader.draw_inputs(self.ref_module, loader.derive_seed(seed, f"iter:{i}"),
                                           self.device)
-            timing.time_forward(ref_call, inputs, n, 0, self.device,
-                                warmup_ms=timing.WARMUP_MIN_MS)
-        self.remote.time(n, 0, seed, 0, timing.WARMUP_MIN_MS, n, 0)
+            r = timing.time_forward(ref_call, inputs, n, 0, self.device,
+                                    warmup_ms=timing.WARMUP_MIN_MS, reserve_for=first)
+            reserved["reference"] = r["reserved"]
+        c = self.remote.time(n, 0, seed, 0, timing.WARMUP_MIN_MS, n, 0, reserve=(first, spots))
+        reserved["kernel"] = c["reserved"]
+        if first and timing.is_cuda(self.device):
+            self.result["checks"]["timing_reserved"] = reserved  # bytes; the kernel's is its claim
 
     def _time_blocks(self, plan: list[dict], ref_call: Any, cached: dict | None) -> dict:
         """One pass over the interleaved blocks; what each side measured and

@@ -338,11 +338,15 @@ class Remote:
         return r
 
     def time(self, n_warmup: int, n_iter: int, seed: int, start: int = 0,
-             warmup_ms: float = 0.0, timed_start: int | None = None, spots: int = 0) -> dict:
+             warmup_ms: float = 0.0, timed_start: int | None = None, spots: int = 0,
+             reserve: tuple[int, int] = (0, 0)) -> dict:
+        """One timing command. reserve: (timed calls, spot checks) of the
+        phase to come, whose memory a warm-up only leaves cached."""
         reply, _ = self._call({"cmd": "time", "n_warmup": n_warmup, "n_iter": n_iter,
                                "seed": seed, "start": start, "warmup_ms": warmup_ms,
                                "timed_start": start + n_warmup if timed_start is None
-                               else timed_start, "spots": spots})
+                               else timed_start, "spots": spots,
+                               "reserve": reserve[0], "reserve_spots": reserve[1]})
         t = reply.get("timing")
         if not isinstance(t, dict):
             raise ProtocolError("time reply without timing")
@@ -362,6 +366,7 @@ class Remote:
                 "lead_us": _num(t.get("lead_us") or 0.0),
                 "lead_short": _int(t.get("lead_short"), 0, 1 << 20) or 0,
                 "host_ms": _host_ms(t.get("host_ms")),
+                "reserved": _int(t.get("reserved"), 0, 1 << 50) or 0,
                 "launches": _launches(reply.get("launches"))}
 
     def spots(self, k: int, seed: int, sample: int) -> list[tuple[int, Any, str | None]]:

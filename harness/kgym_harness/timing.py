@@ -72,6 +72,8 @@ PERF_BLOCKS = 5           # interleaved reference/candidate blocks
 REWARM_MAX_MS = 10.0      # later blocks re-warm with one call if calls are this fast
 SPOT_CHECKS = 3           # timed outputs kept per timing phase for the judge to check
 PREDRAW_BYTES = 1 << 30   # CUDA: timed calls' inputs drawn ahead, at most this much at once
+RESERVE_MAX_BYTES = 4 << 30  # CUDA: what a warm-up keeps cached for the timed loop, at most
+RESERVE_FREE_FRAC = 0.25     # and at most this share of the device's free memory
 LEAD_FACTOR = 2.0         # the lead: this many times the host time of a call,
 LEAD_PAD_NS = 20_000      # plus this,
 LEAD_MIN_NS = 20_000      # at least this (the L2 flush before it adds ~30 us on the H200)
@@ -496,13 +498,47 @@ def _draw_ahead(make_args: Callable[[int], Any], index: int, left: int,
     return out
 
 
+def reserve_bytes(in_bytes: int, out_bytes: int, n_iter: int, spots: int) -> int:
+    """What the timed loop of n_iter calls holds at once beyond the warm-up:
+    a group of inputs drawn ahead (_draw_ahead) and one being drawn, the
+    output and the spot checks' copies, and the judge's fingerprint of the
+    inputs (a draw and its float64 sums), within RESERVE_MAX_BYTES."""
+    if n_iter <= 0 or in_bytes + out_bytes <= 0:
+        return 0
+    group = min(n_iter, max(1, PREDRAW_BYTES // in_bytes)) if in_bytes else 1
+    return min((group + 3) * in_bytes + (1 + max(spots, 0)) * out_bytes, RESERVE_MAX_BYTES)
+
+
+def reserve(device: str, nbytes: int) -> int:
+    """Leave nbytes cached in this process's allocator (one block, allocated
+    and freed): the timed loop's draws and copies are then carved from it
+    instead of asking the driver, whose allocations wait on other
+    processes' driver work (a context made or torn down elsewhere). At
+    most RESERVE_FREE_FRAC of the free memory; nothing when that fails.
+    The bytes kept."""
+    if not is_cuda(device) or nbytes <= 0:
+        return 0
+    dev = torch.device(device)
+    try:
+        free, _ = torch.cuda.mem_get_info(dev)
+        nbytes = min(nbytes, int(free * RESERVE_FREE_FRAC))
+        if nbytes <= 0:
+            return 0
+        block = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+        del block
+        return nbytes
+    except Exception:  # out of memory, or a broken device: the loop allocates as before
+        return 0
+
+
 _CALIBRATION: dict[str, tuple[float, float]] = {}  # device -> calibrate_sync() of this phase
 
 
 def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
                  n_warmup: int, n_iter: int, device: str, start: int = 0,
                  warmup_ms: float = 0.0, timed_start: int | None = None,
-                 spots: SpotSampler | None = None) -> dict:
+                 spots: SpotSampler | None = None, reserve_for: int = 0,
+                 reserve_spots: int = 0) -> dict:
     """Warm up, then time n_iter calls, each on fresh arguments.
 
     make_args(i) draws the inputs of iteration i (untimed): warm-up call j
@@ -516,6 +552,9 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
     check the claims against its clock. With spots, each timed call's
     output is offered to it after the call's clock was read. Each output
     is released after its clock read (not inside the measured window).
+    A warm-up only (n_iter 0) with reserve_for > 0 leaves what a timed loop
+    of that many calls (and reserve_spots spot checks) allocates cached
+    (reserve), and says how much in "reserved".
     """
     t_start = _perf_ns()
     if timed_start is None:
@@ -542,6 +581,7 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
     done = 0
     busy_ns = 0
     target_ns = warmup_ms * 1e6 if n_warmup > 0 else 0.0
+    in_bytes = out_bytes = 0
     while done < n_warmup or (busy_ns < target_ns and done < n_warmup + WARMUP_EXTRA_CAP):
         if done < n_warmup or args is None:
             args = None
@@ -550,13 +590,19 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
             sync(device)
             prep_ns += _perf_ns() - t0
         t0 = _perf_ns()
-        call(args)
+        out = call(args)
         if lead is not None:
             lead.observe(_perf_ns() - t0)
         sync(device)
         busy_ns += _perf_ns() - t0
         done += 1
+        if reserve_for > 0:
+            in_bytes, out_bytes = _nbytes(args), _nbytes(out)
+        del out
     del args
+    reserved = 0
+    if cuda and n_iter == 0 and reserve_for > 0:
+        reserved = reserve(device, reserve_bytes(in_bytes, out_bytes, reserve_for, reserve_spots))
     if lead is not None and lead.rate <= 0:
         # once per process, after a warm-up has ramped the clocks (the
         # judge's pre-warm pays it, before the exclusive section)
@@ -620,7 +666,7 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
             "sync_excess_ms": statistics.median(excess) if excess else 0.0,
             "lead_us": round(lead.ns() / 1e3, 1) if lead is not None else None,
             "lead_short": lead.short - short0 if lead is not None else 0,
-            "l2": l2.report() if l2 is not None else None,
+            "l2": l2.report() if l2 is not None else None, "reserved": reserved,
             # where the wall time went (CUDA; diagnostics): sync calibration,
             # and per timed call the launch (flush, lead, start event, the
             # call), the wait for the device and the clock reads

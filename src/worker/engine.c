@@ -280,7 +280,7 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
          * reference-time cache, the device lock's trace (diagnosis), the
          * candidate's compile ahead (KGYM_COMPILE_AHEAD=1, off by default) */
         static const char *judge_pass[] = {"KGYM_REFTIME_CACHE", "KGYM_LOCK_TRACE",
-                                           "KGYM_COMPILE_AHEAD", NULL};
+                                           "KGYM_COMPILE_AHEAD", "KGYM_TIMING_RESERVE", NULL};
         for (const char **p = judge_pass; *p; p++) {
             const char *v = getenv(*p);
             if (v)
