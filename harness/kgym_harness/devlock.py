@@ -15,6 +15,12 @@ flock lock: no second file is left next to the lock file. (Record locks
 belong to the process and go when it closes any descriptor of the file:
 each judge opens the file once and is its only user in the process.)
 
+A timing phase also says it is coming (intend): a shared record lock on
+byte 1, from its warm-up (under the shared lock) until its exclusive hold
+is granted. A warm spare's holds are work no task waits for, so before each
+one it yields (yield_to_timing): it waits, at most YIELD_MAX_S, until no
+one intends to time. An exclusive taker then drains only what tasks hold.
+
 Waits poll with LOCK_NB (short back-off) so that a deadline can end them.
 """
 
@@ -27,6 +33,7 @@ from typing import Callable
 
 POLL_MIN_S = 0.0005
 POLL_MAX_S = 0.001  # a waiter sees a release within 1 ms (the device idles meanwhile)
+YIELD_MAX_S = 2.0   # a spare waits for timing phases to start at most this long per hold
 
 
 class LockTimeout(Exception):
@@ -53,6 +60,8 @@ class DeviceLock:
         self.trace: list | None = [] if os.environ.get("KGYM_LOCK_TRACE") == "1" else None
         self.label = ""
         self._asked = 0.0
+        self.intending = False
+        self.yielded_ms = 0.0  # a spare's waits for timing phases (yield_to_timing)
 
     def _open(self) -> bool:
         if self.path is None or self.error is not None:
@@ -120,6 +129,50 @@ class DeviceLock:
                 self.waits_ms["exclusive_drain"] += (t2 - t1) * 1e3
         self.mode = mode
         self._since = time.perf_counter()
+        if mode == "exclusive":
+            self.unintend()  # granted: later takers queue at the turnstile
+
+    def intend(self) -> None:
+        """Say a timing phase is coming (byte 1, shared; see the module's
+        text). Ends at the next exclusive grant, or unintend()."""
+        if self.intending or not self._open():
+            return
+        try:
+            fcntl.lockf(self.fd, fcntl.LOCK_SH, 1, 1)  # waits only for a spare's probe
+            self.intending = True
+        except OSError:
+            pass
+
+    def unintend(self) -> None:
+        if self.intending and self.fd >= 0:
+            try:
+                fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, 1)
+            except OSError:
+                pass
+        self.intending = False
+
+    def yield_to_timing(self, deadline: float | None = None) -> None:
+        """Wait (at most YIELD_MAX_S, and not past deadline) until no one
+        intends to time: a probe of byte 1, taken exclusively and let go."""
+        if not self._open():
+            return
+        t0 = time.monotonic()
+        end = t0 + YIELD_MAX_S if deadline is None else min(deadline, t0 + YIELD_MAX_S)
+        delay = POLL_MIN_S
+        while True:
+            try:
+                fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 1)
+                fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, 1)
+                break
+            except (BlockingIOError, PermissionError):
+                pass
+            except OSError:
+                break
+            if time.monotonic() >= end:
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, POLL_MAX_S)
+        self.yielded_ms += (time.monotonic() - t0) * 1e3
 
     def release(self) -> None:
         if self.mode is not None and self.fd >= 0:
@@ -135,6 +188,7 @@ class DeviceLock:
     def close(self) -> None:
         """Release and close the file (closing alone would release too)."""
         self.release()
+        self.unintend()
         if self.fd >= 0:
             try:
                 os.close(self.fd)

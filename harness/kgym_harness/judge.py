@@ -509,6 +509,8 @@ class Judge:
         plan = timing.block_plan(req["num_perf_trials"], req["num_warmup"], prewarmed=True)
         self.lock_device(exclusive=False, label="timing/prewarm")
         ref_call, cached, key = self.reference_timer(plan)  # torch.compile: not while exclusive
+        if timing.is_cuda(self.device):
+            self.lock.intend()  # warm spares take no new hold until ours is granted
         self.prewarm(ref_call, cached, plan)
         self.lock_device(exclusive=True)
         run = self._time_blocks(plan, ref_call, cached)
@@ -1101,7 +1103,10 @@ def _preload_pair(chan: Channel, out: dict, lock: DeviceLock, device: str) -> No
     t0 = _now()
     errors: dict = {}
     held0 = lock.held_ms["shared"]
+    yields = spare_yields()
     for name in prewarm.units():
+        if yields:
+            lock.yield_to_timing(chan.deadline)
         lock.shared(chan.deadline, "spare/preload")
         try:
             chan.send({"cmd": "warm", "part": "preload", "families": [name]})
@@ -1113,6 +1118,12 @@ def _preload_pair(chan: Channel, out: dict, lock: DeviceLock, device: str) -> No
     out["preload_locked_ms"] = round(lock.held_ms["shared"] - held0, 1)
     if errors:
         out["preload_error"] = str(errors)[:300]
+
+
+def spare_yields() -> bool:
+    """Whether a spare's holds wait for timing phases about to start
+    (DeviceLock.yield_to_timing; KGYM_SPARE_YIELD=0 turns it off)."""
+    return os.environ.get("KGYM_SPARE_YIELD", "1") != "0"
 
 
 def _warm_pair(chan: Channel) -> dict:
@@ -1147,6 +1158,8 @@ def _warm_pair(chan: Channel) -> dict:
         if cuda:
             _preload_pair(chan, out, lock, str(dev))
         t = _now()
+        if spare_yields():
+            lock.yield_to_timing(chan.deadline)
         waited = lock.waited_ms
         lock.shared(chan.deadline, "spare")
         out["lock_wait_ms"] = round(lock.waited_ms - waited, 1)
@@ -1164,6 +1177,8 @@ def _warm_pair(chan: Channel) -> dict:
         _warm_part(chan, out, "device", blas if cuda else None)
         lock.close()
         out["locked_ms"] = round((_now() - t) * 1e3 - out["lock_wait_ms"], 1)
+        if lock.yielded_ms:
+            out["yielded_ms"] = round(lock.yielded_ms, 1)
         if lock.trace:
             out["lock_trace"] = lock.trace
     except (ChannelTimeout, PeerClosed, ProtocolError, LockTimeout) as e:

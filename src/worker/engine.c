@@ -220,6 +220,22 @@ static int child_cpu_threads(const kg_engine *e)
     return n < 1 ? 1 : (int)n;
 }
 
+/* Whether Triton candidates compile ahead (KGYM_COMPILE_AHEAD, harness/
+ * kgym_harness/ahead.py): the worker's setting when it has one, else on for
+ * a GPU engine that runs several tasks at once. There a first call that
+ * compiles holds the device lock shared for the compile (0.2-0.9 s) and
+ * every timing phase waits for it; alone, compiling inside that call costs
+ * nothing else and the dry run's fork adds to each task (H200, distinct
+ * candidates: 4 at a time 13.2 -> 11.6 s, one at a time 20.0 -> 21.3 s;
+ * bench/results/2026-12-01-gpu-h200-s8.txt). */
+static const char *compile_ahead(const kg_engine *e)
+{
+    const char *v = getenv("KGYM_COMPILE_AHEAD");
+    if (v && *v)
+        return v;
+    return e->cuda_env[0] && e->cfg.concurrency > 1 ? "1" : "0";
+}
+
 /* The environment a child starts with: nothing of the worker's but what the
  * runtime needs. */
 static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
@@ -278,14 +294,17 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
     if (!strcmp(role, "judge")) {
         /* the judge's switches, from the worker's environment: the
          * reference-time cache, the device lock's trace (diagnosis), the
-         * candidate's compile ahead (KGYM_COMPILE_AHEAD=1, off by default) */
+         * timing phase's memory reserve and the spares' yield to timing
+         * phases (each on unless "0"); and the
+         * candidates' compile ahead (compile_ahead) */
         static const char *judge_pass[] = {"KGYM_REFTIME_CACHE", "KGYM_LOCK_TRACE",
-                                           "KGYM_COMPILE_AHEAD", "KGYM_TIMING_RESERVE", NULL};
+                                           "KGYM_TIMING_RESERVE", "KGYM_SPARE_YIELD", NULL};
         for (const char **p = judge_pass; *p; p++) {
             const char *v = getenv(*p);
             if (v)
                 json_object_set_new(env, *p, json_string(v));
         }
+        json_object_set_new(env, "KGYM_COMPILE_AHEAD", json_string(compile_ahead(e)));
         json_object_set_new(env, "KGYM_DEVICE_LOCK", json_string(e->lock_path));
         if (prof)
             json_object_set_new(env, "KGYM_WARM_PROFILER", json_string("1"));
@@ -1409,11 +1428,14 @@ static int restart_zygote(kg_engine *e, kg_err *err)
     drop_spares(e); /* they die with the zygote */
     kg_zygote_stop(e->zy);
     e->zy = NULL;
-    char dev[80];
+    char dev[80], ahead[40];
     const char *env[4] = {
         "KGYM_SANDBOX_PROFILE={\"allow_wx\": true, \"allow_perf\": true}",
         NULL};
     int ne = 1;
+    /* the zygote prepares what compile ahead's dry runs import (zygote.py) */
+    snprintf(ahead, sizeof ahead, "KGYM_COMPILE_AHEAD=%s", compile_ahead(e));
+    env[ne++] = ahead;
     if (e->cuda_env[0]) {
         pathf(dev, sizeof dev, "CUDA_VISIBLE_DEVICES=%s", e->cuda_env);
         env[ne++] = dev;

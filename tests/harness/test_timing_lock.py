@@ -232,3 +232,69 @@ def test_lock_counts_the_time_it_is_held_by_mode(tmp_path):
     lock.release()  # released twice: counted once
     assert 40 <= lock.held_ms["shared"] < 100 and 90 <= lock.held_ms["exclusive"] < 200
     lock.close()
+
+
+def _intender(path, intending, go_exclusive, granted, done):
+    lock = DeviceLock(path)
+    lock.shared()  # a timing phase's warm-up holds the device shared ...
+    lock.intend()  # ... and says its exclusive hold is coming
+    intending.set()
+    go_exclusive.wait(10)
+    lock.exclusive(time.monotonic() + 10)  # the grant ends the intent
+    granted.set()
+    done.wait(10)
+    lock.close()
+
+
+def test_spare_yields_to_a_timing_phase_until_its_exclusive_hold_is_granted(tmp_path):
+    """devlock intend / yield_to_timing between processes: a spare's probe
+    passes at once with no timing phase coming, waits while one intends,
+    and passes once that phase's exclusive hold is granted."""
+    ctx = mp.get_context("fork")
+    path = str(tmp_path / "dev.lock")
+    spare = DeviceLock(path)
+    t0 = time.monotonic()
+    spare.yield_to_timing()
+    assert time.monotonic() - t0 < 0.1 and spare.yielded_ms < 100
+    intending, go, granted, done = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
+    p = ctx.Process(target=_intender, args=(path, intending, go, granted, done))
+    p.start()
+    try:
+        assert intending.wait(5)
+        ctx.Process(target=_release_later, args=(go, 0.4)).start()
+        t0 = time.monotonic()
+        spare.yield_to_timing()
+        waited = time.monotonic() - t0
+        assert granted.is_set() and 0.3 < waited < 1.9, waited
+    finally:
+        done.set()
+        p.join(5)
+    assert p.exitcode == 0
+    spare.close()
+
+
+def test_yield_to_timing_is_bounded(tmp_path, monkeypatch):
+    """A timing phase that never gets its hold cannot keep a spare waiting
+    past YIELD_MAX_S (nor past the spare's own deadline)."""
+    from kgym_harness import devlock
+    monkeypatch.setattr(devlock, "YIELD_MAX_S", 0.3)
+    ctx = mp.get_context("fork")
+    path = str(tmp_path / "dev.lock")
+    intending, go, granted, done = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
+    p = ctx.Process(target=_intender, args=(path, intending, go, granted, done))
+    p.start()
+    try:
+        assert intending.wait(5)
+        spare = DeviceLock(path)
+        t0 = time.monotonic()
+        spare.yield_to_timing()
+        assert 0.25 < time.monotonic() - t0 < 1.0
+        t0 = time.monotonic()
+        spare.yield_to_timing(time.monotonic() + 0.05)
+        assert time.monotonic() - t0 < 0.25
+        spare.close()
+    finally:
+        go.set()
+        done.set()
+        p.join(5)
+    assert granted.is_set() and p.exitcode == 0
