@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import time
 import traceback
 from typing import Any
@@ -104,6 +105,10 @@ def _child(req: dict[str, Any], fds: dict[str, int], sandbox: Sandbox, closers: 
         if cfg.get("workdir"):
             os.environ["TMPDIR"] = cfg["workdir"]
             os.environ["HOME"] = cfg["workdir"]
+        # tempfile caches its directory at first use: one the zygote's
+        # imports chose (its own TMPDIR, e.g. under ahead.warm_meta) is not
+        # this child's, and the candidate (uid nobody) may not write there
+        tempfile.tempdir = None
         from kgym_harness.role import apply_cpu_threads
         apply_cpu_threads()
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)

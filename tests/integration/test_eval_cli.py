@@ -180,3 +180,36 @@ def test_judge_opt_ins_reach_the_judge_through_the_worker():
                 assert asked <= got <= released
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_children_use_their_own_temp_dir_even_when_the_zygote_cached_one(tmp_path):
+    """Regression (H200, session 8): with compile ahead on, the zygote's
+    ahead.warm_meta() makes tempfile cache the zygote's own TMPDIR, and
+    every forked child inherited it; a Triton candidate's compile (ptxas's
+    temp files) then failed with EACCES in a directory its uid may not
+    write. Each child must resolve tempfile's directory from its own
+    TMPDIR (its private work dir)."""
+    import shutil
+    zygote_tmp = tempfile.mkdtemp(prefix="kgym-zygote-tmp-", dir="/tmp")  # on a searchable path
+    os.chmod(zygote_tmp, 0o755)  # enterable, not writable by the candidate's uid
+    with open(SOL) as f:
+        src = f.read()
+    cand = tmp_path / "tempdir_probe.py"
+    cand.write_text(src + '''
+
+import os as _os
+import tempfile as _tempfile
+if _os.path.realpath(_tempfile.gettempdir()) != _os.path.realpath(_os.environ.get("TMPDIR", "")):
+    raise RuntimeError(f"tempfile says {_tempfile.gettempdir()}, TMPDIR is {_os.environ.get('TMPDIR')}")
+_fd, _p = _tempfile.mkstemp()
+_os.close(_fd)
+_os.unlink(_p)
+''')
+    try:
+        p = run(["--ref", REF, "--cand", str(cand), "--backend", "triton", "--json", *FAST],
+                env={"TMPDIR": zygote_tmp, "KGYM_COMPILE_AHEAD": "1"})
+    finally:
+        shutil.rmtree(zygote_tmp, ignore_errors=True)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["verdict"] == "pass", (r["error_message"], r["feedback"])
