@@ -283,9 +283,12 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
         env, "KGYM_WORKER_ID",
         json_string(e->cfg.worker_id ? e->cfg.worker_id : "local"));
     json_object_set_new(env, "KGYM_DEVICE", json_string(child_device(e)));
-    if (e->cuda_env[0])
-        json_object_set_new(env, "CUDA_VISIBLE_DEVICES",
-                            json_string(e->cuda_env));
+    /* a GPU worker's children see its one device; a CPU worker's see none:
+     * a cpu evaluation must not compute on a GPU of the host, and CUDA's
+     * start-up in a child under the CPU sandbox's address-space limit
+     * fails (H200 red team, session 8: error 304, then ENOMEM) */
+    json_object_set_new(env, "CUDA_VISIBLE_DEVICES",
+                        json_string(e->cuda_env[0] ? e->cuda_env : ""));
     if (interp)
         json_object_set_new(env, "TRITON_INTERPRET", json_string("1"));
     char threads[24];

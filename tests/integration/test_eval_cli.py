@@ -213,3 +213,25 @@ _os.unlink(_p)
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["verdict"] == "pass", (r["error_message"], r["feedback"])
+
+
+def test_cpu_children_see_no_gpu(tmp_path):
+    """A cpu evaluation must not compute on a GPU of the host (and CUDA's
+    start-up under the CPU sandbox's address-space limit fails, as on the
+    H200 in session 8): the engine hides every GPU from a CPU worker's
+    children. The candidate refuses to load if it can see one."""
+    with open(SOL) as f:
+        src = f.read()
+    cand = tmp_path / "gpu_probe.py"
+    cand.write_text(src + '''
+
+import os as _os
+if _os.environ.get("CUDA_VISIBLE_DEVICES") != "" or torch.cuda.device_count() != 0:
+    raise RuntimeError(f"a cpu evaluation sees GPUs: {_os.environ.get('CUDA_VISIBLE_DEVICES')!r}")
+''')
+    os.chmod(tmp_path, 0o755)
+    os.chmod(cand, 0o644)
+    p = run(["--ref", REF, "--cand", str(cand), "--backend", "triton", "--json", *FAST])
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["verdict"] == "pass", (r["error_message"], r["feedback"])
