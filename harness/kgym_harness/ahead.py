@@ -21,17 +21,20 @@ driver is given the device, stream and target the parent read before the
 fork. The parent waits (at most the budget), then the real first call
 finds its kernels in the cache, as a repeated source does.
 
-Off by default (the judge asks for it with KGYM_COMPILE_AHEAD=1). On the
-H200 (2026-12-01, bench/results/2026-12-01-gpu-h200-s7.txt) the fork and
-the child's exit take 5-26 ms, but the dry run took 2.8-3.3 s even with
-every kernel in the cache, where the whole load takes 36 ms without it:
-torch.randn on the meta device imports torch's symbolic shapes and sympy
-(2.8 s there, no .pyc). With those imported in the zygote, GELU's and
-Linear+ReLU's loads took 0.06-0.1 s, RowSoftmax's and LayerNorm's still
-1.6-2.5 s: a scalar product on meta tensors (4.0 * torch.randn(...) in
-their get_inputs) imports torch._dynamo too (found on the CPU afterwards).
-The zygote now runs warm_meta() when compile ahead is on, which imports
-all of that once; not yet measured on a GPU. Until it is, it stays off.
+On when the worker says so (KGYM_COMPILE_AHEAD=1 in the judge's
+environment): by default a GPU engine with --concurrency > 1 does, one at
+a time it does not (src/worker/engine.c, compile_ahead). The fork and the
+child's exit take 5-26 ms on the H200; the dry run imports torch's
+symbolic shapes, sympy and torch._dynamo at first use (meta torch.randn,
+a scalar product on meta tensors: 1.6-3.3 s per load there), so the
+zygote runs warm_meta() first when compile ahead is on, after which
+RowSoftmax's dry run took 37 ms and imported nothing (2026-12-01,
+bench/results/2026-12-01-gpu-h200-s8.txt); through the worker a load
+that compiles takes 0.2-0.3 s (0.6-0.9 s for Linear+ReLU), the compile
+now outside the first call. Four at a time that call held the device
+lock shared for the compile and every timing phase waited for it
+(distinct candidates, 4-way: 13.2 -> 11.6 s for 16 tasks); one at a time
+the fork only adds to each task (20.0 -> 21.3 s).
 
 Nothing the child does decides anything: a forward that does not run on
 meta tensors (a read back, an autotuner's benchmark, an explicit CUDA

@@ -140,9 +140,9 @@ class Judge:
             # the first inputs cross on the device too
             self.chan.use_device(self.device)
         # The candidate imports and builds while we do the same below; with
-        # KGYM_COMPILE_AHEAD=1 a Triton candidate on a GPU compiles its
-        # kernels ahead (ahead.py; off by default: on the H200 its dry run
-        # took 1.6-3.3 s per load where the load takes 36 ms without it)
+        # KGYM_COMPILE_AHEAD=1 (the worker's default when it runs several
+        # tasks at once on a GPU) a Triton candidate compiles its kernels
+        # ahead, before its first call holds the device lock (ahead.py)
         ahead_s = 0.0
         if (req["backend"] == "triton" and dev.type == "cuda"
                 and os.environ.get("KGYM_COMPILE_AHEAD", "0") == "1"):
