@@ -11,7 +11,10 @@ takers or for shared holders to drain), with how many shared holds were
 in progress; and free (no exclusive taker), with how many shared holds.
 Holds of the tasks and of their warm spares both count.
 
-    bench/diag/lock_timeline.py FILE.jsonl [--per-engine 32]
+    bench/diag/lock_timeline.py FILE.jsonl [--per-engine 32] [--names A,B,...]
+
+(--names: the engines' names in order, for the files of an A/B step,
+whose engines are distinct c1, c4 of one value, then of the next.)
 """
 from __future__ import annotations
 
@@ -70,11 +73,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("jsonl")
     ap.add_argument("--per-engine", type=int, default=32)
+    ap.add_argument("--names", default=",".join(NAMES), help="the engines' names, in order")
     a = ap.parse_args()
+    names = a.names.split(",")
     rows = [json.loads(ln) for ln in open(a.jsonl) if ln.startswith("{")]
     for i in range(0, len(rows), a.per_engine):
         shares = timeline(rows[i:i + a.per_engine])
-        name = NAMES[i // a.per_engine] if i // a.per_engine < len(NAMES) else f"engine {i}"
+        k = i // a.per_engine
+        name = names[k] if k < len(names) else f"engine {k + 1}"
         if not shares:
             print(f"{name}: no exclusive holds traced")
             continue
