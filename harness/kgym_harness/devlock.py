@@ -18,8 +18,10 @@ each judge opens the file once and is its only user in the process.)
 A timing phase also says it is coming (intend): a shared record lock on
 byte 1, from its warm-up (under the shared lock) until its exclusive hold
 is granted. A warm spare's holds are work no task waits for, so before each
-one it yields (yield_to_timing): it waits, at most YIELD_MAX_S, until no
-one intends to time. An exclusive taker then drains only what tasks hold.
+one it yields (yield_to_timing): it waits until no one intends to time,
+YIELD_MAX_S in all over the lock's life (timing phases queued back to back
+would otherwise keep a spare's 80 holds waiting one after another). An
+exclusive taker then drains only what tasks hold.
 
 Waits poll with LOCK_NB (short back-off) so that a deadline can end them.
 """
@@ -33,7 +35,7 @@ from typing import Callable
 
 POLL_MIN_S = 0.0005
 POLL_MAX_S = 0.001  # a waiter sees a release within 1 ms (the device idles meanwhile)
-YIELD_MAX_S = 2.0   # a spare waits for timing phases to start at most this long per hold
+YIELD_MAX_S = 2.0   # a spare waits for timing phases to start at most this long in all
 
 
 class LockTimeout(Exception):
@@ -152,12 +154,16 @@ class DeviceLock:
         self.intending = False
 
     def yield_to_timing(self, deadline: float | None = None) -> None:
-        """Wait (at most YIELD_MAX_S, and not past deadline) until no one
-        intends to time: a probe of byte 1, taken exclusively and let go."""
+        """Wait until no one intends to time (a probe of byte 1, taken
+        exclusively and let go), not past deadline, and YIELD_MAX_S in all
+        over this lock's calls (yielded_ms)."""
         if not self._open():
             return
         t0 = time.monotonic()
-        end = t0 + YIELD_MAX_S if deadline is None else min(deadline, t0 + YIELD_MAX_S)
+        left = YIELD_MAX_S - self.yielded_ms / 1e3
+        if left <= 0:
+            return
+        end = t0 + left if deadline is None else min(deadline, t0 + left)
         delay = POLL_MIN_S
         while True:
             try:

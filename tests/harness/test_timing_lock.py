@@ -275,7 +275,8 @@ def test_spare_yields_to_a_timing_phase_until_its_exclusive_hold_is_granted(tmp_
 
 def test_yield_to_timing_is_bounded(tmp_path, monkeypatch):
     """A timing phase that never gets its hold cannot keep a spare waiting
-    past YIELD_MAX_S (nor past the spare's own deadline)."""
+    past YIELD_MAX_S in all over its holds (nor past the spare's own
+    deadline)."""
     from kgym_harness import devlock
     monkeypatch.setattr(devlock, "YIELD_MAX_S", 0.3)
     ctx = mp.get_context("fork")
@@ -287,11 +288,14 @@ def test_yield_to_timing_is_bounded(tmp_path, monkeypatch):
         assert intending.wait(5)
         spare = DeviceLock(path)
         t0 = time.monotonic()
-        spare.yield_to_timing()
-        assert 0.25 < time.monotonic() - t0 < 1.0
+        spare.yield_to_timing(time.monotonic() + 0.1)  # its deadline first
+        assert 0.05 < time.monotonic() - t0 < 0.25
         t0 = time.monotonic()
-        spare.yield_to_timing(time.monotonic() + 0.05)
-        assert time.monotonic() - t0 < 0.25
+        spare.yield_to_timing()  # what is left of the budget
+        assert 0.1 < time.monotonic() - t0 < 0.8
+        t0 = time.monotonic()
+        spare.yield_to_timing()  # spent: no more waiting for this spare
+        assert time.monotonic() - t0 < 0.05 and spare.yielded_ms >= 300
         spare.close()
     finally:
         go.set()
