@@ -1555,7 +1555,10 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
         e->prewarm_noprof = e->cfg.concurrency + 3;
     if (cfg->fresh)
         e->prewarm = e->idle_warm = e->prewarm_noprof = 0;
-    if (strcmp(cfg->device, "cpu") && strncmp(cfg->device, "cuda:", 5)) {
+    if (strcmp(cfg->device, "cpu") &&
+        (strncmp(cfg->device, "cuda:", 5) || !cfg->device[5] ||
+         strspn(cfg->device + 5, "0123456789") != strlen(cfg->device + 5) ||
+         strlen(cfg->device + 5) > 8)) {
         free(e);
         return kg_errf(err, KG_EINVAL, "device must be cpu or cuda:N, not '%s'",
                        cfg->device);

@@ -235,3 +235,12 @@ if _os.environ.get("CUDA_VISIBLE_DEVICES") != "" or torch.cuda.device_count() !=
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["verdict"] == "pass", (r["error_message"], r["feedback"])
+
+
+def test_device_must_be_cpu_or_cuda_with_an_index():
+    """'cuda:', 'cuda:x1' reached the children as CUDA_VISIBLE_DEVICES and
+    failed there as 'CUDA is not available'; the engine refuses them."""
+    for bad in ("cuda:", "cuda:x1", "cuda:0x", "gpu"):
+        p = run(["--ref", REF, "--cand", SOL, "--backend", "triton", "--device", bad, *FAST])
+        assert p.returncode != 0 and f"device must be cpu or cuda:N, not '{bad}'" in p.stderr, \
+            (bad, p.returncode, p.stderr[-300:])
