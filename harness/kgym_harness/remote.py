@@ -137,6 +137,7 @@ def _host_ms(v: Any) -> dict:
     v = v if isinstance(v, dict) else {}
     return {k: _num(v.get(k, 0.0)) for k in HOST_PARTS}
 
+
 def _int(v: Any, lo: int = 0, hi: int = 2**63) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi else None
 

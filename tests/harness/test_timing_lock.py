@@ -302,3 +302,25 @@ def test_yield_to_timing_is_bounded(tmp_path, monkeypatch):
         done.set()
         p.join(5)
     assert granted.is_set() and p.exitcode == 0
+
+
+def test_reserve_bytes_covers_what_the_first_timed_block_holds_at_once():
+    mib = 1 << 20
+    # 256 MiB inputs: 4 drawn ahead (PREDRAW_BYTES 1 GiB) + 3 more, output + 3 spot copies
+    assert timing.reserve_bytes(256 * mib, 256 * mib, 20, 3) == (4 + 3) * 256 * mib + 4 * 256 * mib
+    # fewer timed calls than fit the predraw: only those are drawn ahead
+    assert timing.reserve_bytes(64 * mib, 64 * mib, 2, 0) == (2 + 3) * 64 * mib + 64 * mib
+    # within RESERVE_MAX_BYTES, and nothing for a block that times nothing
+    assert timing.reserve_bytes(1 << 30, 1 << 30, 20, 3) == timing.RESERVE_MAX_BYTES
+    assert timing.reserve_bytes(256 * mib, 256 * mib, 0, 3) == 0
+    assert timing.reserve_bytes(0, 0, 20, 3) == 0
+    assert timing.reserve_bytes(0, 4 * mib, 20, 1) == 2 * 4 * mib  # no tensor inputs: outputs only
+
+
+def test_warmup_only_reserves_nothing_on_the_cpu_and_reports_its_parts():
+    import torch
+    r = timing.time_forward(lambda a: a[0] * 2, lambda i: [torch.ones(8)], 2, 0, "cpu",
+                            reserve_for=20, reserve_spots=3)
+    assert r["reserved"] == 0 and r["samples_ms"] == []
+    assert set(r["host_ms"]) == {"calibrate", "launch", "wait", "read"}
+    assert timing.reserve("cpu", 1 << 20) == 0
