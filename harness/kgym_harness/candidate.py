@@ -348,6 +348,11 @@ def _make_args(state: CandidateState, seed: int) -> Callable[[int], Any]:
     return make
 
 
+def _count(h: dict, key: str, most: int) -> int:
+    """A command's count field, within [0, most] (0 when absent)."""
+    return min(max(int(h.get(key, 0) or 0), 0), most)
+
+
 def cmd_time(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     n_warmup, n_iter = int(h.get("n_warmup", 0)), int(h.get("n_iter", 1))
     start = max(0, int(h.get("start", 0)))
@@ -355,19 +360,18 @@ def cmd_time(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     warmup_ms = min(max(float(h.get("warmup_ms", 0.0)), 0.0), 1000.0)
     call = _forward(state, "train", False)
     make_args = _make_args(state, int(h.get("seed", 0)))
-    k = min(max(int(h.get("spots", 0) or 0), 0), 16)
+    k = _count(h, "spots", 16)
     if k and (state.spots is None or state.spots.k != k or start == 0):
         state.spots = timing.SpotSampler(k)  # a timing phase starts at index 0
     hooks.RECORDER.take()
     hooks.RECORDER.light = True
     try:
         # a warm-up only may leave the coming timed loop's memory cached
-        reserve = min(max(int(h.get("reserve", 0) or 0), 0), 1 << 20)
         res = timing.time_forward(call, make_args, n_warmup, n_iter, state.device,
                                   start=start, warmup_ms=warmup_ms, timed_start=timed_start,
-                                  spots=state.spots if k else None, reserve_for=reserve,
-                                  reserve_spots=min(max(int(h.get("reserve_spots", 0) or 0), 0),
-                                                    16))
+                                  spots=state.spots if k else None,
+                                  reserve_for=_count(h, "reserve", 1 << 20),
+                                  reserve_spots=_count(h, "reserve_spots", 16))
         # the inputs it timed on, for the judge to check (none: a warm-up only)
         res["inputs"] = loader.fingerprint(make_args(timed_start)) if n_iter > 0 else None
     except BaseException as e:

@@ -164,20 +164,15 @@ class DeviceLock:
         if left <= 0:
             return
         end = t0 + left if deadline is None else min(deadline, t0 + left)
-        delay = POLL_MIN_S
-        while True:
-            try:
-                fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 1)
-                fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, 1)
-                break
-            except (BlockingIOError, PermissionError):
-                pass
-            except OSError:
-                break
-            if time.monotonic() >= end:
-                break
-            time.sleep(delay)
-            delay = min(delay * 2, POLL_MAX_S)
+        fd = self.fd
+
+        def probe(op: int) -> None:
+            fcntl.lockf(fd, op, 1, 1)
+        try:
+            self._take(probe, fcntl.LOCK_EX, end)
+            probe(fcntl.LOCK_UN)
+        except (LockTimeout, OSError):  # waited long enough, or no probe: go on
+            pass
         self.yielded_ms += (time.monotonic() - t0) * 1e3
 
     def release(self) -> None:

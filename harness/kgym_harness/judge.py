@@ -593,7 +593,6 @@ class Judge:
         # (timing.reserve): allocating it from the driver inside the
         # exclusive section waited on other processes' driver work
         first = plan[0]["n_iter"] if os.environ.get("KGYM_TIMING_RESERVE", "1") != "0" else 0
-        spots = timing.SPOT_CHECKS if self.req["run_hack_checks"] else 0
         reserved = {}
         if cached is None:
             def inputs(i: int) -> list:
@@ -602,10 +601,14 @@ class Judge:
             r = timing.time_forward(ref_call, inputs, n, 0, self.device,
                                     warmup_ms=timing.WARMUP_MIN_MS, reserve_for=first)
             reserved["reference"] = r["reserved"]
-        c = self.remote.time(n, 0, seed, 0, timing.WARMUP_MIN_MS, n, 0, reserve=(first, spots))
+        c = self.remote.time(n, 0, seed, 0, timing.WARMUP_MIN_MS, n, 0, reserve=(first, self.spot_checks()))
         reserved["kernel"] = c["reserved"]
         if first and timing.is_cuda(self.device):
             self.result["checks"]["timing_reserved"] = reserved  # bytes; the kernel's is its claim
+
+    def spot_checks(self) -> int:
+        """Timed outputs the candidate keeps for the spot checks."""
+        return timing.SPOT_CHECKS if self.req["run_hack_checks"] else 0
 
     def _time_blocks(self, plan: list[dict], ref_call: Any, cached: dict | None) -> dict:
         """One pass over the interleaved blocks; what each side measured and
@@ -621,7 +624,7 @@ class Judge:
                      "lead": {"kernel": [0.0, 0], "reference": [0.0, 0]},  # us, late calls
                      # where each side's wall time went (diagnostics, timing.time_forward)
                      "host": {"kernel": {}, "reference": {}},
-                     "spots": timing.SPOT_CHECKS if req["run_hack_checks"] else 0,
+                     "spots": self.spot_checks(),
                      "timed": set(), "l2_found": None, "l2_report": None}
         cand = run["cand"]
         for b, blk in enumerate(plan):
