@@ -52,6 +52,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import variants  # noqa: E402  (bench/variants.py)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "diag"))
 import lock_timeline  # noqa: E402  (bench/diag/lock_timeline.py)
+import sched_report  # noqa: E402  (bench/diag/sched_report.py)
 
 lines: list[str] = []
 failures: list[str] = []
@@ -69,9 +70,39 @@ def check(name: str, ok: bool, detail: str) -> None:
         failures.append(name)
 
 
+def _cpu_now() -> tuple[int, int, int]:
+    """(busy jiffies, all jiffies, runnable tasks) of the machine (/proc/stat)."""
+    busy = total = running = 0
+    with open("/proc/stat") as f:
+        for ln in f:
+            if ln.startswith("cpu "):
+                v = [int(x) for x in ln.split()[1:]]
+                total = sum(v[:8])
+                busy = total - v[3] - v[4]  # all but idle and iowait
+            elif ln.startswith("procs_running"):
+                running = int(ln.split()[1])
+    return busy, total, running
+
+
+def cpu_use(trace: list, t0: float, t1: float) -> str:
+    """The machine's CPU use between t0 and t1 (seconds since the eval
+    began) from kgym_eval's samples: busy share of all CPUs and the mean
+    number of runnable tasks (procs_running), against the CPU count."""
+    pts = [p for p in trace if t0 <= p[0] <= t1]
+    if len(pts) < 2:
+        return "cpu: too few samples"
+    d_busy, d_all = pts[-1][1] - pts[0][1], pts[-1][2] - pts[0][2]
+    run = statistics.mean(p[3] for p in pts)
+    return (f"cpu: {100 * d_busy / max(d_all, 1):.0f}% of {os.cpu_count()} CPUs busy, "
+            f"runnable tasks mean {run:.1f} (max {max(p[3] for p in pts)})")
+
+
 def kgym_eval(ref: str, cands: list[str], backend: str, *extra: str, fresh: bool = False,
-              concurrency: int = 1, timeout: int = 900,
-              env: dict | None = None) -> tuple[list[dict], float]:
+              concurrency: int = 1, timeout: int = 900, env: dict | None = None,
+              cpu_trace: list | None = None) -> tuple[list[dict], float]:
+    """Runs kgym eval, results as they arrive (each with _t: seconds since
+    the start); cpu_trace, when given, gets (t, busy, all, runnable) from
+    /proc/stat every 0.2 s while it runs."""
     cmd = [KGYM, "eval", "--ref", ref, "--backend", backend, "--json", "--device", "cuda:0",
            "--concurrency", str(concurrency)]
     if fresh:
@@ -81,6 +112,15 @@ def kgym_eval(ref: str, cands: list[str], backend: str, *extra: str, fresh: bool
     cmd += list(extra)
     t0 = time.perf_counter()
     arrivals = []  # (seconds since start, line): results come as they finish
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            cpu_trace.append((time.perf_counter() - t0, *_cpu_now()))  # type: ignore[union-attr]
+            done.wait(0.2)
+    sampler = threading.Thread(target=sample, daemon=True)
+    if cpu_trace is not None:
+        sampler.start()
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env=dict(os.environ, **(env or {}))) as proc:
         err_lines: list[str] = []
@@ -94,6 +134,9 @@ def kgym_eval(ref: str, cands: list[str], backend: str, *extra: str, fresh: bool
             proc.kill()
             proc.wait()
         drain.join(timeout=5)
+    done.set()
+    if cpu_trace is not None:
+        sampler.join()
     wall = time.perf_counter() - t0
     p = subprocess.CompletedProcess(cmd, proc.returncode, "", "".join(err_lines))
     out = []
@@ -340,7 +383,9 @@ def _concurrency_args(tasks: list[tuple[str, str]], last: list[str] | None) -> l
 
 
 def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
-                    env: dict[str, str] | None = None, label: str = "") -> None:
+                    env: dict[str, str] | None = None, label: str = "",
+                    flags: tuple[str, ...] = (), serial: dict | None = None,
+                    serial_only: bool = False) -> dict:
     """Throughput of a warm worker at --concurrency 4 against 1, twice:
     repeated candidates (16 tasks, every kernel already in Triton's cache:
     the worst case for overlap, nothing is left but the evaluation itself)
@@ -350,7 +395,11 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
     (zygote, spares, caches), the throughput is that of the last 16 (from
     the 16th result to the 32nd), a worker's steady state. The targets
     (>= 2x, kernel medians within 2%) are checked on each. env: for every
-    engine (the lock trace is always on); label: in each line's name."""
+    engine (the lock trace is always on); label: in each line's name;
+    flags: kgym eval options for every engine; serial: the serial engine's
+    figures from an earlier call (its return value) to compare with instead
+    of running one again; serial_only: run the serial engine alone (no
+    comparison). Returns the last kind's serial figures."""
     tasks = []
     for prob in problems()[:4]:
         s = solutions(prob, "triton")
@@ -364,7 +413,9 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
             "--concurrency 4 vs 1")
         walls: dict[int, float] = {}
         med: dict[int, list[float]] = {}
-        for conc in (1, 4):
+        if serial is not None:
+            walls[1], med[1] = serial["wall"], serial["med"]
+        for conc in (1,) if serial_only else (1, 4) if serial is None else (4,):
             last = None
             if kind == "distinct":  # fresh sources for each engine: nothing cached
                 last = []
@@ -377,11 +428,14 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
                             f.write(variants.distinct(src, f"{nonce}-c{conc}-{i}-{k}"))
                         last.append(path)
             args = _concurrency_args(tasks, last)
+            trace: list = []
             res, wall = kgym_eval(args[1], [], "triton", *args[2:], "--enable-profiling",
-                                  "false", concurrency=conc,
-                                  env=dict(env or {}, KGYM_LOCK_TRACE="1"))
+                                  "false", *flags, concurrency=conc,
+                                  env=dict(env or {}, KGYM_LOCK_TRACE="1"), cpu_trace=trace)
             ts = sorted(r["_t"] for r in res)
             walls[conc] = ts[-1] - ts[len(ts) // 2 - 1] if len(ts) == 32 else float("inf")
+            if len(ts) == 32:
+                say(f"  concurrency {conc}, last 16: " + cpu_use(trace, ts[15], ts[-1]))
             by_task: dict = {}
             for r in res:
                 by_task.setdefault(r.get("reference"), []).append(r.get("kernel_runtime") or 0)
@@ -399,8 +453,12 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
             if conc > 1:
                 for ln in lock_trace_report(late):
                     say("    " + ln)
+            for ln in sched_report.report(res):  # spares' and tasks' CPU, run queue
+                say("    " + ln)
             say(f"  compile (s) of the last 16: "
                 f"{[round((r.get('timings') or {}).get('compile', 0) / 1e3, 2) for r in late]}")
+        if serial_only:
+            continue
         ratio = walls[1] / walls[4] if walls[4] else 0
         diffs = [abs(a - b) / a for a, b in zip(med[1], med[4]) if a]
         say(f"  last 16: serial {walls[1]:.1f} s, concurrency 4 {walls[4]:.1f} s, throughput "
@@ -413,6 +471,7 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
               f"{within}/{len(diffs)} problems within 2%; differences "
               f"{[round(100 * d, 2) for d in diffs]} %")
     shutil.rmtree(tmp, ignore_errors=True)
+    return {"wall": walls[1], "med": med[1]}
 
 
 # ---- redteam (tests/redteam, docs/redteam.md) ---------------------------------
@@ -497,15 +556,21 @@ def run_ahead_ab() -> None:
         run_concurrency(("distinct",), {"KGYM_COMPILE_AHEAD": on}, f", compile ahead {on}")
 
 
-def run_ab(spec: str) -> None:
+def run_ab(spec: str, serial_once: bool = False) -> None:
     """--ab VAR=A,B,...: the concurrency step on distinct candidates once
     per value of the engine's environment variable VAR, side by side (an
-    A/B of a switch under evaluation)."""
+    A/B of a switch under evaluation); VAR may be a kgym eval option
+    (--prewarm=7,12). serial_once: one serial engine with the defaults,
+    and each value's 4-way engine compared with it (for a switch meant
+    for 4-way engines)."""
     var, _, values = spec.partition("=")
     if not var or not values:
         raise SystemExit("--ab wants VAR=VALUE,VALUE,...")
+    serial = run_concurrency(("distinct",), label=", defaults",
+                             serial_only=True) if serial_once else None
     for v in values.split(","):
-        run_concurrency(("distinct",), {var: v}, f", {var}={v}")
+        env, flags = ({}, (var, v)) if var.startswith("--") else ({var: v}, ())
+        run_concurrency(("distinct",), env, f", {var}={v}", flags, serial)
 
 
 def main() -> int:
@@ -513,13 +578,16 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--only", default="")
     ap.add_argument("--ab", default="", help="VAR=A,B: with --only ab, the distinct "
-                    "concurrency step once per value of the engines' variable VAR")
+                    "concurrency step once per value of the engines' variable VAR "
+                    "(or kgym eval option: --prewarm=7,12)")
+    ap.add_argument("--ab-serial-once", action="store_true", help="with --ab: one serial "
+                    "engine (the defaults), each value's 4-way engine compared with it")
     args = ap.parse_args()
     steps = {"honest": run_honest, "cheats": run_cheats, "repeat": run_self_and_repeat,
              "overhead": run_overhead, "e2e": run_e2e, "concurrency": run_concurrency}
     steps["redteam"] = run_redteam  # the red-team corpus, docs/redteam.md
     steps["ahead"] = run_ahead_ab
-    steps["ab"] = lambda: run_ab(args.ab)
+    steps["ab"] = lambda: run_ab(args.ab, args.ab_serial_once)
     steps["pytest"] = run_pytest
     chosen = [s for s in args.only.split(",") if s] or [s for s in steps
                                                          if s not in ("ahead", "ab")]

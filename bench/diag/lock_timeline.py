@@ -24,13 +24,19 @@ import json
 NAMES = ("repeated c1", "repeated c4", "distinct c1", "distinct c4")
 
 
+def _owner(r: dict) -> str:
+    """The result's task id (one the worker wrote itself may have none)."""
+    return str(r.get("task_id") or id(r))
+
+
 def holds_of(results: list[dict]) -> list[tuple[str, str, float, float, float]]:
     """(owner, mode, asked, got, released) of every traced hold."""
     out = []
     for r in results:
         t = r.get("timings") or {}
-        for owner, trace in ((r["task_id"], t.get("lock_trace")),
-                             (r["task_id"] + "/spare", (t.get("warm_spare") or {}).get("lock_trace"))):
+        tid = _owner(r)
+        for owner, trace in ((tid, t.get("lock_trace")),
+                             (tid + "/spare", (t.get("warm_spare") or {}).get("lock_trace"))):
             for h in trace or []:
                 out.append((owner, h[1], float(h[2]), float(h[3]), float(h[4])))
     return out
@@ -39,7 +45,7 @@ def holds_of(results: list[dict]) -> list[tuple[str, str, float, float, float]]:
 def timeline(results: list[dict]) -> dict[str, float]:
     """Share of the steady state (ms) in each state, by a sweep over the
     holds' edges."""
-    late = {r["task_id"] for r in sorted(results, key=lambda r: r["_t"])[len(results) // 2:]}
+    late = {_owner(r) for r in sorted(results, key=lambda r: r["_t"])[len(results) // 2:]}
     holds = holds_of(results)
     ex = [h for h in holds if h[1] == "e"]
     late_ex = [h for h in ex if h[0] in late]

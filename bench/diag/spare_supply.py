@@ -30,13 +30,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 def _child(w: int) -> None:
     import torch
-    from kgym_harness import prewarm
+    from kgym_harness import cpustat, prewarm
+    cpustat.mark_fork()
     ms: dict[str, float] = {}
 
-    def phase(name: str, fn) -> None:
-        t = time.perf_counter()
+    def phase(name: str, fn) -> None:  # wall, then CPU and run-queue ms, modules imported
+        t, s0 = time.perf_counter(), cpustat.sample()
         fn()
         ms[name] = (time.perf_counter() - t) * 1e3
+        s1 = cpustat.sample()
+        ms[name + "_cpu"], ms[name + "_runq"] = s1[0] - s0[0], s1[1] - s0[1]
+        ms[name + "_mods"] = s1[2] - s0[2]
 
     phase("context", lambda: torch.cuda.set_device(0))
     phase("preload_setup", lambda: prewarm.preload_setup("cuda:0"))

@@ -41,8 +41,8 @@ from typing import Any, Callable
 
 import torch
 
-from . import (ahead, compare, guards, hooks, integrity, loader, prewarm, profiling, quiet,
-               timing)
+from . import (ahead, compare, cpustat, guards, hooks, integrity, loader, prewarm, profiling,
+               quiet, timing)
 from .channel import Channel, PeerClosed, ProtocolError, pack, unpack
 
 
@@ -472,10 +472,12 @@ def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
             elif h.get("part") == "profiler":
                 profiling.warm_profiler(str(dev))
         if failed:
-            return {"ok": True, "warm_error": str(failed)[:300], "parts_ms": took}, []
+            return {"ok": True, "warm_error": str(failed)[:300], "parts_ms": took,
+                    "sched": cpustat.sample()}, []
     except Exception as e:  # a broken device shows up again at load
         return {"ok": True, "warm_error": loader.safe_str(e)[:300]}, []
-    return {"ok": True, "ms": (timing._perf_ns() - t0) / 1e6, "parts_ms": took}, []
+    return {"ok": True, "ms": (timing._perf_ns() - t0) / 1e6, "parts_ms": took,
+            "sched": cpustat.sample()}, []
 
 
 HANDLERS = {"load": cmd_load, "run": cmd_run, "time": cmd_time, "profile": cmd_profile,

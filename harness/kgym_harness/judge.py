@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from . import audit, compare, guards, loader, prewarm, profiling, quiet, schema, timing
+from . import audit, compare, cpustat, guards, loader, prewarm, profiling, quiet, schema, timing
 from .devlock import DeviceLock, LockTimeout
 from .channel import Channel, ChannelTimeout, PeerClosed, ProtocolError
 from .frame import write_result
@@ -1006,6 +1006,8 @@ def _add_host(into: dict, r: dict, wall_ms: float) -> None:
 
 def _finish(result: dict, judge: Judge | None, started: float) -> None:
     result["timings"]["total"] = (_now() - started) * 1e3
+    # the judge's cpustat.sample() now (since its fork, the warm-up included)
+    result["timings"]["sched_judge"] = cpustat.sample()
     if judge is not None:
         # where the channel's time went on each side (Channel.ms; the
         # candidate's is its claim): diagnostics of the first calls
@@ -1094,6 +1096,18 @@ def _warm_part(chan: Channel, out: dict, part: str, meanwhile: Any = None) -> No
     if isinstance(parts, dict) and parts:  # the candidate's claim, diagnostic only
         out[f"{part}_candidate_ms"] = {str(k)[:20]: v for k, v in list(parts.items())[:4]
                                        if isinstance(v, (int, float))}
+    _note_sched(out, part, reply)
+
+
+def _note_sched(out: dict, part: str, reply: Any) -> None:
+    """Both processes' cpustat.sample() at the end of a warm-up part
+    (cumulative since each one's fork; the candidate's is its claim,
+    diagnostic only): out["sched"][part] = {"judge": [...], "candidate": [...]}."""
+    theirs = reply.get("sched") if isinstance(reply, dict) else None
+    ok = (isinstance(theirs, list) and len(theirs) == 3
+          and all(isinstance(v, (int, float)) for v in theirs))
+    out.setdefault("sched", {})[part] = {"judge": cpustat.sample(),
+                                         "candidate": theirs if ok else None}
 
 
 def _preload_pair(chan: Channel, out: dict, lock: DeviceLock, device: str) -> None:
@@ -1105,6 +1119,7 @@ def _preload_pair(chan: Channel, out: dict, lock: DeviceLock, device: str) -> No
     H200 it held the lock 260-380 ms, later calls 10-17 ms)."""
     t0 = _now()
     errors: dict = {}
+    reply: Any = None
     held0 = lock.held_ms["shared"]
     yields = spare_yields()
     for name in prewarm.units():
@@ -1114,9 +1129,11 @@ def _preload_pair(chan: Channel, out: dict, lock: DeviceLock, device: str) -> No
         try:
             chan.send({"cmd": "warm", "part": "preload", "families": [name]})
             errors.update(prewarm.preload(device, [name]))  # this process's meanwhile
-            _note_warm_error(errors, f"candidate {name}", chan.recv()[0])
+            reply = chan.recv()[0]
+            _note_warm_error(errors, f"candidate {name}", reply)
         finally:
             lock.release()
+    _note_sched(out, "preload", reply)
     out["preload_ms"] = round((_now() - t0) * 1e3, 1)
     out["preload_locked_ms"] = round(lock.held_ms["shared"] - held0, 1)
     if errors:
@@ -1223,6 +1240,7 @@ def run_warm_judge(task_fd: int, chan_fd: int, result_fd: int) -> None:
     task = _wait_for_task(task_fd)
     # ready this long before its task came (near 0: the task waited for us)
     warm["idle_ms"] = round((_now() - t) * 1e3, 1)
+    warm.setdefault("sched", {})["task"] = {"judge": cpustat.sample()}  # as its task began
     if task is None:
         chan.close()
         return

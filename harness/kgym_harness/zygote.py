@@ -89,6 +89,8 @@ def _child(req: dict[str, Any], fds: dict[str, int], sandbox: Sandbox, closers: 
     """Runs in the forked child; never returns."""
     code = 70
     try:
+        from kgym_harness import cpustat
+        cpustat.mark_fork()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for fd in closers:

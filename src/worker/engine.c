@@ -1548,11 +1548,21 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
     e->idle_warm = cfg->idle_warm < 0    ? 0
                    : cfg->idle_warm == 0 ? e->prewarm
                                          : cfg->idle_warm;
-    /* the GPU default is sized for tasks that profile (CUPTI's start makes
-     * a spare take ~5 s); without profiling a spare is ready in ~2 s, and
-     * more of them would only take CPU from running tasks */
-    if (gpu && cfg->prewarm == 0 && e->prewarm > e->cfg.concurrency + 3)
-        e->prewarm_noprof = e->cfg.concurrency + 3;
+    /* while tasks do not profile: concurrency + 3 alone, 4 x concurrency - 1
+     * with several slots. A spare's start-up takes ~2.5 s alone but 6-9 s
+     * at concurrency 4 (its CUDA context blocked, not its CPU: the
+     * machine's CPUs were a third busy), while tasks end ~1.8 per second:
+     * with 7 spares the tasks waited for them (16 distinct candidates in
+     * 10.4 s), with 11 in 10.3 s, with 15 in 8.8 s (serial 19.0 s; H200,
+     * bench/results/2026-12-01-gpu-h200-s9.txt). The profiling default
+     * above is left as measured before (CUPTI's start is seconds of CPU). */
+    int noprof = 4 * e->cfg.concurrency - 1 > e->cfg.concurrency + 3
+                     ? 4 * e->cfg.concurrency - 1
+                     : e->cfg.concurrency + 3;
+    if (noprof > MAX_SPARES)
+        noprof = MAX_SPARES;
+    if (gpu && cfg->prewarm == 0 && noprof != e->prewarm)
+        e->prewarm_noprof = noprof;
     if (cfg->fresh)
         e->prewarm = e->idle_warm = e->prewarm_noprof = 0;
     if (strcmp(cfg->device, "cpu") &&

@@ -514,3 +514,19 @@ def test_outputs_match_agrees_with_compare_outputs():
     for e, g in cases:
         want = compare.compare_outputs(e, g, 1e-5, 1e-5) is None
         assert compare.outputs_match(e, g, 1e-5, 1e-5) is want, (e, g)
+
+
+def test_cpustat_counts_cpu_run_queue_and_modules_since_the_mark():
+    import sys
+
+    from kgym_harness import cpustat
+    cpustat.mark_fork()
+    cpu0, runq0, mods0 = cpustat.sample()
+    assert mods0 == 0 and cpu0 > 0 and runq0 >= 0
+    sum(i * i for i in range(300000))  # some CPU
+    sys.modules["kgym_test_fake_module"] = type(sys)("kgym_test_fake_module")
+    try:
+        cpu1, runq1, mods1 = cpustat.sample()
+    finally:
+        del sys.modules["kgym_test_fake_module"]
+    assert cpu1 > cpu0 and runq1 >= runq0 and mods1 == 1

@@ -67,6 +67,27 @@ def test_tasks_after_the_first_run_in_warm_pairs():
     assert len({r["task_id"] for r in res}) == 3
 
 
+def test_warm_parts_and_tasks_say_where_their_time_went():
+    """cpustat samples (diagnostics): each warm-up part's [CPU ms, run-queue
+    ms, modules imported] in both processes, cumulative since their fork,
+    and the judge's at the end of its task."""
+    res = evaluate([SOL] * 2)
+    for r in res:
+        end = r["timings"]["sched_judge"]
+        assert len(end) == 3 and end[0] > 0 and end[2] >= 0, end
+    sched = res[1]["timings"]["warm_spare"]["sched"]
+    assert {"prep", "device", "task"} <= set(sched), sched
+    for part in ("prep", "device"):
+        for who in ("judge", "candidate"):
+            cpu, runq, mods = sched[part][who]
+            assert cpu > 0 and runq >= 0 and mods >= 0, sched
+    # cumulative: the judge's CPU never goes down, and its task's end comes last
+    j = [sched[p]["judge"][0] for p in ("prep", "device", "task")]
+    assert j == sorted(j) and res[1]["timings"]["sched_judge"][0] >= j[-1], (j, res[1])
+    # the candidate's prep imports the extension machinery after the fork
+    assert sched["prep"]["candidate"][2] > 50, sched
+
+
 def test_prewarm_zero_forks_per_task():
     res = evaluate([SOL] * 2, "--prewarm", "0")
     assert [r["device"]["mode"] for r in res] == ["zygote", "zygote"]

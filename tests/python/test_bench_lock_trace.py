@@ -45,3 +45,31 @@ def test_lock_timeline_splits_the_steady_state_by_what_the_lock_was_doing():
     assert shares.pop("window_ms") == 220.0  # 100 to 320
     assert shares == {"exclusive held": 120 / 220, "exclusive waiting, 1 shared": 50 / 220,
                       "free, 1 shared": 50 / 220}
+
+
+def test_sched_report_gives_each_part_its_own_cpu_and_run_queue():
+    """bench/diag/sched_report.py: cumulative samples turned into each
+    part's own CPU, run-queue time and modules (the later half of an
+    engine's results counted), and the judge's task from its start."""
+    import sched_report  # bench/diag, on the path through gpu_suite
+    warm = {"prep_ms": 900.0, "preload_ms": 500.0, "device_ms": 100.0, "idle_ms": 5.0,
+            "sched": {"prep": {"judge": [300.0, 10.0, 1.0], "candidate": [800.0, 20.0, 150.0]},
+                      "preload": {"judge": [500.0, 15.0, 1.0],
+                                  "candidate": [1000.0, 30.0, 150.0]},
+                      "device": {"judge": [550.0, 15.0, 1.0], "candidate": [1100.0, 30.0, 151.0]},
+                      "task": {"judge": [551.0, 15.0, 1.0]}}}
+    early = {"_t": 1.0, "timings": {}}
+    late = {"_t": 2.0, "timings": {"warm_spare": warm, "total": 1200.0,
+                                   "sched_judge": [951.0, 65.0, 17.0]}}
+    lines = {ln.split()[0]: ln for ln in sched_report.report([early, late])}
+    assert "wall 500 ms; judge cpu 200 runq 5 mods 0; candidate cpu 200 runq 10 mods 0" \
+        in lines["preload"]
+    assert "candidate cpu 800 runq 20 mods 150" in lines["prep"]
+    assert lines["task"].endswith("wall 1200 ms; judge cpu 400 runq 50 mods 16")
+
+
+def test_cpu_use_is_the_busy_share_between_two_times():
+    trace = [(0.0, 100, 1000, 2), (1.0, 400, 2000, 6), (2.0, 900, 3000, 4), (3.0, 900, 4000, 1)]
+    line = gpu_suite.cpu_use(trace, 0.5, 2.5)
+    assert line.startswith("cpu: 50% of") and "runnable tasks mean 5.0 (max 6)" in line
+    assert gpu_suite.cpu_use(trace[:1], 0, 1) == "cpu: too few samples"

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Where the warm spares' and tasks' time went: on a CPU, waiting for one,
+or blocked (issue 4).
+
+Reads result objects with cpustat samples (timings.warm_spare.sched: both
+processes' [CPU ms, run-queue ms, modules imported] at the end of each
+warm-up part, cumulative since their fork; timings.sched_judge: the
+judge's at the end of its task) and prints, per engine (32 results each,
+the last 16 counted), the median of each part's wall, CPU and run-queue
+time in each process and the modules each imported. Wall minus CPU minus
+run queue is the time the process was blocked (a lock, the driver).
+
+    bench/diag/sched_report.py FILE.jsonl [NAME,NAME,...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+PER_ENGINE = 32
+PARTS = ("prep", "profiler", "preload", "device", "task")
+WALL = {"prep": "prep_ms", "profiler": "profiler_ms", "preload": "preload_ms",
+        "device": "device_ms", "task": "idle_ms"}
+
+
+def _med(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.0f}" if xs else "-"
+
+
+def report(results: list[dict]) -> list[str]:
+    """Lines for one engine's results (the later half counted)."""
+    late = sorted(results, key=lambda r: r.get("_t", 0))[len(results) // 2:]
+    rows: dict[str, dict[str, list[float]]] = {}
+    task_rows: dict[str, list[float]] = {"wall": [], "cpu": [], "runq": [], "mods": []}
+    for r in late:
+        t = r.get("timings") or {}
+        warm = t.get("warm_spare") or {}
+        sched = warm.get("sched") or {}
+        prev = {"judge": [0.0, 0.0, 0.0], "candidate": [0.0, 0.0, 0.0]}
+        for part in PARTS:
+            s = sched.get(part)
+            if not s:
+                continue
+            row = rows.setdefault(part, {})
+            if isinstance(warm.get(WALL[part]), (int, float)):
+                row.setdefault("wall", []).append(warm[WALL[part]])
+            for who in ("judge", "candidate"):
+                v = s.get(who)
+                if not (isinstance(v, list) and len(v) == 3):
+                    continue
+                p = prev[who]
+                row.setdefault(f"{who} cpu", []).append(v[0] - p[0])
+                if v[1] >= 0 and p[1] >= 0:
+                    row.setdefault(f"{who} runq", []).append(v[1] - p[1])
+                row.setdefault(f"{who} mods", []).append(v[2] - p[2])
+                prev[who] = v
+        end = t.get("sched_judge")
+        start = (sched.get("task") or {}).get("judge") or [0.0, 0.0, 0.0]
+        if isinstance(end, list) and len(end) == 3:
+            task_rows["wall"].append(t.get("total") or 0)
+            task_rows["cpu"].append(end[0] - start[0])
+            task_rows["runq"].append(end[1] - start[1])
+            task_rows["mods"].append(end[2] - start[2])
+    out = []
+    for part in PARTS:
+        if part not in rows:
+            continue
+        row = rows[part]
+        label = "idle" if part == "task" else part
+        out.append(f"{label:8s} wall {_med(row.get('wall', []))} ms; " + "; ".join(
+            f"{who} cpu {_med(row.get(who + ' cpu', []))} runq {_med(row.get(who + ' runq', []))}"
+            f" mods {_med(row.get(who + ' mods', []))}" for who in ("judge", "candidate")
+            if row.get(who + " cpu")))
+    if task_rows["wall"]:
+        out.append(f"task     wall {_med(task_rows['wall'])} ms; judge cpu "
+                   f"{_med(task_rows['cpu'])} runq {_med(task_rows['runq'])} "
+                   f"mods {_med(task_rows['mods'])}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("file")
+    ap.add_argument("names", nargs="?", default="")
+    args = ap.parse_args()
+    with open(args.file) as f:
+        results = [json.loads(ln) for ln in f if ln.startswith("{")]
+    names = args.names.split(",") if args.names else []
+    for i in range(0, len(results) - PER_ENGINE + 1, PER_ENGINE):
+        name = names[i // PER_ENGINE] if i // PER_ENGINE < len(names) else f"engine {i // PER_ENGINE}"
+        print(f"{name}:")
+        for ln in report(results[i:i + PER_ENGINE]):
+            print("  " + ln)
+
+
+if __name__ == "__main__":
+    main()
