@@ -1196,6 +1196,7 @@ def _warm_pair(chan: Channel) -> dict:
         # not their sum (a timing phase elsewhere may be waiting for it to end)
         _warm_part(chan, out, "device", blas if cuda else None)
         lock.close()
+        out["mem_mib"] = _free_memory(dev)
         out["locked_ms"] = round((_now() - t) * 1e3 - out["lock_wait_ms"], 1)
         if lock.yielded_ms:
             out["yielded_ms"] = round(lock.yielded_ms, 1)
@@ -1207,6 +1208,25 @@ def _warm_pair(chan: Channel) -> dict:
         lock.close()
         chan.deadline = None
     return out
+
+
+def _free_memory(dev: Any) -> list[float] | None:
+    """[free, total] MiB of the task's device (the host's for a cpu task):
+    what a spare leaves the tasks, read by the engine (note_memory in
+    src/worker/engine.c: fewer spares when little is free)."""
+    try:
+        if dev is not None:
+            free, total = torch.cuda.mem_get_info(dev)
+            return [round(free / 2**20), round(total / 2**20)]
+        got = {}
+        with open("/proc/meminfo") as f:
+            for ln in f:
+                k, _, v = ln.partition(":")
+                if k in ("MemAvailable", "MemTotal"):
+                    got[k] = int(v.split()[0]) / 1024
+        return [round(got["MemAvailable"]), round(got["MemTotal"])]
+    except Exception:  # noqa: BLE001 - a diagnostic: none rather than a failure
+        return None
 
 
 def _wait_for_task(task_fd: int) -> Any:

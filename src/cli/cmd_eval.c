@@ -49,10 +49,10 @@ static void usage(FILE *f)
                "started ahead of\n"
                "                              their task (default: concurrency; "
                "on a GPU\n"
-               "                              concurrency + 3 alone, 4 x "
-               "concurrency - 1\n"
-               "                              with several, at most 16; 2 x "
-               "concurrency + 4\n"
+               "                              4 alone, 6 x concurrency - 1 "
+               "with several,\n"
+               "                              at most 32; 2 x concurrency + 4"
+               "\n"
                "                              when tasks profile; 0: none)\n"
                "  --json                      one result object per line\n"
                "  --fresh                     a fresh interpreter per child "
@@ -303,9 +303,9 @@ int kg_cli_eval(int argc, char **argv)
             else if (!strcmp(a, "--prewarm")) {
                 char *end;
                 long n = strtol(v, &end, 10);
-                if (*end || n < 0 || n > 16) {
+                if (*end || n < 0 || n > 32) {
                     fprintf(stderr, "kgym eval: --prewarm: a number from 0 "
-                                    "to 16, not '%s'\n", v);
+                                    "to 32, not '%s'\n", v);
                     goto out;
                 }
                 cfg.prewarm = n ? (int)n : -1;

@@ -26,7 +26,7 @@
 
 #define LOG_CAP (64 * 1024) /* bytes of a child's output kept */
 #define MAX_SLOTS 64
-#define MAX_SPARES 16
+#define MAX_SPARES 32
 #define MAX_STALE 64 /* task cgroups still emptying after their task */
 #define KILL_GRACE_MS                                                          \
     5000 /* a judge that finished its frame gets this long to exit */
@@ -110,6 +110,9 @@ struct kg_engine {
     int prewarm, idle_warm; /* resolved from cfg (engine.h) */
     int prewarm_noprof;     /* the default's cap while tasks do not profile */
     int spare_deaths;       /* spares that died unused, in a row */
+    int spare_mem_cap;      /* most spares the device's memory allows
+                             * (note_memory); -1: no limit seen */
+    double mem_floor;       /* KGYM_SPARE_MEM_FLOOR: least free share */
     /* a candidate cgroup that did not empty within the kill grace (a fork
      * bomb's hundreds of exiting processes) is kept here with its pair's
      * uid and retried each step; the uid is not handed out again before */
@@ -991,6 +994,42 @@ static void drop_spare(kg_engine *e, struct slot *sp)
     free_slot(e, sp);
 }
 
+/* The spares wanted at most, before memory: prewarm, or the non-profiling
+ * default while the newest task does not profile. */
+static int spare_cap(const kg_engine *e)
+{
+    return e->prewarm_noprof && !e->last_prof ? e->prewarm_noprof : e->prewarm;
+}
+
+/* Spares hold device memory (about 2 GiB a pair on the H200) that tasks
+ * may need: a warm spare's judge reports the device's free and total
+ * memory at the end of its warm-up (timings.warm_spare.mem_mib; the host's
+ * on a cpu worker). Below KGYM_SPARE_MEM_FLOOR (a share, default 0.25)
+ * free, the engine keeps two spares fewer from now on (at least one);
+ * with twice that free, one more again, up to the default. */
+static void note_memory(kg_engine *e, const struct slot *sl, json_t *r)
+{
+    json_t *m = json_object_get(
+        json_object_get(json_object_get(r, "timings"), "warm_spare"), "mem_mib");
+    if (!sl->warm || !json_is_array(m) || json_array_size(m) != 2)
+        return;
+    double free_mib = json_number_value(json_array_get(m, 0));
+    double total = json_number_value(json_array_get(m, 1));
+    if (!(total > 0) || free_mib < 0)
+        return;
+    int cap = e->spare_mem_cap >= 0 ? e->spare_mem_cap : spare_cap(e);
+    if (free_mib < e->mem_floor * total && cap > 1) {
+        e->spare_mem_cap = cap > 2 ? cap - 2 : 1;
+        fprintf(stderr,
+                "kgym worker: device memory low after a warm spare's start-up "
+                "(%.0f of %.0f MiB free): at most %d spare(s) now\n",
+                free_mib, total, e->spare_mem_cap);
+    } else if (e->spare_mem_cap >= 0 && free_mib >= 2 * e->mem_floor * total &&
+               ++e->spare_mem_cap >= spare_cap(e)) {
+        e->spare_mem_cap = -1;
+    }
+}
+
 /* Keeps warm spares ready: as many as the queue can use, at most prewarm;
  * with nothing queued, idle_warm. Not while the device is in doubt. */
 static void top_up_spares(kg_engine *e)
@@ -1023,7 +1062,9 @@ static void top_up_spares(kg_engine *e)
     if (!e->zy || e->need_probe || e->device_bad)
         return;
     int want = e->npending + e->idle_warm;
-    int cap = e->prewarm_noprof && !e->last_prof ? e->prewarm_noprof : e->prewarm;
+    int cap = spare_cap(e);
+    if (e->spare_mem_cap >= 0 && cap > e->spare_mem_cap)
+        cap = e->spare_mem_cap;
     if (want > cap)
         want = cap;
     for (int i = 0; i < MAX_SPARES && live < want; i++) {
@@ -1233,6 +1274,7 @@ static void finish(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
 {
     json_t *r = build_result(e, sl);
     stamp(e, sl, r);
+    note_memory(e, sl, r);
     if (is_cuda_failure(e, sl, r)) {
         e->need_probe = 1;
         drop_spares(e); /* their contexts may be on a broken device */
@@ -1548,19 +1590,24 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
     e->idle_warm = cfg->idle_warm < 0    ? 0
                    : cfg->idle_warm == 0 ? e->prewarm
                                          : cfg->idle_warm;
-    /* while tasks do not profile: concurrency + 3 alone, 4 x concurrency - 1
-     * with several slots. A spare's start-up takes ~2.5 s alone but 6-9 s
-     * at concurrency 4 (its CUDA context blocked, not its CPU: the
-     * machine's CPUs were a third busy), while tasks end ~1.8 per second:
-     * with 7 spares the tasks waited for them (16 distinct candidates in
-     * 10.4 s), with 11 in 10.3 s, with 15 in 8.8 s (serial 19.0 s; H200,
-     * bench/results/2026-12-01-gpu-h200-s9.txt). The profiling default
-     * above is left as measured before (CUPTI's start is seconds of CPU). */
-    int noprof = 4 * e->cfg.concurrency - 1 > e->cfg.concurrency + 3
-                     ? 4 * e->cfg.concurrency - 1
-                     : e->cfg.concurrency + 3;
+    /* while tasks do not profile: 4 alone, 6 x concurrency - 1 with several
+     * slots (at most MAX_SPARES). A spare's start-up takes ~2.5 s alone but
+     * 6-12 s at concurrency 4 (its CUDA context blocked, not its CPU: the
+     * machine's CPUs were a third busy), while tasks end ~2 per second.
+     * H200, 16 distinct candidates, serial 19-20 s: with 7 spares 4-way
+     * took 10.4 s and the tasks waited for spares; 11: 10.3 s; 15: 8.8-9.2
+     * s; 23: 8.1-8.5 s and the spares waited for their tasks; 31: 8.6 s
+     * (bench/results/2026-12-01-gpu-h200-s9.txt). Each pair holds about
+     * 2 GiB of device memory (note_memory). The profiling default above is left as
+     * measured before (CUPTI's start is seconds of CPU). */
+    int noprof = e->cfg.concurrency == 1 ? 4 : 6 * e->cfg.concurrency - 1;
     if (noprof > MAX_SPARES)
         noprof = MAX_SPARES;
+    e->spare_mem_cap = -1;
+    const char *floor = getenv("KGYM_SPARE_MEM_FLOOR");
+    e->mem_floor = floor && *floor ? atof(floor) : 0.25;
+    if (!(e->mem_floor >= 0 && e->mem_floor <= 1))
+        e->mem_floor = 0.25;
     if (gpu && cfg->prewarm == 0 && noprof != e->prewarm)
         e->prewarm_noprof = noprof;
     if (cfg->fresh)

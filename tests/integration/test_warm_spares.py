@@ -88,6 +88,33 @@ def test_warm_parts_and_tasks_say_where_their_time_went():
     assert sched["prep"]["candidate"][2] > 50, sched
 
 
+def _eval_stderr(n: int, floor: str) -> tuple[list[dict], str]:
+    args = [KGYM, "eval", "--ref", REF, "--backend", "cpu", "--json", *FAST, "--prewarm", "4"]
+    for _ in range(n):
+        args += ["--cand", SOL]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, KGYM_SPARE_MEM_FLOOR=floor))
+    assert p.returncode == 0, p.stderr[-2000:]
+    return [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")], p.stderr
+
+
+def test_fewer_spares_when_their_memory_leaves_too_little_free():
+    """A spare's judge reports the free memory its warm-up left (the host's
+    on a cpu worker); below KGYM_SPARE_MEM_FLOOR free the engine keeps two
+    spares fewer, down to one, and tasks still run warm."""
+    res, err = _eval_stderr(8, "1")  # nothing counts as enough: every report is low
+    assert [r["verdict"] for r in res] == ["pass"] * 8
+    for r in res[1:]:
+        free, total = r["timings"]["warm_spare"]["mem_mib"]
+        assert 0 < free <= total, r["timings"]["warm_spare"]
+    lows = [ln for ln in err.splitlines() if "device memory low" in ln]
+    assert [ln.rsplit(": ", 1)[1] for ln in lows] == ["at most 2 spare(s) now",
+                                                      "at most 1 spare(s) now"], err
+    assert all(r["device"]["mode"] == "zygote+warm" for r in res[1:]), res
+    res, err = _eval_stderr(3, "0")  # no floor: never low
+    assert [r["verdict"] for r in res] == ["pass"] * 3 and "memory low" not in err, err
+
+
 def test_prewarm_zero_forks_per_task():
     res = evaluate([SOL] * 2, "--prewarm", "0")
     assert [r["device"]["mode"] for r in res] == ["zygote", "zygote"]
@@ -95,9 +122,10 @@ def test_prewarm_zero_forks_per_task():
 
 
 def test_prewarm_flag_is_checked():
-    p = subprocess.run([KGYM, "eval", "--ref", REF, "--cand", SOL, "--prewarm", "x"],
-                       capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2 and "--prewarm" in p.stderr
+    for bad in ("x", "-1", "33"):
+        p = subprocess.run([KGYM, "eval", "--ref", REF, "--cand", SOL, "--prewarm", bad],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and "--prewarm: a number from 0 to 32" in p.stderr, (bad, p)
 
 
 def test_a_crashing_task_does_not_spoil_the_next_warm_pair():
