@@ -1598,14 +1598,14 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
      * took 10.4 s and the tasks waited for spares; 11: 10.3 s; 15: 8.8-9.2
      * s; 23: 8.1-8.5 s and the spares waited for their tasks; 31: 8.6 s
      * (bench/results/2026-12-01-gpu-h200-s9.txt). Each pair holds about
-     * 2 GiB of device memory (note_memory). The profiling default above is left as
-     * measured before (CUPTI's start is seconds of CPU). */
+     * 2 GiB of device memory (note_memory). The profiling default above is
+     * left as measured before (CUPTI's start is seconds of CPU). */
     int noprof = e->cfg.concurrency == 1 ? 4 : 6 * e->cfg.concurrency - 1;
     if (noprof > MAX_SPARES)
         noprof = MAX_SPARES;
     e->spare_mem_cap = -1;
-    const char *floor = getenv("KGYM_SPARE_MEM_FLOOR");
-    e->mem_floor = floor && *floor ? atof(floor) : 0.25;
+    const char *mf = getenv("KGYM_SPARE_MEM_FLOOR");
+    e->mem_floor = mf && *mf ? atof(mf) : 0.25;
     if (!(e->mem_floor >= 0 && e->mem_floor <= 1))
         e->mem_floor = 0.25;
     if (gpu && cfg->prewarm == 0 && noprof != e->prewarm)
