@@ -49,8 +49,9 @@ def _make_context() -> dict:
     return {"wall": (time.perf_counter() - t) * 1e3, "cpu": _cpu_ms() - c}
 
 
-def _fork(fn, *args) -> tuple[int, int]:
-    """Forks fn(w, *args) in a child with a pipe back; (pid, read end)."""
+def fork_child(fn, *args) -> tuple[int, int]:
+    """Forks fn(w, *args) in a child with a pipe back; (pid, read end).
+    (bench/diag/spare_supply.py forks its children with it too.)"""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -93,7 +94,7 @@ def _holder(w: int, go_r: int) -> None:
 def _creator(w: int) -> None:
     os.write(w, b"ready\n")
     while True:
-        pid, r = _fork(_measure)
+        pid, r = fork_child(_measure)
         os.read(r, 4096)
         os.close(r)
         os.waitpid(pid, 0)
@@ -123,15 +124,15 @@ def run_mode(mode: str, n: int) -> list[dict]:
     bg: list[tuple[int, int]] = []
     gos: list[int] = []
     if mode == "busy":
-        bg.append(_fork(_busy))
+        bg.append(fork_child(_busy))
     elif mode == "create":
-        bg += [_fork(_creator), _fork(_creator)]
+        bg += [fork_child(_creator), fork_child(_creator)]
     elif mode == "alloc":
-        bg.append(_fork(_alloc))
+        bg.append(fork_child(_alloc))
     elif mode == "teardown":
         for _ in range(n):
             go_r, go_w = os.pipe()
-            bg.append(_fork(_holder, go_r))
+            bg.append(fork_child(_holder, go_r))
             os.close(go_r)
             gos.append(go_w)
     for _, r in bg:
@@ -141,7 +142,7 @@ def run_mode(mode: str, n: int) -> list[dict]:
         if gos:  # a holder exits just before this context is made
             os.write(gos[k], b"x")
             time.sleep(0.05)
-        pid, r = _fork(_measure)
+        pid, r = fork_child(_measure)
         line = _read_line(r)
         os.close(r)
         os.waitpid(pid, 0)

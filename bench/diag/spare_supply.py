@@ -26,6 +26,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "harness"))
+from ctx_create import fork_child  # noqa: E402  (bench/diag/ctx_create.py, next to this one)
 
 
 def _child(w: int) -> None:
@@ -52,20 +53,7 @@ def _child(w: int) -> None:
 
 def batch(n: int) -> tuple[float, list[dict]]:
     t0 = time.perf_counter()
-    kids = []
-    for _ in range(n):
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            code = 1
-            try:
-                _child(w)
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(w)
-        kids.append((pid, r))
+    kids = [fork_child(_child) for _ in range(n)]
     out = []
     for pid, r in kids:
         with os.fdopen(r) as f:

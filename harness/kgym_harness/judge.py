@@ -654,8 +654,9 @@ class Judge:
                 t1 = _now()
                 c = self.remote.time(w, blk["n_iter"], self.timing_seed, blk["start"],
                                      blk["warmup_ms"], blk["timed_start"], run["spots"])
-                run["wall_ms"] += (_now() - t1) * 1e3
-                _add_host(run["host"]["kernel"], c, (_now() - t1) * 1e3)
+                wall_ms = (_now() - t1) * 1e3
+                run["wall_ms"] += wall_ms
+                _add_host(run["host"]["kernel"], c, wall_ms)
                 d1 = quiet.run_delay_ns(pid) if d0 is not None else None
                 if d1 is not None and d1 >= d0:
                     run["queued_ms"] += (d1 - d0) / 1e6
