@@ -1604,10 +1604,19 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
     if (noprof > MAX_SPARES)
         noprof = MAX_SPARES;
     e->spare_mem_cap = -1;
+    e->mem_floor = 0.25;
     const char *mf = getenv("KGYM_SPARE_MEM_FLOOR");
-    e->mem_floor = mf && *mf ? atof(mf) : 0.25;
-    if (!(e->mem_floor >= 0 && e->mem_floor <= 1))
-        e->mem_floor = 0.25;
+    if (mf && *mf) {
+        char *end;
+        double v = strtod(mf, &end);
+        if (*end || !(v >= 0 && v <= 1))
+            fprintf(stderr,
+                    "kgym worker: KGYM_SPARE_MEM_FLOOR must be a share from 0 "
+                    "to 1, not '%s': using 0.25\n",
+                    mf);
+        else
+            e->mem_floor = v;
+    }
     if (gpu && cfg->prewarm == 0 && noprof != e->prewarm)
         e->prewarm_noprof = noprof;
     if (cfg->fresh)

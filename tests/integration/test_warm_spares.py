@@ -113,6 +113,10 @@ def test_fewer_spares_when_their_memory_leaves_too_little_free():
     assert all(r["device"]["mode"] == "zygote+warm" for r in res[1:]), res
     res, err = _eval_stderr(3, "0")  # no floor: never low
     assert [r["verdict"] for r in res] == ["pass"] * 3 and "memory low" not in err, err
+    for bad in ("abc", "1.5", "0.3x"):  # named, and the default used (not read as 0)
+        res, err = _eval_stderr(2, bad)
+        assert [r["verdict"] for r in res] == ["pass"] * 2, err
+        assert f"KGYM_SPARE_MEM_FLOOR must be a share from 0 to 1, not '{bad}'" in err, err
 
 
 def test_prewarm_zero_forks_per_task():
