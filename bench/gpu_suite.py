@@ -368,18 +368,34 @@ def lock_trace_report(res: list[dict]) -> list[str]:
     return out
 
 
-def _concurrency_args(tasks: list[tuple[str, str]], last: list[str] | None) -> list[str]:
-    """kgym eval arguments for 32 tasks: the 16 mixed tasks (4 problems x 4
-    copies of its solution), then the same 16 again, or `last` (one
-    candidate path per task, in the same order) instead."""
+ROUNDS = 3  # the concurrency step's rounds of 16 tasks per engine
+
+
+def _concurrency_args(tasks: list[tuple[str, str]], rounds: list[list[str] | None]) -> list[str]:
+    """kgym eval arguments for 16 tasks per round: each of the 4 problems
+    with 4 candidates, the problem's solution 4 times for a round of None,
+    else that round's candidate paths (one per task, in the same order)."""
     args: list[str] = []
-    for rnd in range(2):
+    for cands_of_round in rounds:
         for i, (prob, sol) in enumerate(tasks):
-            cands = [sol] * 4 if rnd == 0 or last is None else last[4 * i:4 * i + 4]
+            cands = [sol] * 4 if cands_of_round is None else cands_of_round[4 * i:4 * i + 4]
             args += ["--ref", prob]
             for c in cands:
                 args += ["--cand", c]
     return args
+
+
+def concurrency_windows(arrivals: list[float]) -> tuple[float, float]:
+    """(steady, draining) walls of one engine's 48 results (arrival times,
+    seconds): from the 16th result to the 32nd, while the third round keeps
+    the queue full (the worker's steady state: no slot waits for work),
+    and from the 32nd to the 48th, which ends with the queue running dry
+    (the slots empty one by one; a batch's tail). inf when results are
+    missing."""
+    ts = sorted(arrivals)
+    if len(ts) != 16 * ROUNDS:
+        return float("inf"), float("inf")
+    return ts[31] - ts[15], ts[47] - ts[31]
 
 
 def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
@@ -391,10 +407,13 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
     the worst case for overlap, nothing is left but the evaluation itself)
     and distinct candidates (16 different sources, each compiled when it
     is evaluated, as a policy's samples are; bench/variants.py). Each
-    engine runs 32 tasks; the first 16 (the mixed solutions) warm it up
-    (zygote, spares, caches), the throughput is that of the last 16 (from
-    the 16th result to the 32nd), a worker's steady state. The targets
-    (>= 2x, kernel medians within 2%) are checked on each. env: for every
+    engine runs 3 rounds of 16 tasks: the mixed solutions (warm-up:
+    zygote, spares, caches), the 16 measured, and 16 more of the same
+    kind that keep the queue full while the measured ones finish. The
+    throughput is that of the steady window, the 16th result to the 32nd
+    (concurrency_windows); the third round's own window, which ends with
+    the queue running dry, is printed beside it. The targets (>= 2x,
+    kernel medians within 2%) are checked on each kind. env: for every
     engine (the lock trace is always on); label: in each line's name;
     flags: kgym eval options for every engine; serial: the serial engine's
     figures from an earlier call (its return value) to compare with instead
@@ -412,57 +431,65 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
         say(f"== concurrency ({kind_l} candidates): 16 mixed triton tasks on a warm engine, "
             "--concurrency 4 vs 1")
         walls: dict[int, float] = {}
+        drains: dict[int, float] = {}
         med: dict[int, list[float]] = {}
         if serial is not None:
-            walls[1], med[1] = serial["wall"], serial["med"]
+            walls[1], drains[1], med[1] = serial["wall"], serial["drain"], serial["med"]
         for conc in (1,) if serial_only else (1, 4) if serial is None else (4,):
-            last = None
-            if kind == "distinct":  # fresh sources for each engine: nothing cached
-                last = []
-                for i, (prob, sol) in enumerate(tasks):
-                    with open(sol) as f:
-                        src = f.read()
-                    for k in range(4):
-                        path = os.path.join(tmp, f"c{conc}_{i}_{k}_{os.path.basename(sol)}")
-                        with open(path, "w") as f:
-                            f.write(variants.distinct(src, f"{nonce}-c{conc}-{i}-{k}"))
-                        last.append(path)
-            args = _concurrency_args(tasks, last)
+            rounds: list[list[str] | None] = [None] * ROUNDS
+            if kind == "distinct":  # fresh sources for each engine and round: nothing cached
+                for rnd in range(1, ROUNDS):
+                    paths = []
+                    for i, (prob, sol) in enumerate(tasks):
+                        with open(sol) as f:
+                            src = f.read()
+                        for k in range(4):
+                            tag = f"c{conc}_r{rnd}_{i}_{k}"
+                            path = os.path.join(tmp, f"{tag}_{os.path.basename(sol)}")
+                            with open(path, "w") as f:
+                                f.write(variants.distinct(src, f"{nonce}-{tag}"))
+                            paths.append(path)
+                    rounds[rnd] = paths
+            args = _concurrency_args(tasks, rounds)
             trace: list = []
             res, wall = kgym_eval(args[1], [], "triton", *args[2:], "--enable-profiling",
                                   "false", *flags, concurrency=conc,
                                   env=dict(env or {}, KGYM_LOCK_TRACE="1"), cpu_trace=trace)
-            ts = sorted(r["_t"] for r in res)
-            walls[conc] = ts[-1] - ts[len(ts) // 2 - 1] if len(ts) == 32 else float("inf")
-            if len(ts) == 32:
-                say(f"  concurrency {conc}, last 16: " + cpu_use(trace, ts[15], ts[-1]))
+            by_arrival = sorted(res, key=lambda r: r["_t"])
+            ts = [r["_t"] for r in by_arrival]
+            walls[conc], drains[conc] = concurrency_windows(ts)
+            window = by_arrival[16:32]  # the 17th to the 32nd result: the steady window's
+            if walls[conc] != float("inf"):
+                say(f"  concurrency {conc}, steady window: " + cpu_use(trace, ts[15], ts[31]))
             by_task: dict = {}
             for r in res:
                 by_task.setdefault(r.get("reference"), []).append(r.get("kernel_runtime") or 0)
             med[conc] = [statistics.median(v) for k, v in sorted(by_task.items())]
-            say(f"  concurrency {conc}: {len(res)} results in {wall:.1f} s, last 16 in "
-                f"{walls[conc]:.1f} s; verdicts {sorted(set(r.get('verdict') for r in res))}; "
-                f"per-task total (s) "
+            say(f"  concurrency {conc}: {len(res)} results in {wall:.1f} s, steady 16 in "
+                f"{walls[conc]:.1f} s, last 16 (queue running dry) in {drains[conc]:.1f} s; "
+                f"verdicts {sorted(set(r.get('verdict') for r in res))}; per-task total (s) "
                 f"{[round((r.get('timings') or {}).get('total', 0) / 1e3, 2) for r in res]}")
-            late = sorted(res, key=lambda r: r["_t"])[len(res) // 2:]
-            say("  " + lock_use(late, walls[conc]))
-            shares = lock_timeline.timeline(res) if len(res) == 32 else {}
+            say("  " + lock_use(window, walls[conc]))
+            shares = lock_timeline.timeline(res, window) if len(window) == 16 else {}
             if shares.pop("window_ms", None):  # what the lock was doing, steady state
                 say("  lock timeline: " + ", ".join(f"{k} {100 * v:.0f}%"
                                                     for k, v in shares.items() if v >= 0.005))
             if conc > 1:
-                for ln in lock_trace_report(late):
+                for ln in lock_trace_report(window):
                     say("    " + ln)
-            for ln in sched_report.report(res):  # spares' and tasks' CPU, run queue
+            for ln in sched_report.report(res, window):  # spares' and tasks' CPU, run queue
                 say("    " + ln)
-            say(f"  compile (s) of the last 16: "
-                f"{[round((r.get('timings') or {}).get('compile', 0) / 1e3, 2) for r in late]}")
+            say(f"  compile (s) of the steady 16: "
+                f"{[round((r.get('timings') or {}).get('compile', 0) / 1e3, 2) for r in window]}")
+            say("  " + spare_memory(res))
         if serial_only:
             continue
         ratio = walls[1] / walls[4] if walls[4] else 0
+        dry = drains[1] / drains[4] if drains[4] else 0
         diffs = [abs(a - b) / a for a, b in zip(med[1], med[4]) if a]
-        say(f"  last 16: serial {walls[1]:.1f} s, concurrency 4 {walls[4]:.1f} s, throughput "
-            f"x{ratio:.2f}; max difference of the problems' kernel medians "
+        say(f"  steady 16: serial {walls[1]:.1f} s, concurrency 4 {walls[4]:.1f} s, throughput "
+            f"x{ratio:.2f}; last 16, queue running dry: serial {drains[1]:.1f} s, concurrency 4 "
+            f"{drains[4]:.1f} s, x{dry:.2f}; max difference of the problems' kernel medians "
             f"{100 * max(diffs or [0]):.2f}%")
         check(f"concurrency ({kind_l}) throughput >= 2x", ratio >= 2.0, f"x{ratio:.2f}")
         within = sum(d <= 0.02 for d in diffs)
@@ -471,7 +498,20 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
               f"{within}/{len(diffs)} problems within 2%; differences "
               f"{[round(100 * d, 2) for d in diffs]} %")
     shutil.rmtree(tmp, ignore_errors=True)
-    return {"wall": walls[1], "med": med[1]}
+    return {"wall": walls[1], "drain": drains[1], "med": med[1]}
+
+
+def spare_memory(res: list[dict]) -> str:
+    """The least free device memory a warm spare's judge saw
+    (timings.warm_spare.mem_mib), against the engine's floor."""
+    seen = [m for m in (((r.get("timings") or {}).get("warm_spare") or {}).get("mem_mib")
+                        for r in res) if isinstance(m, list) and len(m) == 2 and m[1]]
+    if not seen:
+        return "spare memory: not reported"
+    free, total = min(seen, key=lambda m: m[0] / m[1])
+    floor = os.environ.get("KGYM_SPARE_MEM_FLOOR", "0.25")
+    return (f"spare memory: least free {free:.0f} of {total:.0f} MiB ({100 * free / total:.0f}%; "
+            f"floor {floor}) over {len(seen)} spares")
 
 
 # ---- redteam (tests/redteam, docs/redteam.md) ---------------------------------

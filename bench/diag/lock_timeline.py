@@ -11,8 +11,10 @@ takers or for shared holders to drain), with how many shared holds were
 in progress; and free (no exclusive taker), with how many shared holds.
 Holds of the tasks and of their warm spares both count.
 
-    bench/diag/lock_timeline.py FILE.jsonl [--per-engine 32] [--names A,B,...]
+    bench/diag/lock_timeline.py FILE.jsonl [--per-engine 32|48] [--names A,B,...]
 
+(--per-engine 48: files since session 10, three rounds of 16 per engine,
+the steady window from the 17th result to the 32nd.)
 (--names: the engines' names in order, for the files of an A/B step,
 whose engines are distinct c1, c4 of one value, then of the next.)
 """
@@ -42,10 +44,14 @@ def holds_of(results: list[dict]) -> list[tuple[str, str, float, float, float]]:
     return out
 
 
-def timeline(results: list[dict]) -> dict[str, float]:
+def timeline(results: list[dict], window: list[dict] | None = None) -> dict[str, float]:
     """Share of the steady state (ms) in each state, by a sweep over the
-    holds' edges."""
-    late = {_owner(r) for r in sorted(results, key=lambda r: r["_t"])[len(results) // 2:]}
+    holds' edges. The steady state runs from the first exclusive hold of
+    the `window` results (default: the later half by arrival) to the end
+    of their last one; the holds of all results count."""
+    if window is None:
+        window = sorted(results, key=lambda r: r["_t"])[len(results) // 2:]
+    late = {_owner(r) for r in window}
     holds = holds_of(results)
     ex = [h for h in holds if h[1] == "e"]
     late_ex = [h for h in ex if h[0] in late]
@@ -84,7 +90,10 @@ def main() -> None:
     names = a.names.split(",")
     rows = [json.loads(ln) for ln in open(a.jsonl) if ln.startswith("{")]
     for i in range(0, len(rows), a.per_engine):
-        shares = timeline(rows[i:i + a.per_engine])
+        eng = rows[i:i + a.per_engine]
+        # 48: three rounds, the steady window is the second (gpu_suite.concurrency_windows)
+        window = sorted(eng, key=lambda r: r["_t"])[16:32] if a.per_engine == 48 else None
+        shares = timeline(eng, window)
         k = i // a.per_engine
         name = names[k] if k < len(names) else f"engine {k + 1}"
         if not shares:

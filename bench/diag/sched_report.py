@@ -5,8 +5,9 @@ or blocked (issue 4).
 Reads result objects with cpustat samples (timings.warm_spare.sched: both
 processes' [CPU ms, run-queue ms, modules imported] at the end of each
 warm-up part, cumulative since their fork; timings.sched_judge: the
-judge's at the end of its task) and prints, per engine (32 results each,
-the last 16 counted), the median of each part's wall, CPU and run-queue
+judge's at the end of its task) and prints, per engine (--per-engine:
+32 results each, the last 16 counted; 48, results 17-32, the steady
+window), the median of each part's wall, CPU and run-queue
 time in each process and the modules each imported. Wall minus CPU minus
 run queue is the time the process was blocked (a lock, the driver).
 
@@ -28,9 +29,11 @@ def _med(xs: list[float]) -> str:
     return f"{statistics.median(xs):.0f}" if xs else "-"
 
 
-def report(results: list[dict]) -> list[str]:
-    """Lines for one engine's results (the later half counted)."""
-    late = sorted(results, key=lambda r: r.get("_t", 0))[len(results) // 2:]
+def report(results: list[dict], window: list[dict] | None = None) -> list[str]:
+    """Lines for one engine's results: those of `window` counted (default:
+    the later half by arrival)."""
+    late = window if window is not None else \
+        sorted(results, key=lambda r: r.get("_t", 0))[len(results) // 2:]
     rows: dict[str, dict[str, list[float]]] = {}
     task_rows: dict[str, list[float]] = {"wall": [], "cpu": [], "runq": [], "mods": []}
     for r in late:
@@ -83,14 +86,20 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("file")
     ap.add_argument("names", nargs="?", default="")
+    ap.add_argument("--per-engine", type=int, default=PER_ENGINE,
+                    help="results per engine: 32 (files before 2026-12-01 s10), 48 since")
     args = ap.parse_args()
     with open(args.file) as f:
         results = [json.loads(ln) for ln in f if ln.startswith("{")]
     names = args.names.split(",") if args.names else []
-    for i in range(0, len(results) - PER_ENGINE + 1, PER_ENGINE):
-        name = names[i // PER_ENGINE] if i // PER_ENGINE < len(names) else f"engine {i // PER_ENGINE}"
+    per = args.per_engine
+    for i in range(0, len(results) - per + 1, per):
+        name = names[i // per] if i // per < len(names) else f"engine {i // per}"
         print(f"{name}:")
-        for ln in report(results[i:i + PER_ENGINE]):
+        eng = results[i:i + per]
+        # 48: three rounds, the steady window is the second (gpu_suite.concurrency_windows)
+        window = sorted(eng, key=lambda r: r.get("_t", 0))[16:32] if per == 48 else None
+        for ln in report(eng, window):
             print("  " + ln)
 
 

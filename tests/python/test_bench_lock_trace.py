@@ -73,3 +73,42 @@ def test_cpu_use_is_the_busy_share_between_two_times():
     line = gpu_suite.cpu_use(trace, 0.5, 2.5)
     assert line.startswith("cpu: 50% of") and "runnable tasks mean 5.0 (max 6)" in line
     assert gpu_suite.cpu_use(trace[:1], 0, 1) == "cpu: too few samples"
+
+
+def test_concurrency_rounds_and_windows():
+    """The concurrency step's engines: 3 rounds of 16 tasks (the
+    solutions, then each round's own candidates), the steady window from
+    the 16th result to the 32nd while the third round keeps the queue
+    full, and the third round's window, which ends with the queue dry."""
+    tasks = [(f"p{i}.py", f"s{i}.py") for i in range(4)]
+    own = [f"c{j}.py" for j in range(16)]
+    args = gpu_suite._concurrency_args(tasks, [None, own, None])
+    cands = [args[i + 1] for i, a in enumerate(args) if a == "--cand"]
+    assert len(cands) == 48 and args.count("--ref") == 12
+    assert cands[:4] == ["s0.py"] * 4 and cands[16:20] == own[:4] and cands[-1] == "s3.py"
+    assert args[args.index("c4.py") - 3:args.index("c4.py")] == ["--ref", "p1.py", "--cand"]
+    arrivals = [float(i * i) for i in range(48)]  # given in any order
+    steady, dry = gpu_suite.concurrency_windows(arrivals[::2] + arrivals[1::2])
+    assert (steady, dry) == (31 ** 2 - 15 ** 2, 47 ** 2 - 31 ** 2)
+    assert gpu_suite.concurrency_windows(arrivals[:32]) == (float("inf"), float("inf"))
+
+
+def test_lock_timeline_window_is_the_results_given():
+    """timeline(results, window): the steady state is that of the window's
+    results, not the later half's."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "diag"))
+    import lock_timeline
+    res = [{"task_id": "a", "_t": 1.0, "timings": {"lock_trace": [["timing", "e", 0.0, 10.0, 30.0]]}},
+           {"task_id": "b", "_t": 2.0, "timings": {"lock_trace": [["timing", "e", 40.0, 50.0, 60.0]]}}]
+    assert lock_timeline.timeline(res)["window_ms"] == 10.0  # b's hold
+    shares = lock_timeline.timeline(res, res[:1])
+    assert shares.pop("window_ms") == 20.0 and shares == {"exclusive held": 1.0}
+
+
+def test_spare_memory_names_the_least_free_share():
+    res = [{"timings": {"warm_spare": {"mem_mib": [100000.0, 143771.0]}}},
+           {"timings": {"warm_spare": {"mem_mib": [60000.0, 143771.0]}}},
+           {"timings": {"warm_spare": {"mem_mib": None}}}, {"timings": {}}]
+    line = gpu_suite.spare_memory(res)
+    assert line.startswith("spare memory: least free 60000 of 143771 MiB (42%") and "2 spares" in line
+    assert gpu_suite.spare_memory([{"timings": {}}]) == "spare memory: not reported"
