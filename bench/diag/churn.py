@@ -30,6 +30,16 @@ Backgrounds (MODE[:N[:HOLD]]):
   gpu:N         N processes that each launch small kernels with a
                 synchronize after each, back to back (other tasks'
                 checked calls)
+  alloc:N       N processes that each allocate 2 GiB from the driver and
+                free it, over and over (no context made or torn down)
+  ctxsmall:N    N processes in flight that each make a context and exit
+                (nothing allocated)
+  pair:N:HOLD   N processes in flight that each do a spare's start-up,
+                wait HOLD seconds, then a task's share: 3 GiB allocated
+                and written, 20 input-sized draws, then exit (a spare
+                used by a task and torn down)
+
+Backgrounds join with "+" (ctx:2+spare:8:2: both at once).
 
 Prints per background each operation's median and 90th percentile (ms),
 and how many background processes finished per second with their
@@ -117,6 +127,34 @@ def _gpu(w: int) -> None:
         torch.cuda.synchronize()
 
 
+def _alloc(w: int) -> None:
+    import torch
+    torch.cuda.set_device(0)
+    os.write(w, b"ready\n")
+    while True:
+        torch.empty(2 << 30, dtype=torch.uint8, device="cuda:0")
+        torch.cuda.empty_cache()
+
+
+def _ctxsmall_child(log: str) -> None:
+    import torch
+    t = time.perf_counter()
+    torch.cuda.set_device(0)
+    torch.empty(1, device="cuda:0")
+    torch.cuda.synchronize()
+    _note(log, (time.perf_counter() - t) * 1e3)
+
+
+def _pair_child(log: str, hold: float) -> None:
+    import torch
+    _spare_child(log, hold)
+    dev = torch.device("cuda:0")
+    torch.empty(3 << 30, dtype=torch.uint8, device=dev).fill_(1)
+    for _ in range(20):
+        torch.randn(8192, 8192, device=dev)
+    torch.cuda.synchronize()
+
+
 def _ctx_child(log: str) -> None:
     import torch
     t = time.perf_counter()
@@ -156,13 +194,18 @@ def _churn(w: int, n: int, kind: str, hold: float, log: str) -> None:
             if os.fork() == 0:
                 code = 1
                 try:
-                    _ctx_child(log) if kind == "ctx" else _spare_child(log, hold)
+                    CHURN[kind](log, hold)
                     code = 0
                 finally:
                     os._exit(code)
             live += 1
         os.wait()
         live -= 1
+
+
+CHURN = {"ctx": lambda log, hold: _ctx_child(log),
+         "ctxsmall": lambda log, hold: _ctxsmall_child(log),
+         "spare": _spare_child, "pair": _pair_child}
 
 
 def _read_line(r: int) -> str:
@@ -175,25 +218,32 @@ def _read_line(r: int) -> str:
     return out.decode()
 
 
-def run_mode(spec: str, secs: float) -> tuple[dict, list[float], float]:
-    """(probe times by operation, background start-ups in ms, their wall)."""
+def _start(spec: str, log: str) -> list[tuple[int, int]]:
+    """One background's processes (pid, pipe read end)."""
     parts = spec.split(":")
     mode, n = parts[0], int(parts[1]) if len(parts) > 1 else 1
     hold = float(parts[2]) if len(parts) > 2 else 2.0
+    if mode == "live":
+        return [fork_child(_live) for _ in range(n)]
+    if mode == "gpu":
+        return [fork_child(_gpu) for _ in range(n)]
+    if mode == "alloc":
+        return [fork_child(_alloc) for _ in range(n)]
+    if mode in CHURN:
+        return [fork_child(_churn, n, mode, hold, log)]
+    if mode != "idle":
+        raise SystemExit(f"unknown background {spec!r}")
+    return []
+
+
+def run_mode(spec: str, secs: float) -> tuple[dict, list[float], float]:
+    """(probe times by operation, background start-ups in ms, their wall)."""
     fd, log = tempfile.mkstemp(prefix="kgym-churn-")
     os.close(fd)
-    bg: list[tuple[int, int]] = []
-    if mode == "live":
-        bg = [fork_child(_live) for _ in range(n)]
-    elif mode == "gpu":
-        bg = [fork_child(_gpu) for _ in range(n)]
-    elif mode in ("ctx", "spare"):
-        bg = [fork_child(_churn, n, mode, hold, log)]
-    elif mode != "idle":
-        raise SystemExit(f"unknown background {spec!r}")
+    bg = [p for part in spec.split("+") for p in _start(part, log)]
     for _, r in bg:
         _read_line(r)
-    if mode in ("ctx", "spare"):
+    if any(part.split(":")[0] in CHURN for part in spec.split("+")):
         time.sleep(min(3.0, secs / 2))  # the churn reaches its pace
     t0 = time.perf_counter()
     open(log, "w").close()
@@ -243,9 +293,9 @@ def main() -> None:
         ops = "; ".join(f"{k} {statistics.median(v):.2f}/{_p90(v):.2f}" for k, v in times.items())
         bgs = (f"; background: {len(ups) / wall:.2f}/s done, start-up median "
                f"{statistics.median(ups):.0f} ms" if ups else "")
-        if spec.split(":")[0] in ("ctx", "spare") and not ups:
+        if any(part.split(":")[0] in CHURN for part in spec.split("+")) and not ups:
             bgs = "; background: none finished (their start-up failed?)"
-        print(f"{spec:12s} ms median/p90: {ops}{bgs}", flush=True)
+        print(f"{spec:16s} ms median/p90: {ops}{bgs}", flush=True)
 
 
 def _p90(v: list[float]) -> float:
