@@ -596,30 +596,34 @@ def run_ahead_ab() -> None:
         run_concurrency(("distinct",), {"KGYM_COMPILE_AHEAD": on}, f", compile ahead {on}")
 
 
-def run_ab(spec: str, serial_once: bool = False) -> None:
-    """--ab VAR=A,B,...: the concurrency step on distinct candidates once
-    per value of the engine's environment variable VAR, side by side (an
-    A/B of a switch under evaluation); VAR may be a kgym eval option
-    (--prewarm=7,12). serial_once: one serial engine with the defaults,
-    and each value's 4-way engine compared with it (for a switch meant
-    for 4-way engines)."""
-    var, _, values = spec.partition("=")
-    if not var or not values:
-        raise SystemExit("--ab wants VAR=VALUE,VALUE,...")
+def run_ab(specs: list[str], serial_once: bool = False) -> None:
+    """--ab VAR=A,B,... (one or more): the concurrency step on distinct
+    candidates once per value of the engine's environment variable VAR,
+    side by side (an A/B of a switch under evaluation); VAR may be a kgym
+    eval option (--prewarm=7,12). serial_once: one serial engine with the
+    defaults, and each value's 4-way engine (of every spec) compared with
+    it (for a switch meant for 4-way engines)."""
+    parsed = []
+    for spec in specs:
+        var, _, values = spec.partition("=")
+        if not var or not values:
+            raise SystemExit("--ab wants VAR=VALUE,VALUE,...")
+        parsed.append((var, values.split(",")))
     serial = run_concurrency(("distinct",), label=", defaults",
                              serial_only=True) if serial_once else None
-    for v in values.split(","):
-        env, flags = ({}, (var, v)) if var.startswith("--") else ({var: v}, ())
-        run_concurrency(("distinct",), env, f", {var}={v}", flags, serial)
+    for var, values in parsed:
+        for v in values:
+            env, flags = ({}, (var, v)) if var.startswith("--") else ({var: v}, ())
+            run_concurrency(("distinct",), env, f", {var}={v}", flags, serial)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--only", default="")
-    ap.add_argument("--ab", default="", help="VAR=A,B: with --only ab, the distinct "
-                    "concurrency step once per value of the engines' variable VAR "
-                    "(or kgym eval option: --prewarm=7,12)")
+    ap.add_argument("--ab", action="append", default=[], help="VAR=A,B: with --only ab, "
+                    "the distinct concurrency step once per value of the engines' variable "
+                    "VAR (or kgym eval option: --prewarm=7,12); may be given several times")
     ap.add_argument("--ab-serial-once", action="store_true", help="with --ab: one serial "
                     "engine (the defaults), each value's 4-way engine compared with it")
     args = ap.parse_args()

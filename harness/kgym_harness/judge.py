@@ -1147,6 +1147,13 @@ def spare_yields() -> bool:
     return os.environ.get("KGYM_SPARE_YIELD", "1") != "0"
 
 
+def spare_preloads() -> bool:
+    """Whether a spare loads the harness's device code before its task
+    (_preload_pair; KGYM_SPARE_PRELOAD=0 leaves it to the task's first
+    checked call)."""
+    return os.environ.get("KGYM_SPARE_PRELOAD", "1") != "0"
+
+
 def _warm_pair(chan: Channel) -> dict:
     """A spare's start-up before its task. What runs no device work goes
     first, unlocked: the candidate's imports and Triton compile (and this
@@ -1176,7 +1183,7 @@ def _warm_pair(chan: Channel) -> dict:
         _warm_part(chan, out, "prep", prep if cuda else None)
         if cuda and os.environ.get("KGYM_WARM_PROFILER") == "1":
             _warm_part(chan, out, "profiler")
-        if cuda:
+        if cuda and spare_preloads():
             _preload_pair(chan, out, lock, str(dev))
         t = _now()
         if spare_yields():

@@ -300,11 +300,12 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
     if (!strcmp(role, "judge")) {
         /* the judge's switches, from the worker's environment: the
          * reference-time cache, the device lock's trace (diagnosis), the
-         * timing phase's memory reserve and the spares' yield to timing
-         * phases (each on unless "0"); and the
+         * timing phase's memory reserve, the spares' yield to timing
+         * phases and their preload (each on unless "0"); and the
          * candidates' compile ahead (compile_ahead) */
         static const char *judge_pass[] = {"KGYM_REFTIME_CACHE", "KGYM_LOCK_TRACE",
-                                           "KGYM_TIMING_RESERVE", "KGYM_SPARE_YIELD", NULL};
+                                           "KGYM_TIMING_RESERVE", "KGYM_SPARE_YIELD",
+                                           "KGYM_SPARE_PRELOAD", NULL};
         for (const char **p = judge_pass; *p; p++) {
             const char *v = getenv(*p);
             if (v)
@@ -1590,17 +1591,19 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
     e->idle_warm = cfg->idle_warm < 0    ? 0
                    : cfg->idle_warm == 0 ? e->prewarm
                                          : cfg->idle_warm;
-    /* while tasks do not profile: 4 alone, 6 x concurrency - 1 with several
-     * slots (at most MAX_SPARES). A spare's start-up takes ~2.5 s alone but
-     * 6-12 s at concurrency 4 (its CUDA context blocked, not its CPU: the
-     * machine's CPUs were a third busy), while tasks end ~2 per second.
-     * H200, 16 distinct candidates, serial 19-20 s: with 7 spares 4-way
-     * took 10.4 s and the tasks waited for spares; 11: 10.3 s; 15: 8.8-9.2
-     * s; 23: 8.1-8.5 s and the spares waited for their tasks; 31: 8.6 s
-     * (bench/results/2026-12-01-gpu-h200-s9.txt). Each pair holds about
-     * 2 GiB of device memory (note_memory). The profiling default above is
-     * left as measured before (CUPTI's start is seconds of CPU). */
-    int noprof = e->cfg.concurrency == 1 ? 4 : 6 * e->cfg.concurrency - 1;
+    /* while tasks do not profile: concurrency + 3 (4 alone, 7 at 4-way).
+     * Measured with the queue kept full, where every task uses a spare
+     * and one more is made (H200, 16 distinct candidates, 4-way against
+     * serial 19.0-19.6 s): 7 spares 13.5 s, 11: 15.4 s, 15: 17.7 s, 23:
+     * 17.0-18.0 s. Each spare being made slows the device work of every
+     * task in flight (its CUDA context: bench/diag/churn.py), so more of
+     * them than the tasks need cost throughput. (Session 9's 6 x
+     * concurrency - 1 was measured on a window that ended with the queue
+     * running dry, where no spare was being made: bench/results/
+     * 2026-12-01-gpu-h200-s10.txt.) Each pair holds about 2 GiB of device
+     * memory (note_memory). The profiling default above is left as
+     * measured before (CUPTI's start is seconds of CPU). */
+    int noprof = e->cfg.concurrency + 3;
     if (noprof > MAX_SPARES)
         noprof = MAX_SPARES;
     e->spare_mem_cap = -1;
