@@ -1183,7 +1183,9 @@ def _warm_pair(chan: Channel) -> dict:
         _warm_part(chan, out, "prep", prep if cuda else None)
         if cuda and os.environ.get("KGYM_WARM_PROFILER") == "1":
             _warm_part(chan, out, "profiler")
-        if cuda and spare_preloads():
+        if not spare_preloads():
+            out["preload_off"] = True  # KGYM_SPARE_PRELOAD=0: the task's first call loads
+        elif cuda:
             _preload_pair(chan, out, lock, str(dev))
         t = _now()
         if spare_yields():

@@ -182,6 +182,24 @@ def test_judge_opt_ins_reach_the_judge_through_the_worker():
         shutil.rmtree(base, ignore_errors=True)
 
 
+def test_spare_preload_switch_reaches_the_warm_judge():
+    """KGYM_SPARE_PRELOAD=0 (docs/harness.md) reaches a warm spare's judge
+    through the worker's clean environment: the spare says its preload
+    was switched off (timings.warm_spare.preload_off), and its task
+    still passes; unset, no spare says so."""
+    ref = os.path.join(ROOT, "problems", "cpu", "level1", "1_GELU.py")
+    sol = os.path.join(ROOT, "problems", "cpu", "level1", "solutions", "1_GELU.cpu.py")
+    for value, off in (("0", True), (None, False)):
+        env = {"KGYM_SPARE_PRELOAD": value} if value else {}
+        p = run(["--ref", ref, "--cand", sol, "--cand", sol, "--backend", "cpu", "--json",
+                 *FAST], env=env)
+        assert p.returncode == 0, p.stderr
+        rs = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+        assert [r["verdict"] for r in rs] == ["pass", "pass"], [r["error_message"] for r in rs]
+        warm = rs[1]["timings"]["warm_spare"]  # the second task ran in a spare
+        assert warm.get("preload_off", False) is off, warm
+
+
 def test_children_use_their_own_temp_dir_even_when_the_zygote_cached_one(tmp_path):
     """Regression (H200, session 8): with compile ahead on, the zygote's
     ahead.warm_meta() makes tempfile cache the zygote's own TMPDIR, and
