@@ -14,18 +14,19 @@ and the figures the issues ask for:
   overhead    fixed cost per evaluation, zygote vs fresh interpreter
   e2e         Linear+ReLU 4096^3 fp32, 5 trials, 100 timed, profiling and
               hack checks on, several candidates in one run: wall per eval
-  concurrency 16 mixed triton tasks on a warm engine (after the same 16 as
-              warm-up), --concurrency 4 vs 1: throughput and kernel medians,
-              on repeated candidates (all cached) and on distinct ones
-              (each compiles, as a policy's samples do)
+  concurrency 16 mixed triton tasks on a warm engine (after 16 as warm-up,
+              with 16 more keeping the queue full), --concurrency 4 vs 1:
+              steady-state throughput and kernel medians, on repeated
+              candidates (all cached) and on distinct ones (each compiles,
+              as a policy's samples do)
   redteam     the red-team corpus (kgym redteam --backend all): every cheat
               caught as labelled, no honest candidate flagged
   pytest      the CUDA paths' own tests: tests/harness/*_gpu.py (timing
               lead, IPC channel, device digests and guards)
   ahead       only with --only: the concurrency step on distinct candidates
               with compile ahead (KGYM_COMPILE_AHEAD) off, then on
-  ab          only with --only, and --ab VAR=A,B: the same once per value
-              of the engines' environment variable VAR
+  ab          only with --only, and --ab VAR=A,B (one or more): the same
+              once per value of the engines' environment variable VAR
 
 Writes every result object to OUTDIR/gpu_results.jsonl and the summary to
 OUTDIR/gpu_summary.txt. Exit status 1 if any check failed.

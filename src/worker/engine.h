@@ -36,8 +36,7 @@ typedef struct kg_engine_cfg {
      * still used for one task only. prewarm: most spares (-1: none, 0:
      * default = concurrency; on a GPU, where a pair's start-up takes
      * seconds, 2 x concurrency + 4 while tasks profile (CUPTI's start alone
-     * is over 4 s), else 4 with one slot and 6 x concurrency - 1 with
-     * several, at most 32). idle_warm: spares kept when no task is queued (-1: none,
+     * is over 4 s), else concurrency + 3, at most 32). idle_warm: spares kept when no task is queued (-1: none,
      * 0: default = prewarm); `kgym eval` keeps none beyond its queue. Zygote
      * mode only. */
     int prewarm;
