@@ -256,6 +256,10 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
                                  "NVSHMEM_DISABLE_NVLS",
                                  "TRITON_INTERPRET",
                                  "TRITON_PTXAS_PATH",
+                                 /* the channel's CUDA IPC regions (on
+                                  * unless "0", harness/kgym_harness/
+                                  * devregion.py): both roles */
+                                 "KGYM_CUDA_IPC",
                                  NULL};
     json_t *env = json_object();
     for (const char **p = pass; *p; p++) {

@@ -200,6 +200,25 @@ def test_spare_preload_switch_reaches_the_warm_judge():
         assert warm.get("preload_off", False) is off, warm
 
 
+def test_cuda_ipc_switch_reaches_both_children(tmp_path):
+    """Regression: KGYM_CUDA_IPC=0 (docs/harness.md: the channel keeps to
+    shared memory) never reached the children through the worker's clean
+    environment. A candidate that refuses to load without it passes only
+    when the worker passes it on."""
+    with open(os.path.join(ROOT, "problems", "cpu", "level1", "solutions", "1_GELU.cpu.py")) as f:
+        src = f.read()
+    cand = tmp_path / "needs_ipc_off.py"
+    cand.write_text("import os as _os\n"
+                    "assert _os.environ.get('KGYM_CUDA_IPC') == '0', 'KGYM_CUDA_IPC not passed'\n"
+                    + src)
+    os.chmod(tmp_path, 0o755)
+    os.chmod(cand, 0o644)
+    p = run(["--ref", REF, "--cand", str(cand), "--backend", "cpu", "--json", *FAST],
+            env={"KGYM_CUDA_IPC": "0"})
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["verdict"] == "pass", r["error_message"]
+
+
 def test_children_use_their_own_temp_dir_even_when_the_zygote_cached_one(tmp_path):
     """Regression (H200, session 8): with compile ahead on, the zygote's
     ahead.warm_meta() makes tempfile cache the zygote's own TMPDIR, and
