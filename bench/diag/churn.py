@@ -39,6 +39,10 @@ Backgrounds (MODE[:N[:HOLD]]):
                 and written, 20 input-sized draws, then exit (a spare
                 used by a task and torn down)
 
+  ipc:N         N pairs in flight: one process makes a 512 MiB channel
+                device region (devregion.DevRegion), the other opens it by
+                CUDA IPC and copies it out, both exit (a task's channel)
+
 Backgrounds join with "+" (ctx:2+spare:8:2: both at once).
 
 Prints per background each operation's median and 90th percentile (ms),
@@ -155,6 +159,60 @@ def _pair_child(log: str, hold: float) -> None:
     torch.cuda.synchronize()
 
 
+def _ipc_exporter(w: int, done_r: int) -> None:
+    import torch
+    from kgym_harness.devregion import DevRegion
+    torch.cuda.set_device(0)
+    region = DevRegion.create(512 << 20, 0, "cuda:0")
+    if region is None:
+        os.write(w, b"{}\n")
+        return
+    region.view(0, torch.uint8, [region.size], region.size).fill_(1)
+    region.sync()
+    os.write(w, (json.dumps({"handle": region.handle.hex(), "size": region.size}) + "\n").encode())
+    os.read(done_r, 1)  # the peer copied it out
+
+
+def _ipc_importer(log: str, r: int, done_w: int) -> None:
+    import torch
+    from kgym_harness.devregion import DevRegion
+    torch.cuda.set_device(0)
+    ann = json.loads(_read_line(r) or "{}")
+    t = time.perf_counter()
+    if ann:
+        region = DevRegion.open(ann["handle"], ann["size"], 0, "cuda:0")
+        if region is not None:
+            region.view(0, torch.uint8, [region.size], region.size).clone()
+            region.sync()
+            region.close()
+            _note(log, (time.perf_counter() - t) * 1e3)
+    os.write(done_w, b"x")
+
+
+def _ipc_pair(log: str) -> int:
+    """Forks an exporter and an importer; the number of processes forked."""
+    r, w = os.pipe()
+    done_r, done_w = os.pipe()
+    for role in ("exporter", "importer"):
+        if os.fork() == 0:
+            code = 1
+            try:
+                if role == "exporter":
+                    os.close(r)
+                    os.close(done_w)  # the importer's end: its exit is EOF here
+                    _ipc_exporter(w, done_r)
+                else:
+                    os.close(w)  # the exporter's end: its exit is EOF here
+                    os.close(done_r)
+                    _ipc_importer(log, r, done_w)
+                code = 0
+            finally:
+                os._exit(code)
+    for fd in (r, w, done_r, done_w):
+        os.close(fd)
+    return 2
+
+
 def _ctx_child(log: str) -> None:
     import torch
     t = time.perf_counter()
@@ -190,7 +248,9 @@ def _churn(w: int, n: int, kind: str, hold: float, log: str) -> None:
     os.write(w, b"ready\n")
     live = 0
     while True:
-        while live < n:
+        while kind == "ipc" and live < 2 * n:
+            live += _ipc_pair(log)
+        while kind != "ipc" and live < n:
             if os.fork() == 0:
                 code = 1
                 try:
@@ -203,7 +263,7 @@ def _churn(w: int, n: int, kind: str, hold: float, log: str) -> None:
         live -= 1
 
 
-CHURN = {"ctx": lambda log, hold: _ctx_child(log),
+CHURN = {"ctx": lambda log, hold: _ctx_child(log), "ipc": None,
          "ctxsmall": lambda log, hold: _ctxsmall_child(log),
          "spare": _spare_child, "pair": _pair_child}
 
