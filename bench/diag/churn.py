@@ -39,6 +39,9 @@ Backgrounds (MODE[:N[:HOLD]]):
                 and written, 20 input-sized draws, then exit (a spare
                 used by a task and torn down)
 
+  proc:N        N processes without a CUDA context, idle (a control)
+  fork:N:HOLD   N processes in flight forked without CUDA, each exiting
+                after HOLD seconds (a control: the forks alone)
   ipc:N         N pairs in flight: one process makes a 512 MiB channel
                 device region (devregion.DevRegion), the other opens it by
                 CUDA IPC and copies it out, both exit (a task's channel)
@@ -115,6 +118,12 @@ def _live(w: int) -> None:
     torch.cuda.set_device(0)
     torch.empty(2 << 30, dtype=torch.uint8, device="cuda:0").fill_(1)
     torch.cuda.synchronize()
+    os.write(w, b"ready\n")
+    while True:
+        time.sleep(60)
+
+
+def _proc(w: int) -> None:
     os.write(w, b"ready\n")
     while True:
         time.sleep(60)
@@ -265,6 +274,7 @@ def _churn(w: int, n: int, kind: str, hold: float, log: str) -> None:
 
 CHURN = {"ctx": lambda log, hold: _ctx_child(log), "ipc": None,
          "ctxsmall": lambda log, hold: _ctxsmall_child(log),
+         "fork": lambda log, hold: time.sleep(hold),
          "spare": _spare_child, "pair": _pair_child}
 
 
@@ -287,6 +297,8 @@ def _start(spec: str, log: str) -> list[tuple[int, int]]:
         return [fork_child(_live) for _ in range(n)]
     if mode == "gpu":
         return [fork_child(_gpu) for _ in range(n)]
+    if mode == "proc":
+        return [fork_child(_proc) for _ in range(n)]
     if mode == "alloc":
         return [fork_child(_alloc) for _ in range(n)]
     if mode in CHURN:
