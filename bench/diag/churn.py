@@ -67,7 +67,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "harness"))
-from ctx_create import fork_child  # noqa: E402  (bench/diag/ctx_create.py, next to this one)
+from ctx_create import fork_child, read_line  # noqa: E402  (bench/diag/ctx_create.py, next to it)
 
 OPS = ("small", "loop64", "draw", "malloc", "meminfo")
 
@@ -186,7 +186,7 @@ def _ipc_importer(log: str, r: int, done_w: int) -> None:
     import torch
     from kgym_harness.devregion import DevRegion
     torch.cuda.set_device(0)
-    ann = json.loads(_read_line(r) or "{}")
+    ann = json.loads(read_line(r) or "{}")
     t = time.perf_counter()
     if ann:
         region = DevRegion.open(ann["handle"], ann["size"], 0, "cuda:0")
@@ -278,16 +278,6 @@ CHURN = {"ctx": lambda log, hold: _ctx_child(log), "ipc": None,
          "spare": _spare_child, "pair": _pair_child}
 
 
-def _read_line(r: int) -> str:
-    out = b""
-    while not out.endswith(b"\n"):
-        b = os.read(r, 1)
-        if not b:
-            break
-        out += b
-    return out.decode()
-
-
 def _start(spec: str, log: str) -> list[tuple[int, int]]:
     """One background's processes (pid, pipe read end)."""
     parts = spec.split(":")
@@ -314,13 +304,13 @@ def run_mode(spec: str, secs: float) -> tuple[dict, list[float], float]:
     os.close(fd)
     bg = [p for part in spec.split("+") for p in _start(part, log)]
     for _, r in bg:
-        _read_line(r)
+        read_line(r)
     if any(part.split(":")[0] in CHURN for part in spec.split("+")):
         time.sleep(min(3.0, secs / 2))  # the churn reaches its pace
     t0 = time.perf_counter()
     open(log, "w").close()
     pid, r = fork_child(_probe, secs)
-    line = _read_line(r)
+    line = read_line(r)
     os.close(r)
     os.waitpid(pid, 0)
     wall = time.perf_counter() - t0

@@ -110,7 +110,9 @@ def _alloc(w: int) -> None:
         torch.cuda.empty_cache()
 
 
-def _read_line(r: int) -> str:
+def read_line(r: int) -> str:
+    """One line from a pipe, read a byte at a time (nothing past it is
+    taken). (bench/diag/churn.py reads its children's with it too.)"""
     out = b""
     while not out.endswith(b"\n"):
         b = os.read(r, 1)
@@ -136,14 +138,14 @@ def run_mode(mode: str, n: int) -> list[dict]:
             os.close(go_r)
             gos.append(go_w)
     for _, r in bg:
-        _read_line(r)
+        read_line(r)
     out = []
     for k in range(n):
         if gos:  # a holder exits just before this context is made
             os.write(gos[k], b"x")
             time.sleep(0.05)
         pid, r = fork_child(_measure)
-        line = _read_line(r)
+        line = read_line(r)
         os.close(r)
         os.waitpid(pid, 0)
         if line.strip():
