@@ -26,7 +26,9 @@ and the figures the issues ask for:
   ahead       only with --only: the concurrency step on distinct candidates
               with compile ahead (KGYM_COMPILE_AHEAD) off, then on
   ab          only with --only, and --ab VAR=A,B (one or more): the same
-              once per value of the engines' environment variable VAR
+              once per value of the engines' environment variable VAR (or
+              of a kgym eval option, --prewarm=5,7, or with a switch,
+              --no-sandbox)
 
 Writes every result object to OUTDIR/gpu_results.jsonl and the summary to
 OUTDIR/gpu_summary.txt. Exit status 1 if any check failed.
@@ -597,25 +599,38 @@ def run_ahead_ab() -> None:
         run_concurrency(("distinct",), {"KGYM_COMPILE_AHEAD": on}, f", compile ahead {on}")
 
 
-def run_ab(specs: list[str], serial_once: bool = False) -> None:
-    """--ab VAR=A,B,... (one or more): the concurrency step on distinct
-    candidates once per value of the engine's environment variable VAR,
-    side by side (an A/B of a switch under evaluation); VAR may be a kgym
-    eval option (--prewarm=7,12). serial_once: one serial engine with the
-    defaults, and each value's 4-way engine (of every spec) compared with
-    it (for a switch meant for 4-way engines)."""
-    parsed = []
+def ab_engines(specs: list[str]) -> list[tuple[str, dict[str, str], tuple[str, ...]]]:
+    """The 4-way engines of --ab specs, as (label, env, kgym eval flags):
+    VAR=A,B,... one per value of the environment variable VAR; --FLAG=A,B
+    one per value of a kgym eval option; --FLAG alone (no "="), one engine
+    with that switch (--no-sandbox)."""
+    out: list[tuple[str, dict[str, str], tuple[str, ...]]] = []
     for spec in specs:
-        var, _, values = spec.partition("=")
+        var, eq, values = spec.partition("=")
+        if var.startswith("--") and not eq:
+            out.append((f", {var}", {}, (var,)))
+            continue
         if not var or not values:
-            raise SystemExit("--ab wants VAR=VALUE,VALUE,...")
-        parsed.append((var, values.split(",")))
+            raise SystemExit("--ab wants VAR=VALUE,VALUE,..., --FLAG=VALUE,... or --FLAG")
+        for v in values.split(","):
+            if var.startswith("--"):
+                out.append((f", {var}={v}", {}, (var, v)))
+            else:
+                out.append((f", {var}={v}", {var: v}, ()))
+    return out
+
+
+def run_ab(specs: list[str], serial_once: bool = False) -> None:
+    """--ab (one or more, ab_engines): the concurrency step on distinct
+    candidates once per engine, side by side (an A/B of a switch under
+    evaluation). serial_once: one serial engine with the defaults, and
+    each 4-way engine (of every spec) compared with it (for a switch
+    meant for 4-way engines)."""
+    engines = ab_engines(specs)
     serial = run_concurrency(("distinct",), label=", defaults",
                              serial_only=True) if serial_once else None
-    for var, values in parsed:
-        for v in values:
-            env, flags = ({}, (var, v)) if var.startswith("--") else ({var: v}, ())
-            run_concurrency(("distinct",), env, f", {var}={v}", flags, serial)
+    for label, env, flags in engines:
+        run_concurrency(("distinct",), env, label, flags, serial)
 
 
 def main() -> int:
@@ -624,7 +639,8 @@ def main() -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--ab", action="append", default=[], help="VAR=A,B: with --only ab, "
                     "the distinct concurrency step once per value of the engines' variable "
-                    "VAR (or kgym eval option: --prewarm=7,12); may be given several times")
+                    "VAR (or kgym eval option: --prewarm=7,12, or switch: --no-sandbox); may be "
+                    "given several times")
     ap.add_argument("--ab-serial-once", action="store_true", help="with --ab: one serial "
                     "engine (the defaults), each value's 4-way engine compared with it")
     args = ap.parse_args()

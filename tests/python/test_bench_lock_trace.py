@@ -112,3 +112,20 @@ def test_spare_memory_names_the_least_free_share():
     line = gpu_suite.spare_memory(res)
     assert line.startswith("spare memory: least free 60000 of 143771 MiB (42%") and "2 spares" in line
     assert gpu_suite.spare_memory([{"timings": {}}]) == "spare memory: not reported"
+
+
+def test_ab_specs_become_engines():
+    """--ab specs: an environment variable's values, an option's values,
+    a switch alone; anything else is refused."""
+    got = gpu_suite.ab_engines(["KGYM_CUDA_IPC=1,0", "--prewarm=5", "--no-sandbox"])
+    assert got == [(", KGYM_CUDA_IPC=1", {"KGYM_CUDA_IPC": "1"}, ()),
+                   (", KGYM_CUDA_IPC=0", {"KGYM_CUDA_IPC": "0"}, ()),
+                   (", --prewarm=5", {}, ("--prewarm", "5")),
+                   (", --no-sandbox", {}, ("--no-sandbox",))]
+    for bad in ("KGYM_X", "=1", "KGYM_X="):
+        try:
+            gpu_suite.ab_engines([bad])
+        except SystemExit as e:
+            assert "--ab wants" in str(e)
+        else:
+            raise AssertionError(f"{bad!r} accepted")
