@@ -458,10 +458,9 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
             res, wall = kgym_eval(args[1], [], "triton", *args[2:], "--enable-profiling",
                                   "false", *flags, concurrency=conc,
                                   env=dict(env or {}, KGYM_LOCK_TRACE="1"), cpu_trace=trace)
-            by_arrival = sorted(res, key=lambda r: r["_t"])
-            ts = [r["_t"] for r in by_arrival]
+            ts = sorted(r["_t"] for r in res)
             walls[conc], drains[conc] = concurrency_windows(ts)
-            window = by_arrival[16:32]  # the 17th to the 32nd result: the steady window's
+            window = lock_timeline.steady_window(res)  # the steady window's 16 results
             if walls[conc] != float("inf"):
                 say(f"  concurrency {conc}, steady window: " + cpu_use(trace, ts[15], ts[31]))
             by_task: dict = {}

@@ -44,14 +44,21 @@ def holds_of(results: list[dict]) -> list[tuple[str, str, float, float, float]]:
     return out
 
 
+def steady_window(results: list[dict]) -> list[dict]:
+    """One engine's results of its steady window, by arrival: the 17th to
+    the 32nd of 48 (three rounds of 16, the third keeping the queue full:
+    bench/gpu_suite.py, concurrency_windows); of any other number, the
+    later half (the files before session 10: 32 per engine)."""
+    by_arrival = sorted(results, key=lambda r: r.get("_t", 0))
+    return by_arrival[16:32] if len(results) == 48 else by_arrival[len(results) // 2:]
+
+
 def timeline(results: list[dict], window: list[dict] | None = None) -> dict[str, float]:
     """Share of the steady state (ms) in each state, by a sweep over the
     holds' edges. The steady state runs from the first exclusive hold of
-    the `window` results (default: the later half by arrival) to the end
-    of their last one; the holds of all results count."""
-    if window is None:
-        window = sorted(results, key=lambda r: r["_t"])[len(results) // 2:]
-    late = {_owner(r) for r in window}
+    the `window` results (default: steady_window) to the end of their
+    last one; the holds of all results count."""
+    late = {_owner(r) for r in (window if window is not None else steady_window(results))}
     holds = holds_of(results)
     ex = [h for h in holds if h[1] == "e"]
     late_ex = [h for h in ex if h[0] in late]
@@ -90,10 +97,7 @@ def main() -> None:
     names = a.names.split(",")
     rows = [json.loads(ln) for ln in open(a.jsonl) if ln.startswith("{")]
     for i in range(0, len(rows), a.per_engine):
-        eng = rows[i:i + a.per_engine]
-        # 48: three rounds, the steady window is the second (gpu_suite.concurrency_windows)
-        window = sorted(eng, key=lambda r: r["_t"])[16:32] if a.per_engine == 48 else None
-        shares = timeline(eng, window)
+        shares = timeline(rows[i:i + a.per_engine])
         k = i // a.per_engine
         name = names[k] if k < len(names) else f"engine {k + 1}"
         if not shares:

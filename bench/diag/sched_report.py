@@ -17,7 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lock_timeline import steady_window  # noqa: E402  (bench/diag/lock_timeline.py, next to it)
 
 PER_ENGINE = 32
 PARTS = ("prep", "profiler", "preload", "device", "task")
@@ -31,9 +36,8 @@ def _med(xs: list[float]) -> str:
 
 def report(results: list[dict], window: list[dict] | None = None) -> list[str]:
     """Lines for one engine's results: those of `window` counted (default:
-    the later half by arrival)."""
-    late = window if window is not None else \
-        sorted(results, key=lambda r: r.get("_t", 0))[len(results) // 2:]
+    lock_timeline.steady_window)."""
+    late = window if window is not None else steady_window(results)
     rows: dict[str, dict[str, list[float]]] = {}
     task_rows: dict[str, list[float]] = {"wall": [], "cpu": [], "runq": [], "mods": []}
     for r in late:
@@ -96,10 +100,7 @@ def main() -> None:
     for i in range(0, len(results) - per + 1, per):
         name = names[i // per] if i // per < len(names) else f"engine {i // per}"
         print(f"{name}:")
-        eng = results[i:i + per]
-        # 48: three rounds, the steady window is the second (gpu_suite.concurrency_windows)
-        window = sorted(eng, key=lambda r: r.get("_t", 0))[16:32] if per == 48 else None
-        for ln in report(eng, window):
+        for ln in report(results[i:i + per]):
             print("  " + ln)
 
 

@@ -129,3 +129,13 @@ def test_ab_specs_become_engines():
             assert "--ab wants" in str(e)
         else:
             raise AssertionError(f"{bad!r} accepted")
+
+
+def test_steady_window_is_the_second_round_of_three():
+    """lock_timeline.steady_window: of 48 results the 17th to the 32nd by
+    arrival (what gpu_suite measures and sched_report counts), of other
+    counts the later half."""
+    import lock_timeline  # bench/diag, on the path through gpu_suite
+    res = [{"_t": float(47 - i), "k": 47 - i} for i in range(48)]
+    assert [r["k"] for r in lock_timeline.steady_window(res)] == list(range(16, 32))
+    assert [r["k"] for r in lock_timeline.steady_window(res[:32])] == list(range(32, 48))
