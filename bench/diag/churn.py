@@ -65,6 +65,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any, Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "harness"))
 from ctx_create import fork_child, read_line  # noqa: E402  (bench/diag/ctx_create.py, next to it)
@@ -198,25 +199,34 @@ def _ipc_importer(log: str, r: int, done_w: int) -> None:
     os.write(done_w, b"x")
 
 
+def _spawn(fn: Callable[..., Any], *args: Any) -> None:
+    """Forks a child that runs fn(*args) and exits (status 1 if it raised)."""
+    if os.fork() == 0:
+        code = 1
+        try:
+            fn(*args)
+            code = 0
+        finally:
+            os._exit(code)
+
+
 def _ipc_pair(log: str) -> int:
-    """Forks an exporter and an importer; the number of processes forked."""
+    """Forks an exporter and an importer; the number of processes forked.
+    Each closes the other's pipe ends, so the other's exit is EOF to it."""
     r, w = os.pipe()
     done_r, done_w = os.pipe()
-    for role in ("exporter", "importer"):
-        if os.fork() == 0:
-            code = 1
-            try:
-                if role == "exporter":
-                    os.close(r)
-                    os.close(done_w)  # the importer's end: its exit is EOF here
-                    _ipc_exporter(w, done_r)
-                else:
-                    os.close(w)  # the exporter's end: its exit is EOF here
-                    os.close(done_r)
-                    _ipc_importer(log, r, done_w)
-                code = 0
-            finally:
-                os._exit(code)
+
+    def exporter() -> None:
+        os.close(r)
+        os.close(done_w)
+        _ipc_exporter(w, done_r)
+
+    def importer() -> None:
+        os.close(w)
+        os.close(done_r)
+        _ipc_importer(log, r, done_w)
+    _spawn(exporter)
+    _spawn(importer)
     for fd in (r, w, done_r, done_w):
         os.close(fd)
     return 2
@@ -260,13 +270,7 @@ def _churn(w: int, n: int, kind: str, hold: float, log: str) -> None:
         while kind == "ipc" and live < 2 * n:
             live += _ipc_pair(log)
         while kind != "ipc" and live < n:
-            if os.fork() == 0:
-                code = 1
-                try:
-                    CHURN[kind](log, hold)
-                    code = 0
-                finally:
-                    os._exit(code)
+            _spawn(CHURN[kind], log, hold)
             live += 1
         os.wait()
         live -= 1
