@@ -1599,9 +1599,10 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
      * Measured with the queue kept full, where every task uses a spare
      * and one more is made (H200, 16 distinct candidates, 4-way against
      * serial 19.0-19.6 s): 7 spares 13.5 s, 11: 15.4 s, 15: 17.7 s, 23:
-     * 17.0-18.0 s. Each spare being made slows the device work of every
-     * task in flight (its CUDA context: bench/diag/churn.py), so more of
-     * them than the tasks need cost throughput. (Session 9's 6 x
+     * 17.0-18.0 s. While spares are being made every task in flight does
+     * its device work slower (which part of a pair's life does it is not
+     * isolated yet: bench/diag/churn.py), so more of them than the tasks
+     * need cost throughput. (Session 9's 6 x
      * concurrency - 1 was measured on a window that ended with the queue
      * running dry, where no spare was being made: bench/results/
      * 2026-12-01-gpu-h200-s10.txt.) Each pair holds about 2 GiB of device
