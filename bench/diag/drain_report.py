@@ -2,23 +2,29 @@
 """Where a concurrency run's exclusive sections waited (issue 4).
 
 Reads the result objects of a `make test-gpu` concurrency or A/B step (32
-results per engine, run with KGYM_LOCK_TRACE=1) and prints per engine:
+results per engine before session 10, 48 since: --per-engine; run with
+KGYM_LOCK_TRACE=1) and prints per engine:
 the warm spares' first preload hold and their device part (median and
-largest, ms); the drains before the exclusive holds of the last 16 tasks
-(the time an exclusive taker waited for shared holders once no other
-exclusive hold was ahead of it), with the label of the shared hold that
+largest, ms); the drains before the exclusive holds of the steady
+window's tasks (lock_timeline.steady_window: the time an exclusive taker
+waited for shared holders once no other exclusive hold was ahead of it), with the label of the shared hold that
 ended last; the exclusive holds; and where each side's timing wall went
 (checks.timing_host_ms, medians over the problems other than Linear+ReLU,
 whose timed calls are long).
 
-    bench/diag/drain_report.py FILE.jsonl NAME,NAME,...   (one name per engine)
+    bench/diag/drain_report.py FILE.jsonl NAME,NAME,... [--per-engine 32|48]
 """
 from __future__ import annotations
 
 import argparse
 import collections
 import json
+import os
 import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lock_timeline import holds_of, steady_window  # noqa: E402  (next to it)
 
 PER_ENGINE = 32
 
@@ -27,18 +33,6 @@ def _family(label: str) -> str:
     """'trial:3/checks' -> 'trial:checks', 'spare/preload' -> 'spare/preload'."""
     head = label.split(":")[0]
     return head + (":" + label.split("/")[-1] if "/" in label and ":" in label else "")
-
-
-def _holds(results: list[dict]) -> list[tuple]:
-    """(owner, label, mode, asked, got, released) of every traced hold."""
-    out = []
-    for r in results:
-        t = r["timings"]
-        for h in t.get("lock_trace") or []:
-            out.append((r["task_id"], *h))
-        for h in (t.get("warm_spare") or {}).get("lock_trace") or []:
-            out.append((r["task_id"] + "/spare", *h))
-    return out
 
 
 def _spare_holds(results: list[dict], index: int) -> list[float]:
@@ -53,8 +47,8 @@ def _spare_holds(results: list[dict], index: int) -> list[float]:
 
 
 def drains(results: list[dict]) -> tuple[list[float], collections.Counter]:
-    late = {r["task_id"] for r in results[len(results) // 2:]}
-    holds = _holds(results)
+    late = {r["task_id"] for r in steady_window(results)}
+    holds = holds_of(results)
     exclusive = sorted((h for h in holds if h[2] == "e"), key=lambda h: h[4])
     waits, blame = [], collections.Counter()
     prev_end = 0.0
@@ -72,7 +66,7 @@ def drains(results: list[dict]) -> tuple[list[float], collections.Counter]:
 
 def host_parts(results: list[dict]) -> dict[str, dict[str, float]]:
     parts: dict = collections.defaultdict(lambda: collections.defaultdict(list))
-    for r in results[len(results) // 2:]:
+    for r in steady_window(results):
         if "Linear" in (r.get("_cand") or ""):
             continue
         for side, got in (r["checks"].get("timing_host_ms") or {}).items():
@@ -89,17 +83,20 @@ def _med_max(xs: list[float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("file")
-    ap.add_argument("names", help="comma-separated, one per engine of 32 results")
+    ap.add_argument("names", help="comma-separated, one per engine")
+    ap.add_argument("--per-engine", type=int, default=PER_ENGINE,
+                    help="results per engine: 32 (files before session 10), 48 since")
     args = ap.parse_args()
+    per = args.per_engine
     with open(args.file) as f:
         results = [json.loads(line) for line in f if line.strip()]
     for i, name in enumerate(args.names.split(",")):
-        eng = results[i * PER_ENGINE:(i + 1) * PER_ENGINE]
+        eng = results[i * per:(i + 1) * per]
         if not eng:
             break
         waits, blame = drains(eng)
-        late = {r["task_id"] for r in eng[len(eng) // 2:]}
-        excl = [h[5] - h[4] for h in _holds(eng) if h[2] == "e" and h[0] in late]
+        late = {r["task_id"] for r in steady_window(eng)}
+        excl = [h[5] - h[4] for h in holds_of(eng) if h[2] == "e" and h[0] in late]
         print(f"{name}: spare first preload hold (median/max ms) {_med_max(_spare_holds(eng, 0))}, "
               f"device part {_med_max(_spare_holds(eng, -1))}")
         print(f"  drains {sum(waits):.0f} ms in all, largest "

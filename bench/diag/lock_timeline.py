@@ -31,8 +31,9 @@ def _owner(r: dict) -> str:
     return str(r.get("task_id") or id(r))
 
 
-def holds_of(results: list[dict]) -> list[tuple[str, str, float, float, float]]:
-    """(owner, mode, asked, got, released) of every traced hold."""
+def holds_of(results: list[dict]) -> list[tuple[str, str, str, float, float, float]]:
+    """(owner, label, mode, asked, got, released) of every traced hold; a
+    spare's holds are owned by its task's id + "/spare"."""
     out = []
     for r in results:
         t = r.get("timings") or {}
@@ -40,7 +41,7 @@ def holds_of(results: list[dict]) -> list[tuple[str, str, float, float, float]]:
         for owner, trace in ((tid, t.get("lock_trace")),
                              (tid + "/spare", (t.get("warm_spare") or {}).get("lock_trace"))):
             for h in trace or []:
-                out.append((owner, h[1], float(h[2]), float(h[3]), float(h[4])))
+                out.append((owner, str(h[0]), h[1], float(h[2]), float(h[3]), float(h[4])))
     return out
 
 
@@ -60,13 +61,12 @@ def timeline(results: list[dict], window: list[dict] | None = None) -> dict[str,
     last one; the holds of all results count."""
     late = {_owner(r) for r in (window if window is not None else steady_window(results))}
     holds = holds_of(results)
-    ex = [h for h in holds if h[1] == "e"]
-    late_ex = [h for h in ex if h[0] in late]
+    late_ex = [h for h in holds if h[2] == "e" and h[0] in late]
     if not late_ex:
         return {}
-    t0, t1 = min(h[3] for h in late_ex), max(h[4] for h in late_ex)
+    t0, t1 = min(h[4] for h in late_ex), max(h[5] for h in late_ex)
     edges: list[tuple[float, str, int]] = []
-    for _, mode, asked, got, rel in holds:
+    for _, _, mode, asked, got, rel in holds:
         if mode == "e":
             edges += [(asked, "wait", 1), (got, "wait", -1), (got, "excl", 1), (rel, "excl", -1)]
         else:
