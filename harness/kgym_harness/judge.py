@@ -1009,6 +1009,7 @@ def _finish(result: dict, judge: Judge | None, started: float) -> None:
     result["timings"]["total"] = (_now() - started) * 1e3
     # the judge's cpustat.sample() now (since its fork, the warm-up included)
     result["timings"]["sched_judge"] = cpustat.sample()
+    result["timings"]["imported_judge"] = cpustat.imported()  # by package, since the fork
     if judge is not None:
         # where the channel's time went on each side (Channel.ms; the
         # candidate's is its claim): diagnostics of the first calls

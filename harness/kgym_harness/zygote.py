@@ -169,6 +169,46 @@ def _kill_orphans(live: set[int]) -> None:
                     pass
 
 
+def driver_fds() -> int:
+    """How many of this process's fds are open on a GPU driver's device
+    (/dev/nvidia*): 0 unless the CUDA driver was started (cuInit, or NVML),
+    which the zygote must never do before it forks."""
+    n = 0
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return -1
+    for fd in names:
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("/dev/nvidia")
+        except OSError:
+            continue
+    return n
+
+
+def _import_cpp_extension() -> None:
+    """torch.utils.cpp_extension, imported here once instead of in every
+    spare's candidate (prewarm.warm_prep; the extension hooks need it):
+    about 105 modules, which a child compiles from source where the
+    installed packages have no .pyc files, since children cannot write any
+    (the H200's image: 1.4-2.6 s of a spare's CPU). At import it calls
+    torch.cuda.is_available() only to decide whether to print a warning
+    about CUDA_HOME, and that call starts the driver (cuInit), which must
+    never happen before a fork: the question is answered without asking
+    for the length of the import."""
+    import importlib
+    import torch
+    if not (torch.cuda._is_compiled() and torch.version.cuda):
+        importlib.import_module("torch.utils.cpp_extension")  # asks nothing of CUDA
+        return
+    real = torch.cuda.is_available
+    torch.cuda.is_available = lambda: True  # type: ignore[assignment]
+    try:
+        importlib.import_module("torch.utils.cpp_extension")
+    finally:
+        torch.cuda.is_available = real  # type: ignore[assignment]
+
+
 def _preimport() -> dict[str, Any]:
     info: dict[str, Any] = {"python": sys.version.split()[0]}
     t0 = time.perf_counter()
@@ -185,6 +225,23 @@ def _preimport() -> dict[str, Any]:
             __import__(mod)
         except Exception as e:  # noqa: BLE001
             info.setdefault("import_errors", {})[mod] = str(e)[:200]
+    t1 = time.perf_counter()
+    try:
+        _import_cpp_extension()
+    except Exception as e:  # noqa: BLE001 - each spare then imports it (and reports)
+        info.setdefault("import_errors", {})["cpp_extension"] = str(e)[:200]
+    info["cpp_extension_ms"] = round((time.perf_counter() - t1) * 1e3, 1)
+    if info.get("triton"):
+        try:
+            # what a spare's tiny Triton kernel (prewarm.warm_prep) and every
+            # candidate's first compile import: the code generator and, with
+            # it, triton.experimental.gluon (about 40 modules, 0.3-0.4 s of
+            # CPU per child without .pyc files, H200). Python code only; the
+            # driver is first asked for at a compile, in the child.
+            __import__("triton.compiler.code_generator")
+        except Exception as e:  # noqa: BLE001
+            info.setdefault("import_errors", {})["triton.compiler"] = str(e)[:200]
+    info["driver_fds"] = driver_fds()
     if os.environ.get("KGYM_COMPILE_AHEAD") == "1":
         # what ahead.py's meta forwards import at first use (torch._dynamo,
         # sympy: 1.6-3.3 s per candidate on the H200), once here

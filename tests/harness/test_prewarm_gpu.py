@@ -66,3 +66,47 @@ def test_preload_loads_without_running_and_first_calls_are_then_cheap():
     from kgym_harness import guards
     a = torch.arange(1 << 20, device="cuda:0", dtype=torch.float32)
     assert out["digest"] == guards.digests([a])[0]
+
+
+ZYGOTE = r"""
+import json, os, time
+from kgym_harness import zygote, cpustat
+info = zygote._preimport()  # cpp_extension and Triton's code generator, CUDA untouched
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    cpustat.mark_fork()
+    import torch
+    from kgym_harness import prewarm
+    torch.cuda.set_device(0)
+    t = time.perf_counter()
+    failed = prewarm.warm_prep("cuda:0")
+    prep_ms = round((time.perf_counter() - t) * 1e3, 1)
+    failed.update(prewarm.warm_device("cuda:0"))
+    os.write(w, json.dumps({"failed": failed, "prep_ms": prep_ms,
+                            "imported": cpustat.imported()}).encode())
+    os._exit(0)
+os.close(w)
+child = json.loads(os.read(r, 65536) or b"{}")
+os.waitpid(pid, 0)
+print(json.dumps({"info": info, "child": child, "after": zygote.driver_fds()}))
+"""
+
+
+def test_the_zygotes_imports_leave_cuda_to_its_children(tmp_path):
+    """On a GPU machine the zygote's pre-imports (cpp_extension, whose
+    import asks torch.cuda.is_available(); Triton's code generator) open no
+    driver device, and a child forked afterwards starts CUDA, compiles and
+    launches the tiny Triton kernel and runs cuBLAS, importing little of
+    its own."""
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(HARNESS),
+               TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    p = subprocess.run([sys.executable, "-c", ZYGOTE], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    print(out)  # the zygote's import times and the child's prep, for the log
+    info = out["info"]
+    assert "import_errors" not in info and info["driver_fds"] == 0 and out["after"] == 0, out
+    assert out["child"].get("failed") == {}, out
+    assert sum(out["child"]["imported"].values()) < 15, out["child"]

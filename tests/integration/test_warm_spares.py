@@ -84,8 +84,9 @@ def test_warm_parts_and_tasks_say_where_their_time_went():
     # cumulative: the judge's CPU never goes down, and its task's end comes last
     j = [sched[p]["judge"][0] for p in ("prep", "device", "task")]
     assert j == sorted(j) and res[1]["timings"]["sched_judge"][0] >= j[-1], (j, res[1])
-    # the candidate's prep imports the extension machinery after the fork
-    assert sched["prep"]["candidate"][2] > 50, sched
+    # the extension machinery (torch.utils.cpp_extension, ~105 modules) was
+    # imported in the zygote: the candidate's prep imports next to nothing
+    assert sched["prep"]["candidate"][2] < 20, sched
 
 
 def _eval_stderr(n: int, floor: str) -> tuple[list[dict], str]:
