@@ -61,48 +61,37 @@ def warm_prep(device: str) -> dict:
     return errors
 
 
-def _capture(stream: Any, fn: Callable[[], Any]) -> str | None:
-    """fn() with `stream` capturing into a CUDA graph that is destroyed
-    unlaunched: each kernel fn launches is resolved, so CUDA's lazy module
-    loading loads its module (15-25 ms for one of torch's on the H200, the
-    whole first-use cost), and none of them runs. "relaxed": the
-    allocations and handle set-up a first call does are allowed. The error
-    (a call that cannot be captured) or None."""
-    g = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.stream(stream):
-            g.capture_begin(capture_error_mode="relaxed")
-            try:
-                fn()
-            finally:
-                g.capture_end()
-    except Exception as e:
-        return f"{type(e).__name__}: {loader.safe_str(e)}"[:160]
-    finally:
-        g.reset()
-    return None
-
-
 def _ops(*fns: Callable[[], Any]) -> tuple[Callable[[], Any], ...]:
     return fns
+
+
+def _generator(dev: Any) -> Any:
+    """A generator of the preload's own for its random operations (None on
+    the meta device, which has none): the process's default generators,
+    which inputs are drawn from, are not advanced by it."""
+    if torch.device(dev).type == "meta":
+        return None
+    return torch.Generator(device=dev).manual_seed(0)
 
 
 def _harness_ops(dev: Any) -> dict[str, tuple[Callable[[], Any], ...]]:
     """The operation families the harness runs on a device in a checked
     call (input draws, digests, poison, copies, comparisons, audits), each
-    operation on small tensors from torch.empty: nothing is computed, so no
-    value matters, and no harness function runs (one that caches a tensor,
-    as guards._pattern does, would keep a never-computed one). One
+    operation on small zeroed tensors of its own (valid indices, defined
+    values; what they compute is thrown away), random ones from the
+    preload's own generator. No harness function runs (one that caches a
+    tensor, as guards._pattern does, would keep the preload's). One
     operation per entry: a spare loads each under its own hold of the
     device lock (a family in one hold took up to 222 ms on the H200)."""
     n = 4096
-    f = torch.empty(n, device=dev)
-    h = torch.empty(n, device=dev, dtype=torch.float16)
-    b = torch.empty(n, device=dev, dtype=torch.bfloat16)
-    i = torch.empty(n, device=dev, dtype=torch.int64)
-    u = torch.empty(n, device=dev, dtype=torch.uint8)
-    m = torch.empty(n, device=dev, dtype=torch.bool)
-    idx = torch.empty(16, device=dev, dtype=torch.int64)
+    f = torch.zeros(n, device=dev)
+    h = torch.zeros(n, device=dev, dtype=torch.float16)
+    b = torch.zeros(n, device=dev, dtype=torch.bfloat16)
+    i = torch.zeros(n, device=dev, dtype=torch.int64)
+    u = torch.zeros(n, device=dev, dtype=torch.uint8)
+    m = torch.zeros(n, device=dev, dtype=torch.bool)
+    idx = torch.zeros(16, device=dev, dtype=torch.int64)
+    g = _generator(dev)
     return {
         "arith": _ops(lambda: f + f, lambda: f - f, lambda: f * f, lambda: f / f, lambda: -f,
                       lambda: i * 3 + 1, lambda: i + i, lambda: i % 7, lambda: h + h,
@@ -133,10 +122,11 @@ def _harness_ops(dev: Any) -> dict[str, tuple[Callable[[], Any], ...]]:
         "index": _ops(lambda: f[idx], lambda: f.index_select(0, idx), lambda: f.gather(0, idx),
                       lambda: f.take(idx), lambda: i.index_select(0, idx)),
         "arange": _ops(lambda: torch.arange(n, device=dev, dtype=torch.int64)),
-        "random": _ops(lambda: torch.randn(n, device=dev), lambda: torch.rand(n, device=dev),
-                       lambda: torch.randint(0, 7, (n,), device=dev),
-                       lambda: torch.randn(n, device=dev, dtype=torch.float16),
-                       lambda: torch.randn(n, device=dev, dtype=torch.bfloat16)),
+        "random": _ops(lambda: torch.randn(n, device=dev, generator=g),
+                       lambda: torch.rand(n, device=dev, generator=g),
+                       lambda: torch.randint(0, 7, (n,), device=dev, generator=g),
+                       lambda: torch.randn(n, device=dev, dtype=torch.float16, generator=g),
+                       lambda: torch.randn(n, device=dev, dtype=torch.bfloat16, generator=g)),
         "scan": _ops(lambda: f.cumsum(0), lambda: torch.sort(f), lambda: f.topk(4)),
     }
 
@@ -146,10 +136,10 @@ def _common_ops(dev: Any) -> dict[str, tuple[Callable[[], Any], ...]]:
     cuBLAS products): the judge's first reference forward pays for these
     otherwise."""
     import torch.nn.functional as F
-    x = torch.empty(8, 64, 64, device=dev)
-    w = torch.empty(64, 64, device=dev)
-    bias = torch.empty(64, device=dev)
-    mats = [torch.empty(64, 64, device=dev, dtype=dt)
+    x = torch.zeros(8, 64, 64, device=dev)
+    w = torch.zeros(64, 64, device=dev)
+    bias = torch.zeros(64, device=dev)
+    mats = [torch.zeros(64, 64, device=dev, dtype=dt)
             for dt in (torch.float32, torch.float16, torch.bfloat16)]
     return {
         "activations": _ops(lambda: F.relu(x), lambda: F.gelu(x),
@@ -183,7 +173,7 @@ def _families(dev: Any) -> dict[str, tuple[Callable[[], Any], ...]]:
     fams.update(_common_ops(dev))
     kernel = _tiny_triton()
     if kernel is not None:
-        x = torch.empty(1024, device=dev)
+        x = torch.zeros(1024, device=dev)
         fams["triton"] = (lambda: kernel[(1,)](x, x.numel(), BLOCK=1024),)  # type: ignore[index]
     return fams
 
@@ -203,30 +193,29 @@ def spare_unit(name: Any) -> bool:
     return isinstance(name, str) and name.split("/", 1)[0] in SPARE_FAMILIES
 
 
-_TABLES: dict[str, tuple[Any, dict]] = {}  # device -> (capture stream, units), made once
+_TABLES: dict[str, dict] = {}  # device -> units, made once
 _LOADED: set[str] = set()
 
 
-def _table(dev: Any) -> tuple[Any, dict]:
-    """This process's capture stream and preload units, made once: cuBLAS's
-    handle (outside any capture), the stream, and the small tensors each
-    unit works on."""
+def _table(dev: Any) -> dict:
+    """This process's preload units, made once: cuBLAS's handle and the
+    small zeroed tensors each unit works on."""
     key = str(dev)
     if key not in _TABLES:
         torch.cuda.current_blas_handle()
-        table = {f"{name}/{k}": fn for name, ops in _families(dev).items()
-                 for k, fn in enumerate(ops)}
-        _TABLES[key] = (torch.cuda.Stream(dev), table)
+        _TABLES[key] = {f"{name}/{k}": fn for name, ops in _families(dev).items()
+                        for k, fn in enumerate(ops)}
+        torch.cuda.synchronize(dev)  # the zeroing done before any unit's hold
     return _TABLES[key]
 
 
 def preload_setup(device: str) -> dict:
     """What preload() needs before its first unit, made now: cuBLAS's
-    handle, a stream, device allocations (the table of _table). None of it
-    runs or loads device code, so a spare does it in its unlocked "prep"
-    part: done inside the first unit's hold of the device lock it made
-    that hold 250-1200 ms long at concurrency 4 on the H200 (57 ms alone),
-    and a timing phase elsewhere waited for it. Returns what failed."""
+    handle and device allocations (the table of _table), zeroed by torch's
+    fill kernel, so a spare does it in its unlocked "prep" part: done
+    inside the first unit's hold of the device lock it made that hold
+    250-1200 ms long at concurrency 4 on the H200 (57 ms alone), and a
+    timing phase elsewhere waited for it. Returns what failed."""
     dev = torch.device(device)
     if dev.type != "cuda":
         return {}
@@ -238,15 +227,22 @@ def preload_setup(device: str) -> dict:
 
 
 def preload(device: str, names: Any = None, took: dict | None = None) -> dict:
-    """Load, without running anything, the device code that a first checked
-    call would otherwise load (CUDA loads torch's modules lazily, 15-25 ms
-    each on the H200): the units named ("family/k", or a family's name for
-    all of its units; everything when names is None), each captured into a
-    CUDA graph that is never launched (_capture), once per process. Loading
-    a module is still device activity: with another process's timing phase
-    running it made 4 of 4 honest Linear+ReLU evaluations side_stream (H200,
-    2026-12-01), so a spare runs it under the device lock, one unit per
-    hold. Returns what failed, by unit; took gets the time (ms)."""
+    """Load the device code that a first checked call would otherwise load
+    (CUDA loads torch's modules lazily, 15-25 ms each on the H200): the
+    units named ("family/k", or a family's name for all of its units;
+    everything when names is None), once per process, each by running its
+    operation once on the table's small zeroed tensors (a few microseconds
+    of device work; the launch loads the module) and waiting for it, so
+    that a unit's device work ends inside its hold. Until session 11 each
+    unit was captured into a CUDA graph that was never launched: every
+    capture took a 2 MiB segment of a private pool from the driver
+    (cudaMalloc, 80 per process, kept to its exit) and the 78 units took
+    600-1240 ms, against 300-420 ms run (H200, alone and 8 processes at
+    once: bench/results/2026-12-01-gpu-h200-s11.txt). Loading a module is
+    device activity: with another process's timing phase running it made 4
+    of 4 honest Linear+ReLU evaluations side_stream (H200, 2026-12-01), so
+    a spare runs it under the device lock, one unit per hold. Returns what
+    failed, by unit; took gets the time (ms)."""
     t0 = time.perf_counter()
     errors: dict[str, str] = {}
     dev = torch.device(device)
@@ -254,7 +250,7 @@ def preload(device: str, names: Any = None, took: dict | None = None) -> dict:
         return errors
     import warnings
     try:
-        stream, table = _table(dev)
+        table = _table(dev)
         if names is None:
             wanted = list(table)
         else:
@@ -265,11 +261,12 @@ def preload(device: str, names: Any = None, took: dict | None = None) -> dict:
             for name in wanted:
                 if name in _LOADED:
                     continue
-                err = _capture(stream, table[name])
-                if err is None:
+                try:
+                    table[name]()
+                    torch.cuda.synchronize(dev)
                     _LOADED.add(name)
-                else:
-                    errors[name] = err
+                except Exception as e:
+                    errors[name] = f"{type(e).__name__}: {loader.safe_str(e)}"[:160]
     except Exception as e:
         errors["preload"] = f"{type(e).__name__}: {loader.safe_str(e)}"[:160]
     if took is not None:

@@ -79,3 +79,26 @@ def test_preload_pair_holds_the_lock_once_per_unit_and_the_candidate_answers(tmp
     finally:
         if cand.poll() is None:
             cand.kill()
+
+
+def test_every_preload_unit_runs_on_its_own_zeroed_tensors():
+    """A spare's preload runs each unit once (on CUDA; prewarm.preload):
+    every operation must run on the table's zeroed tensors without error
+    (an index op on never-written indices could fault the device) and the
+    random ones must draw from the preload's own generator, not from the
+    default one that inputs are drawn from. Checked on the CPU, unit by
+    unit."""
+    import torch
+    sys.path.insert(0, os.path.abspath(HARNESS))
+    from kgym_harness import prewarm
+    torch.manual_seed(1234)
+    before = torch.get_rng_state()
+    table = prewarm._harness_ops(torch.device("cpu"))
+    ran = 0
+    for name in prewarm.SPARE_FAMILIES:
+        for fn in table[name]:
+            fn()
+            ran += 1
+    assert ran == len(prewarm.units()) and ran > 70
+    assert torch.equal(before, torch.get_rng_state())
+    assert bool((table["index"][0]() == 0).all())  # zeroed values, valid indices
