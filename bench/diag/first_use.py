@@ -13,7 +13,7 @@ time against the second's, the totals and the device memory in use.
     bench/diag/first_use.py [--device cuda:0] [--modes LAZY,EAGER,LAZY+preload]
 
 LAZY+preload runs prewarm.preload (what a warm spare does before its task:
-every kernel captured into a CUDA graph never launched) before the ops.
+each unit run once on small zeroed tensors; captured into a never-launched CUDA graph until session 11) before the ops.
 """
 from __future__ import annotations
 

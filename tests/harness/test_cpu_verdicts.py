@@ -24,7 +24,8 @@ def test_honest_kernel_passes():
     phases = {"queued", "setup", "compile", "correctness", "timing", "profiling",
               "timing_checks", "recheck", "total"}
     assert set(r["timings"]) - phases == {"load_detail", "trials_detail", "quiescence", "close",
-                                          "ablation", "channel", "sched_judge"}, r["timings"]
+                                          "ablation", "channel", "sched_judge",
+                                          "imported_judge"}, r["timings"]
     # the channel's own time on each side; a CPU task has no device regions
     ch = r["timings"]["channel"]
     assert set(ch["judge"]) == set(ch["candidate"]) == {

@@ -75,6 +75,10 @@ def test_warm_parts_and_tasks_say_where_their_time_went():
     for r in res:
         end = r["timings"]["sched_judge"]
         assert len(end) == 3 and end[0] > 0 and end[2] >= 0, end
+        # and which modules, by package: as many as it counted
+        imp = r["timings"]["imported_judge"]
+        assert all(isinstance(v, int) and v > 0 for v in imp.values()), imp
+        assert sum(imp.values()) <= end[2], (imp, end)
     sched = res[1]["timings"]["warm_spare"]["sched"]
     assert {"prep", "device", "task"} <= set(sched), sched
     for part in ("prep", "device"):
