@@ -79,11 +79,34 @@ def report(results: list[dict], window: list[dict] | None = None) -> list[str]:
             f"{who} cpu {_med(row.get(who + ' cpu', []))} runq {_med(row.get(who + ' runq', []))}"
             f" mods {_med(row.get(who + ' mods', []))}" for who in ("judge", "candidate")
             if row.get(who + " cpu")))
+    steps = prep_steps(late)
+    if steps:
+        out.insert(1 if out and out[0].startswith("prep") else 0, steps)
     if task_rows["wall"]:
         out.append(f"task     wall {_med(task_rows['wall'])} ms; judge cpu "
                    f"{_med(task_rows['cpu'])} runq {_med(task_rows['runq'])} "
                    f"mods {_med(task_rows['mods'])}")
     return out
+
+
+def prep_steps(results: list[dict]) -> str:
+    """The median of each step of the spares' prep part, in ms: the
+    judge's CUDA context and preload set-up (timings.warm_spare.
+    prep_judge_parts_ms), the candidate's CUDA start (made before the part
+    began), warm prep and set-up (prep_candidate_ms, its claim). "" when
+    no result has them (files before session 11)."""
+    found: dict[str, dict[str, list[float]]] = {"judge": {}, "candidate": {}}
+    for r in results:
+        warm = (r.get("timings") or {}).get("warm_spare") or {}
+        for who, key in (("judge", "prep_judge_parts_ms"), ("candidate", "prep_candidate_ms")):
+            parts = warm.get(key)
+            if isinstance(parts, dict):
+                for k, v in parts.items():
+                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                        found[who].setdefault(str(k), []).append(float(v))
+    sides = [f"{who} " + ", ".join(f"{k} {_med(v)}" for k, v in found[who].items())
+             for who in ("judge", "candidate") if found[who]]
+    return "steps of prep (ms): " + "; ".join(sides) if sides else ""
 
 
 def main() -> None:

@@ -421,6 +421,9 @@ def cmd_profile(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     return {"ok": True, "profile": prof}, []
 
 
+_EARLY_MS: list[float] = []  # what _early_cuda_init took (a spare's prep reports it)
+
+
 def _early_cuda_init() -> str | None:
     """Initialise CUDA before the first command arrives, so it overlaps the
     judge's own start-up. The worker names the device in KGYM_DEVICE; any
@@ -428,6 +431,7 @@ def _early_cuda_init() -> str | None:
     want = os.environ.get("KGYM_DEVICE", "")
     if not want.startswith("cuda"):
         return None
+    t0 = timing._perf_ns()
     try:
         if torch.cuda.is_available():
             torch.cuda.init()
@@ -436,6 +440,8 @@ def _early_cuda_init() -> str | None:
             return dev
     except Exception:
         pass
+    finally:
+        _EARLY_MS[:] = [round((timing._perf_ns() - t0) / 1e6, 1)]
     return None
 
 
@@ -457,9 +463,16 @@ def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     try:
         failed: dict = {}
         if h.get("part") == "prep":  # any device: the cpu backend's extensions too
+            # where the part's time went (its own steps; the CUDA context
+            # was made at start, before this command could be read)
+            if _EARLY_MS:
+                took["cuda_init"] = _EARLY_MS[0]
             failed = prewarm.warm_prep(want if want.startswith("cuda") else "cpu")
+            took["prep"] = round((timing._perf_ns() - t0) / 1e6, 1)
             if want.startswith("cuda") and torch.cuda.is_available():
+                t1 = timing._perf_ns()
                 failed.update(prewarm.preload_setup(want if ":" in want else "cuda:0"))
+                took["setup"] = round((timing._perf_ns() - t1) / 1e6, 1)
         elif want.startswith("cuda") and torch.cuda.is_available():
             dev = torch.device(want if ":" in want else "cuda:0")
             if h.get("part") == "device":

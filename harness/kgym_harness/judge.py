@@ -1177,8 +1177,13 @@ def _warm_pair(chan: Channel) -> dict:
         def prep() -> None:
             # this process's CUDA context and the preload's set-up (cuBLAS
             # handle, allocations): no device work, while the candidate preps
+            t = _now()
             torch.cuda.set_device(dev)
+            torch.cuda.init()
+            t1 = _now()
             failed = prewarm.preload_setup(str(dev))
+            out["prep_judge_parts_ms"] = {"context": round((t1 - t) * 1e3, 1),
+                                          "setup": round((_now() - t1) * 1e3, 1)}
             if failed:
                 out["preload_setup_error"] = str(failed)[:300]
         _warm_part(chan, out, "prep", prep if cuda else None)

@@ -88,6 +88,10 @@ def test_warm_parts_and_tasks_say_where_their_time_went():
     # cumulative: the judge's CPU never goes down, and its task's end comes last
     j = [sched[p]["judge"][0] for p in ("prep", "device", "task")]
     assert j == sorted(j) and res[1]["timings"]["sched_judge"][0] >= j[-1], (j, res[1])
+    # the prep's own steps, as the candidate timed them (on a GPU also its
+    # CUDA start, and the judge's context and set-up: prep_judge_parts_ms)
+    steps = res[1]["timings"]["warm_spare"]["prep_candidate_ms"]
+    assert steps["prep"] > 0 and steps["prep"] <= res[1]["timings"]["warm_spare"]["prep_ms"], steps
     # the extension machinery (torch.utils.cpp_extension, ~105 modules) was
     # imported in the zygote: the candidate's prep imports next to nothing
     assert sched["prep"]["candidate"][2] < 20, sched
