@@ -74,7 +74,21 @@ def _generator(dev: Any) -> Any:
     return torch.Generator(device=dev).manual_seed(0)
 
 
-def _harness_ops(dev: Any) -> dict[str, tuple[Callable[[], Any], ...]]:
+def _buffers(made: list | None) -> Callable[..., Any]:
+    """How the preload's tables make their tensors: zeroed at once, or,
+    given a list (a spare's set-up, which must launch nothing: _table),
+    uninitialised and appended to it, for preload() to zero under the
+    device lock before its first unit."""
+    def make(*shape: int, device: Any, dtype: Any = None) -> Any:
+        if made is None:
+            return torch.zeros(*shape, device=device, dtype=dtype)
+        t = torch.empty(*shape, device=device, dtype=dtype)
+        made.append(t)
+        return t
+    return make
+
+
+def _harness_ops(dev: Any, made: list | None = None) -> dict[str, tuple[Callable[[], Any], ...]]:
     """The operation families the harness runs on a device in a checked
     call (input draws, digests, poison, copies, comparisons, audits), each
     operation on small zeroed tensors of its own (valid indices, defined
@@ -84,13 +98,14 @@ def _harness_ops(dev: Any) -> dict[str, tuple[Callable[[], Any], ...]]:
     operation per entry: a spare loads each under its own hold of the
     device lock (a family in one hold took up to 222 ms on the H200)."""
     n = 4096
-    f = torch.zeros(n, device=dev)
-    h = torch.zeros(n, device=dev, dtype=torch.float16)
-    b = torch.zeros(n, device=dev, dtype=torch.bfloat16)
-    i = torch.zeros(n, device=dev, dtype=torch.int64)
-    u = torch.zeros(n, device=dev, dtype=torch.uint8)
-    m = torch.zeros(n, device=dev, dtype=torch.bool)
-    idx = torch.zeros(16, device=dev, dtype=torch.int64)
+    z = _buffers(made)
+    f = z(n, device=dev)
+    h = z(n, device=dev, dtype=torch.float16)
+    b = z(n, device=dev, dtype=torch.bfloat16)
+    i = z(n, device=dev, dtype=torch.int64)
+    u = z(n, device=dev, dtype=torch.uint8)
+    m = z(n, device=dev, dtype=torch.bool)
+    idx = z(16, device=dev, dtype=torch.int64)
     g = _generator(dev)
     return {
         "arith": _ops(lambda: f + f, lambda: f - f, lambda: f * f, lambda: f / f, lambda: -f,
@@ -131,15 +146,16 @@ def _harness_ops(dev: Any) -> dict[str, tuple[Callable[[], Any], ...]]:
     }
 
 
-def _common_ops(dev: Any) -> dict[str, tuple[Callable[[], Any], ...]]:
+def _common_ops(dev: Any, made: list | None = None) -> dict[str, tuple[Callable[[], Any], ...]]:
     """What reference models use most (activations, normalisations, the
     cuBLAS products): the judge's first reference forward pays for these
     otherwise."""
     import torch.nn.functional as F
-    x = torch.zeros(8, 64, 64, device=dev)
-    w = torch.zeros(64, 64, device=dev)
-    bias = torch.zeros(64, device=dev)
-    mats = [torch.zeros(64, 64, device=dev, dtype=dt)
+    z = _buffers(made)
+    x = z(8, 64, 64, device=dev)
+    w = z(64, 64, device=dev)
+    bias = z(64, device=dev)
+    mats = [z(64, 64, device=dev, dtype=dt)
             for dt in (torch.float32, torch.float16, torch.bfloat16)]
     return {
         "activations": _ops(lambda: F.relu(x), lambda: F.gelu(x),
@@ -167,13 +183,13 @@ SPARE_FAMILIES = ("arith", "compare", "logic", "unary", "where", "reduce", "shap
                   "copy", "index", "arange", "random")
 
 
-def _families(dev: Any) -> dict[str, tuple[Callable[[], Any], ...]]:
+def _families(dev: Any, made: list | None = None) -> dict[str, tuple[Callable[[], Any], ...]]:
     """Every family preload() knows, by name, as its operations."""
-    fams = dict(_harness_ops(dev))
-    fams.update(_common_ops(dev))
+    fams = dict(_harness_ops(dev, made))
+    fams.update(_common_ops(dev, made))
     kernel = _tiny_triton()
     if kernel is not None:
-        x = torch.zeros(1024, device=dev)
+        x = _buffers(made)(1024, device=dev)
         fams["triton"] = (lambda: kernel[(1,)](x, x.numel(), BLOCK=1024),)  # type: ignore[index]
     return fams
 
@@ -194,25 +210,39 @@ def spare_unit(name: Any) -> bool:
 
 
 _TABLES: dict[str, dict] = {}  # device -> units, made once
+_UNZEROED: dict[str, list] = {}  # device -> the table's tensors not zeroed yet
 _LOADED: set[str] = set()
 
 
 def _table(dev: Any) -> dict:
     """This process's preload units, made once: cuBLAS's handle and the
-    small zeroed tensors each unit works on."""
+    small tensors each unit works on, allocated but not yet zeroed (that
+    launches a kernel, which preload() does under the lock)."""
     key = str(dev)
     if key not in _TABLES:
         torch.cuda.current_blas_handle()
-        _TABLES[key] = {f"{name}/{k}": fn for name, ops in _families(dev).items()
+        made: list = []
+        _TABLES[key] = {f"{name}/{k}": fn for name, ops in _families(dev, made).items()
                         for k, fn in enumerate(ops)}
-        torch.cuda.synchronize(dev)  # the zeroing done before any unit's hold
+        _UNZEROED[key] = made
     return _TABLES[key]
+
+
+def _zero_table(dev: Any) -> None:
+    """The table's tensors zeroed (once; the caller holds the device lock),
+    so that every unit runs on defined values and valid indices."""
+    made = _UNZEROED.pop(str(dev), None)
+    if made:
+        for t in made:
+            t.zero_()
+        torch.cuda.synchronize(dev)
 
 
 def preload_setup(device: str) -> dict:
     """What preload() needs before its first unit, made now: cuBLAS's
-    handle and device allocations (the table of _table), zeroed by torch's
-    fill kernel, so a spare does it in its unlocked "prep" part: done
+    handle and device allocations (the table of _table). None of it
+    launches a kernel or loads device code, so a spare does it in its
+    unlocked "prep" part: done
     inside the first unit's hold of the device lock it made that hold
     250-1200 ms long at concurrency 4 on the H200 (57 ms alone), and a
     timing phase elsewhere waited for it. Returns what failed."""
@@ -251,6 +281,7 @@ def preload(device: str, names: Any = None, took: dict | None = None) -> dict:
     import warnings
     try:
         table = _table(dev)
+        _zero_table(dev)
         if names is None:
             wanted = list(table)
         else:

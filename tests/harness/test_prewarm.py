@@ -102,3 +102,13 @@ def test_every_preload_unit_runs_on_its_own_zeroed_tensors():
     assert ran == len(prewarm.units()) and ran > 70
     assert torch.equal(before, torch.get_rng_state())
     assert bool((table["index"][0]() == 0).all())  # zeroed values, valid indices
+    # a spare's set-up allocates the tensors only (a kernel of its own must
+    # wait for the device lock) and hands them over for zeroing
+    made: list = []
+    fams = prewarm._families(torch.device("cpu"), made)
+    assert len(made) == 7 + 6 + (1 if "triton" in fams else 0), len(made)  # harness, common, triton
+    for t in made:
+        t.zero_()
+    for name in prewarm.SPARE_FAMILIES:
+        for fn in fams[name]:
+            fn()
