@@ -242,10 +242,10 @@ def preload_setup(device: str) -> dict:
     """What preload() needs before its first unit, made now: cuBLAS's
     handle and device allocations (the table of _table). None of it
     launches a kernel or loads device code, so a spare does it in its
-    unlocked "prep" part: done
-    inside the first unit's hold of the device lock it made that hold
-    250-1200 ms long at concurrency 4 on the H200 (57 ms alone), and a
-    timing phase elsewhere waited for it. Returns what failed."""
+    unlocked "prep" part: done inside the first unit's hold of the device
+    lock it made that hold 250-1200 ms long at concurrency 4 on the H200
+    (57 ms alone), and a timing phase elsewhere waited for it. Returns
+    what failed."""
     dev = torch.device(device)
     if dev.type != "cuda":
         return {}

@@ -189,9 +189,9 @@ def driver_fds() -> int:
 def _import_cpp_extension() -> None:
     """torch.utils.cpp_extension, imported here once instead of in every
     spare's candidate (prewarm.warm_prep; the extension hooks need it):
-    about 105 modules, which a child compiles from source where the
+    105-133 modules, which a child compiles from source where the
     installed packages have no .pyc files, since children cannot write any
-    (the H200's image: 1.4-2.6 s of a spare's CPU). At import it calls
+    (the H200's image: 0.4-0.5 s of each spare's CPU). At import it calls
     torch.cuda.is_available() only to decide whether to print a warning
     about CUDA_HOME, and that call starts the driver (cuInit), which must
     never happen before a fork: the question is answered without asking
@@ -235,8 +235,8 @@ def _preimport() -> dict[str, Any]:
         try:
             # what a spare's tiny Triton kernel (prewarm.warm_prep) and every
             # candidate's first compile import: the code generator and, with
-            # it, triton.experimental.gluon (about 40 modules, 0.3-0.4 s of
-            # CPU per child without .pyc files, H200). Python code only; the
+            # it, triton.experimental.gluon (about 40 modules, compiled from
+            # source in each child without .pyc files, H200). Python code only; the
             # driver is first asked for at a compile, in the child.
             __import__("triton.compiler.code_generator")
         except Exception as e:  # noqa: BLE001
