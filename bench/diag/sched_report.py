@@ -91,13 +91,16 @@ def report(results: list[dict], window: list[dict] | None = None) -> list[str]:
 
 def prep_steps(results: list[dict]) -> str:
     """The median of each step of the spares' prep part, in ms: the
-    judge's CUDA context and preload set-up (timings.warm_spare.
-    prep_judge_parts_ms), the candidate's CUDA start (made before the part
-    began), warm prep and set-up (prep_candidate_ms, its claim). "" when
-    no result has them (files before session 11)."""
+    judge's own part (timings.warm_spare.prep_judge_ms), its CUDA context
+    and preload set-up in it (prep_judge_parts_ms, since session 11), the
+    candidate's CUDA start (made before the part began), warm prep and
+    set-up (prep_candidate_ms, its claim). "" when no result has them."""
     found: dict[str, dict[str, list[float]]] = {"judge": {}, "candidate": {}}
     for r in results:
         warm = (r.get("timings") or {}).get("warm_spare") or {}
+        own = warm.get("prep_judge_ms")  # the judge's own part, steps or not (all files)
+        if isinstance(own, (int, float)) and not isinstance(own, bool):
+            found["judge"].setdefault("own", []).append(float(own))
         for who, key in (("judge", "prep_judge_parts_ms"), ("candidate", "prep_candidate_ms")):
             parts = warm.get(key)
             if isinstance(parts, dict):

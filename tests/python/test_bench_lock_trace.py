@@ -70,12 +70,13 @@ def test_sched_report_gives_each_part_its_own_cpu_and_run_queue():
     # the prep's steps, both sides, medians over the window's spares
     steps = []
     for judge_ms, cand_ms in ((300.0, 250.0), (500.0, 350.0), (400.0, 300.0)):
-        w = dict(warm, prep_judge_parts_ms={"context": judge_ms, "setup": 100.0},
+        w = dict(warm, prep_judge_ms=judge_ms + 100.0,
+                 prep_judge_parts_ms={"context": judge_ms, "setup": 100.0},
                  prep_candidate_ms={"cuda_init": cand_ms, "prep": 40.0, "setup": True})
         steps.append({"_t": 2.0, "timings": {"warm_spare": w, "total": 1200.0}})
     out = sched_report.report(steps, steps)
     assert out[0].startswith("prep ") and out[1] == (
-        "steps of prep (ms): judge context 400, setup 100; candidate cuda_init 300, prep 40"), out
+        "steps of prep (ms): judge own 500, context 400, setup 100; candidate cuda_init 300, prep 40"), out
 
 
 def test_cpu_use_is_the_busy_share_between_two_times():
