@@ -209,6 +209,28 @@ def _import_cpp_extension() -> None:
         torch.cuda.is_available = real  # type: ignore[assignment]
 
 
+def import_for_children(info: dict[str, Any]) -> None:
+    """What every spare's candidate would otherwise import after its fork,
+    imported here (info gets cpp_extension_ms and any import_errors): the
+    extension machinery (_import_cpp_extension) and, when triton imported
+    (info["triton"]), its code generator, which a spare's tiny Triton
+    kernel (prewarm.warm_prep) and every candidate's first compile import,
+    with triton.experimental.gluon (about 40 modules, compiled from source
+    in each child without .pyc files, H200). Python code only; the driver
+    is first asked for at a compile, in the child."""
+    t1 = time.perf_counter()
+    try:
+        _import_cpp_extension()
+    except Exception as e:  # noqa: BLE001 - each spare then imports it (and reports)
+        info.setdefault("import_errors", {})["cpp_extension"] = str(e)[:200]
+    info["cpp_extension_ms"] = round((time.perf_counter() - t1) * 1e3, 1)
+    if info.get("triton"):
+        try:
+            __import__("triton.compiler.code_generator")
+        except Exception as e:  # noqa: BLE001
+            info.setdefault("import_errors", {})["triton.compiler"] = str(e)[:200]
+
+
 def _preimport() -> dict[str, Any]:
     info: dict[str, Any] = {"python": sys.version.split()[0]}
     t0 = time.perf_counter()
@@ -225,22 +247,7 @@ def _preimport() -> dict[str, Any]:
             __import__(mod)
         except Exception as e:  # noqa: BLE001
             info.setdefault("import_errors", {})[mod] = str(e)[:200]
-    t1 = time.perf_counter()
-    try:
-        _import_cpp_extension()
-    except Exception as e:  # noqa: BLE001 - each spare then imports it (and reports)
-        info.setdefault("import_errors", {})["cpp_extension"] = str(e)[:200]
-    info["cpp_extension_ms"] = round((time.perf_counter() - t1) * 1e3, 1)
-    if info.get("triton"):
-        try:
-            # what a spare's tiny Triton kernel (prewarm.warm_prep) and every
-            # candidate's first compile import: the code generator and, with
-            # it, triton.experimental.gluon (about 40 modules, compiled from
-            # source in each child without .pyc files, H200). Python code only; the
-            # driver is first asked for at a compile, in the child.
-            __import__("triton.compiler.code_generator")
-        except Exception as e:  # noqa: BLE001
-            info.setdefault("import_errors", {})["triton.compiler"] = str(e)[:200]
+    import_for_children(info)
     info["driver_fds"] = driver_fds()
     if os.environ.get("KGYM_COMPILE_AHEAD") == "1":
         # what ahead.py's meta forwards import at first use (torch._dynamo,
