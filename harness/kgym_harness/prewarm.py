@@ -267,7 +267,7 @@ def preload(device: str, names: Any = None, took: dict | None = None) -> dict:
     unit was captured into a CUDA graph that was never launched: every
     capture took a 2 MiB segment of a private pool from the driver
     (cudaMalloc, 80 per process, kept to its exit) and the 78 units took
-    600-1240 ms, against 300-420 ms run (H200, alone and 8 processes at
+    520-1240 ms, against 296-422 ms run (H200, alone and 8 processes at
     once: bench/results/2026-12-01-gpu-h200-s11.txt). Loading a module is
     device activity: with another process's timing phase running it made 4
     of 4 honest Linear+ReLU evaluations side_stream (H200, 2026-12-01), so
