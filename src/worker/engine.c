@@ -239,6 +239,24 @@ static const char *compile_ahead(const kg_engine *e)
     return e->cuda_env[0] && e->cfg.concurrency > 1 ? "1" : "0";
 }
 
+/* How many hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS) each child's
+ * CUDA context gets: the worker's own setting when it has one, else 1 on a
+ * GPU. Every task makes two contexts and tears them down, and on the H200
+ * the driver makes at most about 4.7 a second with the default 8 queues,
+ * however many processes ask at once; with 1 queue 11 a second (2: 9.5),
+ * and 4-way throughput rose from x0.90 to x2.18 over a serial engine with
+ * 8, kernel medians within 0.11% (bench/diag/ctx_rate.py,
+ * bench/results/2026-12-01-gpu-h200-s12.txt). The cost: a candidate's
+ * kernels on different streams share one queue and do not overlap. NULL:
+ * leave CUDA's default (no GPU). */
+static const char *cuda_connections(const kg_engine *e)
+{
+    const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    if (v && *v)
+        return v;
+    return e->cuda_env[0] ? "1" : NULL;
+}
+
 /* The environment a child starts with: nothing of the worker's but what the
  * runtime needs. */
 static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
@@ -267,6 +285,9 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
         if (v)
             json_object_set_new(env, *p, json_string(v));
     }
+    const char *conns = cuda_connections(e);
+    if (conns)
+        json_object_set_new(env, "CUDA_DEVICE_MAX_CONNECTIONS", json_string(conns));
     if (!json_object_get(env, "PATH"))
         json_object_set_new(env, "PATH",
                             json_string("/usr/local/bin:/usr/bin:/bin"));

@@ -1,0 +1,52 @@
+"""A GPU worker's children make their CUDA contexts with one hardware work
+queue (CUDA_DEVICE_MAX_CONNECTIONS=1) unless the worker's environment says
+otherwise (skipped without a CUDA device; `make test-gpu` runs it on the
+H200). Both the judge, which loads the reference, and the candidate are
+checked: each file refuses to load with another value."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KGYM = os.environ.get("KGYM_BIN", os.path.join(ROOT, "build", "kgym"))
+GELU = os.path.join(ROOT, "problems", "gpu", "level1", "1_GELU.py")
+SOL = os.path.join(ROOT, "problems", "gpu", "level1", "solutions", "1_GELU.triton.py")
+
+
+def _probe(src_path: str, dest, want: str) -> None:
+    with open(src_path) as f:
+        src = f.read()
+    dest.write_text("import os as _os\n"
+                    f"assert _os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') == {want!r}, "
+                    "('CUDA_DEVICE_MAX_CONNECTIONS', _os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'))\n"
+                    + src)
+    os.chmod(dest, 0o644)
+
+
+@pytest.mark.parametrize("given,want", [(None, "1"), ("2", "2")])
+def test_children_get_one_work_queue_unless_the_worker_says(tmp_path, given, want):
+    os.chmod(tmp_path, 0o755)
+    ref, cand = tmp_path / "ref.py", tmp_path / "cand.py"
+    _probe(GELU, ref, want)
+    _probe(SOL, cand, want)
+    env = dict(os.environ)
+    env.setdefault("TMPDIR", "/tmp")  # enterable by the candidate's uid
+    env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    if given:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = given
+    p = subprocess.run([KGYM, "eval", "--ref", str(ref), "--cand", str(cand), "--cand", str(cand),
+                        "--backend", "triton", "--device", "cuda:0", "--json",
+                        "--num-perf-trials", "3", "--num-correct-trials", "2",
+                        "--enable-profiling", "false"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    rs = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert len(rs) == 2, p.stderr[-3000:]
+    assert [r["verdict"] for r in rs] == ["pass", "pass"], [r["error_message"] for r in rs]
+    assert "warm_spare" in rs[1]["timings"]  # the second pair was a warm spare
