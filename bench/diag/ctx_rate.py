@@ -99,6 +99,15 @@ def _child(w: int, env: dict, path: str) -> None:
     os.write(w, (json.dumps(row) + "\n").encode())
 
 
+def _has_libcuda() -> bool:
+    """Whether the driver's library loads (loading it starts nothing)."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
 def run(k: int, secs: float, env: dict, path: str) -> dict:
     """K children in flight for SECS; the rows of those reaped in time."""
     rows: list[dict] = []
@@ -148,9 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", action="append", default=None)
     args = ap.parse_args(argv)
     variants = args.variant or ["base"]
-    envs = [(v, parse_variant(v)) for v in variants]
-    ks = [int(x) for x in args.k.split(",")]
-    import torch  # noqa: F401  the parent imports, never starts CUDA
+    try:
+        envs = [(v, parse_variant(v)) for v in variants]
+        ks = [int(x) for x in args.k.split(",")]
+    except ValueError as e:
+        ap.error(str(e))
+    import torch  # the parent imports, never starts CUDA
+    if torch.version.cuda is None or not _has_libcuda():
+        print("ctx_rate.py needs a CUDA device: torch built with CUDA and the driver's "
+              "libcuda.so.1", file=sys.stderr)
+        return 2
     for name, env in envs:
         for k in ks:
             print(line(f"{args.path} {name}", run(k, args.secs, env, args.path)), flush=True)

@@ -245,7 +245,8 @@ static const char *compile_ahead(const kg_engine *e)
  * the driver makes at most about 4.7 a second with the default 8 queues,
  * however many processes ask at once; with 1 queue 11 a second (2: 9.5),
  * and 4-way throughput rose from x0.90 to x2.18 over a serial engine with
- * 8, kernel medians within 0.11% (bench/diag/ctx_rate.py,
+ * 8 (x1.68-x1.92 with 1 in both, whose serial run got faster too), kernel
+ * medians within 0.24% (bench/diag/ctx_rate.py,
  * bench/results/2026-12-01-gpu-h200-s12.txt). The cost: a candidate's
  * kernels on different streams share one queue and do not overlap. NULL:
  * leave CUDA's default (no GPU). */

@@ -1,8 +1,9 @@
-"""bench/diag/prep_imports.py and preload_modes.py on a machine without a
-GPU: prep_imports shows the zygote's pre-imports at work (a child forked
-before them imports the extension machinery itself, one forked after
-imports next to nothing, no driver device open); preload_modes refuses
-clearly without a device."""
+"""bench/diag/prep_imports.py, preload_modes.py and ctx_rate.py on a
+machine without a GPU: prep_imports shows the zygote's pre-imports at work
+(a child forked before them imports the extension machinery itself, one
+forked after imports next to nothing, no driver device open);
+preload_modes and ctx_rate refuse clearly without a device, and ctx_rate
+reads its variants or names what is wrong with one."""
 from __future__ import annotations
 
 import json
@@ -35,3 +36,27 @@ def test_preload_modes_needs_a_device_and_says_so():
     p = subprocess.run([sys.executable, os.path.join(DIAG, "preload_modes.py"), "bogus"],
                        capture_output=True, text=True, env=ENV, timeout=300)
     assert p.returncode == 2 and "usage" in p.stderr
+
+
+def test_ctx_rate_variants_and_its_refusal_without_a_device():
+    sys.path.insert(0, DIAG)
+    try:
+        import ctx_rate
+    finally:
+        sys.path.remove(DIAG)
+    assert ctx_rate.parse_variant("base") == {}
+    assert ctx_rate.parse_variant("CUDA_DEVICE_MAX_CONNECTIONS=1;X=") == {
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1", "X": ""}
+    for bad in ("X", "=1", "A=1;B"):
+        try:
+            ctx_rate.parse_variant(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad!r} accepted")
+    script = os.path.join(DIAG, "ctx_rate.py")
+    p = subprocess.run([sys.executable, script, "--variant", "X"],
+                       capture_output=True, text=True, env=ENV, timeout=300)
+    assert p.returncode == 2 and "NAME=V" in p.stderr, p.stderr
+    p = subprocess.run([sys.executable, script, "--k", "1", "--secs", "0.2"],
+                       capture_output=True, text=True, env=ENV, timeout=300)
+    assert p.returncode == 2 and "needs a CUDA device" in p.stderr, (p.returncode, p.stderr)
