@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -18,24 +19,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 KGYM = os.environ.get("KGYM_BIN", os.path.join(ROOT, "build", "kgym"))
 GELU = os.path.join(ROOT, "problems", "gpu", "level1", "1_GELU.py")
 SOL = os.path.join(ROOT, "problems", "gpu", "level1", "solutions", "1_GELU.triton.py")
-
-
-def _probe(src_path: str, dest, want: str) -> None:
-    with open(src_path) as f:
-        src = f.read()
-    dest.write_text("import os as _os\n"
-                    f"assert _os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') == {want!r}, "
-                    "('CUDA_DEVICE_MAX_CONNECTIONS', _os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'))\n"
-                    + src)
-    os.chmod(dest, 0o644)
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from kgym_env import env_probe  # noqa: E402
 
 
 @pytest.mark.parametrize("given,want", [(None, "1"), ("2", "2")])
 def test_children_get_one_work_queue_unless_the_worker_says(tmp_path, given, want):
     os.chmod(tmp_path, 0o755)
     ref, cand = tmp_path / "ref.py", tmp_path / "cand.py"
-    _probe(GELU, ref, want)
-    _probe(SOL, cand, want)
+    env_probe(GELU, ref, want)
+    env_probe(SOL, cand, want)
     env = dict(os.environ)
     env.setdefault("TMPDIR", "/tmp")  # enterable by the candidate's uid
     env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)

@@ -315,3 +315,17 @@ def posted(logs: str, task_id: str) -> list[str]:
         elif f"task {task_id}: lease lost (" in line:
             out.append("dropped")
     return out
+
+
+def env_probe(src_path: str, dest, want: str | None) -> None:
+    """Writes src_path's code to dest (a pathlib.Path) behind a check that
+    the process loading it sees CUDA_DEVICE_MAX_CONNECTIONS as want (None:
+    unset): a reference so made fails in the judge, a candidate in the
+    candidate (test_eval_cli.py, tests/harness/test_worker_env_gpu.py)."""
+    with open(src_path) as f:
+        src = f.read()
+    dest.write_text("import os as _os\n"
+                    f"assert _os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') == {want!r}, "
+                    "('CUDA_DEVICE_MAX_CONNECTIONS', _os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'))\n"
+                    + src)
+    os.chmod(dest, 0o644)

@@ -8,6 +8,7 @@ import subprocess
 import tempfile
 
 import pytest
+from kgym_env import env_probe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KGYM = os.environ.get("KGYM_BIN", os.path.join(ROOT, "build", "kgym"))
@@ -283,18 +284,6 @@ def test_device_must_be_cpu_or_cuda_with_an_index():
             (bad, p.returncode, p.stderr[-300:])
 
 
-def _env_probe(src_path: str, dest, want: str | None) -> None:
-    """src_path's code after a check that both children see
-    CUDA_DEVICE_MAX_CONNECTIONS as want (None: unset)."""
-    with open(src_path) as f:
-        src = f.read()
-    dest.write_text("import os as _os\n"
-                    f"assert _os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') == {want!r}, "
-                    "('CUDA_DEVICE_MAX_CONNECTIONS', _os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'))\n"
-                    + src)
-    os.chmod(dest, 0o644)
-
-
 @pytest.mark.parametrize("given", [None, "3"])
 def test_cuda_connections_reach_both_children_as_the_worker_has_them(tmp_path, given):
     """A CPU worker leaves CUDA_DEVICE_MAX_CONNECTIONS to CUDA (unset); a
@@ -303,9 +292,9 @@ def test_cuda_connections_reach_both_children_as_the_worker_has_them(tmp_path, g
     tests/harness/test_worker_env_gpu.py.)"""
     os.chmod(tmp_path, 0o755)
     ref, cand = tmp_path / "ref.py", tmp_path / "cand.py"
-    _env_probe(os.path.join(ROOT, "problems", "cpu", "level1", "1_GELU.py"), ref, given)
-    _env_probe(os.path.join(ROOT, "problems", "cpu", "level1", "solutions", "1_GELU.cpu.py"),
-               cand, given)
+    env_probe(os.path.join(ROOT, "problems", "cpu", "level1", "1_GELU.py"), ref, given)
+    env_probe(os.path.join(ROOT, "problems", "cpu", "level1", "solutions", "1_GELU.cpu.py"),
+              cand, given)
     e = dict(os.environ)
     e.setdefault("TMPDIR", "/tmp")  # must be enterable by the candidate's uid
     e.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
