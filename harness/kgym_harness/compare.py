@@ -32,6 +32,39 @@ def _fail(code: str, index: int, message: str, **extra: Any) -> dict:
     return out
 
 
+# The fast path's tolerance is shrunk by this factor: its few roundings in
+# the outputs' own precision (at most ~6 units in the last place) can then
+# only send a passing element on to the exact path, never pass a failing one.
+FAST_MARGIN = 2.0 ** -20
+_FAST_TYPES = {torch.float32: torch.float32, torch.float64: torch.float64,
+               torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def _within_fast(exp: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> bool:
+    """True only when every element is finite and within tolerance, decided
+    in the outputs' own float type (fp16/bf16 widened to fp32, exactly) in
+    a few passes and one read back, with the tolerance shrunk by
+    FAST_MARGIN; False sends the comparison to the exact float64 path,
+    which decides every case as before. A pass here is a pass there: the
+    margin covers this path's roundings, so the outcome never depends on
+    which path decided it. The float64 path writes 8 bytes per element
+    into each of its temporaries: 2.1 ms per 256 MB fp32 output on the
+    H200, in every trial (bench/diag/eval_profile.py, session 13). Integer,
+    boolean and complex outputs, and a tolerance below the type's smallest
+    normal number (an exact comparison, atol 0), take the exact path."""
+    wide = _FAST_TYPES.get(exp.dtype)
+    if wide is None:
+        return False
+    fi = torch.finfo(wide)
+    if not (atol >= fi.tiny and rtol >= 0.0) or atol > fi.max or rtol > fi.max:
+        return False
+    e, g = exp.detach().to(wide), got.detach().to(wide)
+    keep = 1.0 - FAST_MARGIN
+    tol = e.abs().mul_(rtol * keep).add_(atol * keep).clamp_(max=fi.max)
+    diff = g.sub(e).abs_()
+    return bool((diff <= tol).all())
+
+
 def _all_within(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float) -> bool:
     """The common case, settled in a few passes and one read back: every
     element finite on both sides and within tolerance. The tolerance is
@@ -56,6 +89,8 @@ def _compare_tensor(i: int, exp: torch.Tensor, got: torch.Tensor,
     if n == 0:
         return None
     got = got.to(exp.device)
+    if _within_fast(exp, got, atol, rtol):
+        return None
     wide = torch.float32 if n > BIG else torch.float64
     if exp.is_complex():
         wide = torch.complex64 if n > BIG else torch.complex128

@@ -700,8 +700,10 @@ class Judge:
         self.phase = "timing"
         self.lock_device(exclusive=False, label="timing_checks")
         checks = self.result["checks"]
-        for index, claim in pending["claims"]:
-            mine = loader.fingerprint(self.timing_inputs(index))
+        claims = pending["claims"]
+        # one read back for all of them (each waits for the device)
+        mine_all = loader.fingerprints(self.timing_inputs(index) for index, _ in claims)
+        for (index, claim), mine in zip(claims, mine_all):
             if not loader.fingerprints_match(mine, claim):
                 self.hack("timer_tamper", "TIMER_TAMPER",
                           "the candidate timed itself on inputs other than the problem's",
@@ -801,8 +803,9 @@ class Judge:
             info["outcome"] = "contributed"
             return
         expected = self.reference_forward(inputs, mode, False)
-        if compare.compare_outputs(expected, reply.output, self.req["atol"],
-                                   self.req["rtol"]) is not None:
+        # a yes/no that is usually no: outputs_match settles a mismatch on a
+        # sample, without the full comparison's statistics
+        if not compare.outputs_match(expected, reply.output, self.req["atol"], self.req["rtol"]):
             info["outcome"] = "contributed"
         elif info.get("unresolved"):
             info["outcome"] = "inconclusive"

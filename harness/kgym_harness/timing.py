@@ -24,7 +24,8 @@ window, is reported.
 
 Warm-up runs until both n_warmup calls and WARMUP_MIN_MS of (synchronised)
 time have passed, at most WARMUP_EXTRA_CAP calls beyond n_warmup, so clocks
-ramp before the first sample.
+ramp before the first sample. On CUDA the calls beyond n_warmup are
+launched in groups of about WARMUP_GROUP_MS, one synchronize per group.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ LEAD_CYCLES = 400_000      # the longest lead: ~0.2 ms at the H200's ~2 GHz cloc
 DEFAULT_FLUSH_BYTES = 256 << 20
 WARMUP_MIN_MS = 20.0      # warm-up time target of a timing command (first block)
 WARMUP_EXTRA_CAP = 200    # calls beyond n_warmup the time target may add
+WARMUP_GROUP_MS = 2.0     # CUDA: time-based warm-up calls launched between synchronizes
 SYNC_CAL_ITERS = 20       # empty-body samples for the sync latency
 SIDE_SLACK_MS = 0.1       # t_dev - L may exceed t_stream by this before it counts,
 SIDE_SLACK_FRAC = 0.1     # or by this fraction of t_stream, whichever is larger
@@ -498,6 +500,21 @@ def _draw_ahead(make_args: Callable[[int], Any], index: int, left: int,
     return out
 
 
+def warmup_group(call_ns: float, left_ns: float, calls_left: int) -> int:
+    """How many of the time-based warm-up calls (the last inputs again) to
+    launch back to back before the next synchronize, on CUDA: about
+    WARMUP_GROUP_MS of device time by the last call's time, no more than
+    the time target still needs, at least one, at most calls_left. One
+    synchronize per call made each short call a round trip between host
+    and device; with other processes on the device every round trip also
+    waits for the device to switch to them and back (~0.1 ms each on the
+    H200, bench/diag/contention.py), up to 200 of them per warm-up."""
+    if call_ns <= 0 or calls_left <= 1:
+        return 1
+    want = min(WARMUP_GROUP_MS * 1e6, max(left_ns, 0.0)) / call_ns
+    return max(1, min(calls_left, math.ceil(want)))
+
+
 def reserve_bytes(in_bytes: int, out_bytes: int, n_iter: int, spots: int) -> int:
     """What the timed loop of n_iter calls holds at once beyond the warm-up:
     a group of inputs drawn ahead (_draw_ahead) and one being drawn, the
@@ -582,23 +599,32 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
     busy_ns = 0
     target_ns = warmup_ms * 1e6 if n_warmup > 0 else 0.0
     in_bytes = out_bytes = 0
+    call_ns = 0.0  # the last synchronised call's time (per call of its group)
     while done < n_warmup or (busy_ns < target_ns and done < n_warmup + WARMUP_EXTRA_CAP):
+        group = 1
         if done < n_warmup or args is None:
             args = None
             t0 = _perf_ns()
             args = make_args(start + done)
             sync(device)
             prep_ns += _perf_ns() - t0
+        elif cuda:
+            group = warmup_group(call_ns, target_ns - busy_ns,
+                                 n_warmup + WARMUP_EXTRA_CAP - done)
         t0 = _perf_ns()
-        out = call(args)
-        if lead is not None:
-            lead.observe(_perf_ns() - t0)
+        for _ in range(group):
+            t1 = _perf_ns()
+            out = call(args)
+            if lead is not None:
+                lead.observe(_perf_ns() - t1)
+            if reserve_for > 0:
+                in_bytes, out_bytes = _nbytes(args), _nbytes(out)
+            del out
         sync(device)
-        busy_ns += _perf_ns() - t0
-        done += 1
-        if reserve_for > 0:
-            in_bytes, out_bytes = _nbytes(args), _nbytes(out)
-        del out
+        took = _perf_ns() - t0
+        busy_ns += took
+        call_ns = took / group
+        done += group
     del args
     reserved = 0
     if cuda and n_iter == 0 and reserve_for > 0:

@@ -60,3 +60,21 @@ def test_a_slow_host_launch_raises_the_lead_and_is_counted():
     lead = timing.lead_for(DEV)
     assert r["lead_us"] == pytest.approx(lead.max_ns() / 1e3, rel=0.01)
     assert r["lead_short"] > 0  # 0.4 ms is beyond the ceiling: late, as it always was
+
+
+def test_time_based_warm_up_synchronizes_once_per_group(monkeypatch):
+    """The warm-up's calls beyond n_warmup are launched back to back, about
+    WARMUP_GROUP_MS of device time between synchronizes (timing.warmup_group),
+    not one synchronize per call; the warm-up still lasts the time asked."""
+    syncs = []
+    real = timing.sync
+    monkeypatch.setattr(timing, "sync", lambda d: (syncs.append(1), real(d)))
+    x = torch.randn(1 << 20, device=DEV)
+
+    def call(args):
+        return args[0] * 2.0
+    r = timing.time_forward(call, lambda i: [x], 3, 0, DEV, warmup_ms=20.0)
+    extra = r["warmup_iters"] - 3
+    assert r["warmup_ms"] >= 20.0 and extra > 20, r
+    # 3 draws and 3 calls by count, then one synchronize per group
+    assert len(syncs) - 6 < extra / 4, (len(syncs), r["warmup_iters"])

@@ -92,6 +92,19 @@ def test_sleep_rate_is_the_fastest_wait():
     assert timing.sleep_rate(200_000, []) == 2.0 and timing.sleep_rate(200_000, [0.0]) == 2.0
 
 
+def test_warmup_group_sizes():
+    """timing.warmup_group: about WARMUP_GROUP_MS of calls by the last
+    call's time, no more than the time left needs, within [1, calls left]."""
+    ms = 1e6
+    assert timing.warmup_group(0.0, 20 * ms, 200) == 1  # no call timed yet
+    assert timing.warmup_group(0.1 * ms, 20 * ms, 200) == round(timing.WARMUP_GROUP_MS / 0.1)
+    assert timing.warmup_group(0.1 * ms, 0.35 * ms, 200) == 4  # what the target still needs
+    assert timing.warmup_group(0.001 * ms, 20 * ms, 7) == 7  # the cap on extra calls
+    assert timing.warmup_group(5 * ms, 20 * ms, 200) == 1  # slow calls: one at a time
+    assert timing.warmup_group(0.1 * ms, -1.0, 200) == 1
+    assert timing.warmup_group(0.1 * ms, 20 * ms, 1) == 1
+
+
 def test_time_forward_warms_up_by_time_and_count():
     calls = []
 

@@ -167,6 +167,74 @@ def test_compare_codes():
     assert compare.compare_outputs(e, 3, 1e-2, 1e-2)["code"] == "OUTPUT_TYPE"
 
 
+def _exact_only(monkeypatch_target):
+    """compare_outputs with its fast path off: the exact float64 path alone."""
+    saved = compare._within_fast
+    compare._within_fast = lambda *a: False
+    try:
+        return monkeypatch_target()
+    finally:
+        compare._within_fast = saved
+
+
+def test_fast_path_decides_every_case_as_the_exact_path():
+    """compare._within_fast (the outputs' own precision, tolerance shrunk by
+    FAST_MARGIN) never changes an outcome: on elements placed at, just
+    inside and just outside the tolerance, in every float type, with
+    infinities, NaNs and values near the type's largest, compare_outputs
+    returns exactly what the float64 path alone returns."""
+    g0 = torch.Generator().manual_seed(7)
+    n = 4096
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        for atol, rtol in ((1e-2, 1e-2), (1e-5, 1e-5), (1e-3, 0.0), (0.0, 1e-3), (0.0, 0.0),
+                           (1e-40, 1e-2), (1e30, 1e30)):
+            e = (torch.randn(n, generator=g0, dtype=torch.float64) * 10).to(dtype)
+            tol = atol + rtol * e.double().abs()
+            # each element at a multiple of its own tolerance around the boundary
+            k = torch.tensor([0.0, 0.5, 0.999, 1.0 - 1e-7, 1.0, 1.0 + 1e-7, 1.001, 2.0],
+                             dtype=torch.float64)
+            sign = torch.where(torch.rand(n, generator=g0) < 0.5, -1.0, 1.0).double()
+            for j in range(len(k)):
+                g = (e.double() + sign * k[j] * tol).to(dtype)
+                got = compare.compare_outputs(e, g, atol, rtol)
+                want = _exact_only(lambda: compare.compare_outputs(e, g, atol, rtol))
+                assert got == want, (dtype, atol, rtol, float(k[j]), got, want)
+            # mostly passing, one element each of: inf, nan, a huge value, past tolerance
+            for bad in (float("inf"), float("-inf"), float("nan"), 6e4, 3.0e38):
+                g = e.clone()
+                g[n // 3] = bad
+                got = compare.compare_outputs(e, g, atol, rtol)
+                want = _exact_only(lambda: compare.compare_outputs(e, g, atol, rtol))
+                assert got == want, (dtype, atol, rtol, bad, got, want)
+    big = torch.tensor([3.0e38, -3.0e38, 1.0])
+    for got_v in (torch.tensor([-3.0e38, 3.0e38, 1.0]), big.clone()):
+        for atol, rtol in ((1e-2, 1e-2), (1e-2, 10.0)):
+            assert compare.compare_outputs(big, got_v, atol, rtol) == _exact_only(
+                lambda: compare.compare_outputs(big, got_v, atol, rtol))
+
+
+def test_fast_path_settles_an_honest_output_and_hands_on_the_rest():
+    """A passing output is settled by the fast path; an output it cannot
+    pass (past tolerance, NaN, or an element at the tolerance exactly,
+    which the exact path passes) is decided by the exact path."""
+    torch.manual_seed(1)
+    e = torch.randn(100_000)
+    assert compare._within_fast(e, e + 1e-4 * torch.randn(100_000), 1e-3, 1e-3)
+    assert compare._within_fast(e.half(), (e + 1e-4).half(), 1e-2, 1e-2)
+    assert not compare._within_fast(e, e + 1.0, 1e-3, 1e-3)
+    nan = e.clone()
+    nan[3] = float("nan")
+    assert not compare._within_fast(nan, nan.clone(), 1e-3, 1e-3)
+    assert not compare._within_fast(e, e, 0.0, 0.0)  # exact comparisons: the exact path
+    assert not compare._within_fast(torch.arange(5), torch.arange(5), 1e-3, 1e-3)
+    for dtype in (torch.float32, torch.float64):
+        x = torch.tensor([1.0], dtype=dtype)
+        at = torch.tensor([1.5], dtype=dtype)  # |1.5 - 1| = 0.25 + 0.25 * 1 exactly
+        assert not compare._within_fast(x, at, 0.25, 0.25)
+        assert compare.compare_outputs(x, at, 0.25, 0.25) is None
+        assert compare.compare_outputs(x, torch.nextafter(at, at + 1), 0.25, 0.25) is not None
+
+
 def test_strict_tolerance_rejects_bf16_rounding():
     torch.manual_seed(0)
     x = torch.randn(256)
@@ -445,6 +513,20 @@ def test_input_fingerprints():
     assert not loader.fingerprints_match(fa, loader.fingerprint([a[0], 4, a[2]]))
     assert not loader.fingerprints_match(fa, loader.fingerprint([a[0], 3, a[2].int()]))
     assert not loader.fingerprints_match(fa, None) and not loader.fingerprints_match(fa, fa[:2])
+
+
+def test_fingerprints_of_several_sets_equal_each_alone():
+    """loader.fingerprints (timing_checks: every claim's inputs, one read
+    back) gives each set what fingerprint gives it alone, non-finite sums
+    and empty or complex tensors included, and takes a generator."""
+    sets = [[torch.arange(6.0).reshape(2, 3), 3], [torch.ones(4, dtype=torch.bool)],
+            [torch.tensor([float("inf"), 1.0]), torch.empty(0), torch.zeros(2, dtype=torch.cfloat)],
+            torch.tensor([0.5, 0.25], dtype=torch.float16)]
+    together = loader.fingerprints(s for s in sets)
+    assert together == [loader.fingerprint(s) for s in sets]
+    assert together[2][0]["sum"] == "inf" and together[2][1]["sum"] == 0.0
+    assert together[3] == [{"shape": [2], "dtype": "float16", "sum": 0.75}]
+    assert loader.fingerprints([]) == []
 
 
 def test_infra_claims_only_from_the_load_reply():
