@@ -401,6 +401,33 @@ def concurrency_windows(arrivals: list[float]) -> tuple[float, float]:
     return ts[31] - ts[15], ts[47] - ts[31]
 
 
+def per_problem_time(res: list[dict]) -> dict[str, float]:
+    """A serial engine's time per task by problem (s): the mean gap before
+    each result of the steady window (one task at a time, so the gap is
+    that task's cost, start-up of the next spare overlapped as it is)."""
+    by_arrival = sorted(res, key=lambda r: r["_t"])
+    gaps: dict[str, list[float]] = {}
+    for k in range(16, min(32, len(by_arrival))):
+        r = by_arrival[k]
+        gaps.setdefault(str(r.get("reference")), []).append(r["_t"] - by_arrival[k - 1]["_t"])
+    return {p: statistics.mean(v) for p, v in gaps.items()}
+
+
+def matched_ratio(serial_per_problem: dict[str, float], window: list[dict],
+                  wall: float) -> float | None:
+    """The 4-way engine's steady window against the serial engine's time for
+    the same tasks: which 16 results arrive in a 4-way window varies (a
+    long Linear task more or fewer moves it by ~0.6 s), where the serial
+    window always holds four of each problem. None when a problem's serial
+    time is unknown."""
+    if not window or not wall or wall == float("inf"):
+        return None
+    try:
+        return sum(serial_per_problem[str(r.get("reference"))] for r in window) / wall
+    except KeyError:
+        return None
+
+
 def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
                     env: dict[str, str] | None = None, label: str = "",
                     flags: tuple[str, ...] = (), serial: dict | None = None,
@@ -435,9 +462,12 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
             "--concurrency 4 vs 1")
         walls: dict[int, float] = {}
         drains: dict[int, float] = {}
+        per_problem: dict[str, float] = {}
+        window4: list[dict] = []
         med: dict[int, list[float]] = {}
         if serial is not None:
             walls[1], drains[1], med[1] = serial["wall"], serial["drain"], serial["med"]
+            per_problem = serial["per_problem"]
         for conc in (1,) if serial_only else (1, 4) if serial is None else (4,):
             rounds: list[list[str] | None] = [None] * ROUNDS
             if kind == "distinct":  # fresh sources for each engine and round: nothing cached
@@ -461,6 +491,10 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
             ts = sorted(r["_t"] for r in res)
             walls[conc], drains[conc] = concurrency_windows(ts)
             window = lock_timeline.steady_window(res)  # the steady window's 16 results
+            if conc == 1:
+                per_problem = per_problem_time(res)
+            else:
+                window4 = window
             if walls[conc] != float("inf"):
                 say(f"  concurrency {conc}, steady window: " + cpu_use(trace, ts[15], ts[31]))
             by_task: dict = {}
@@ -488,6 +522,12 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
             continue
         ratio = walls[1] / walls[4] if walls[4] else 0
         dry = drains[1] / drains[4] if drains[4] else 0
+        matched = matched_ratio(per_problem, window4, walls[4])
+        if matched is not None:
+            mix = sorted(os.path.basename(str(r.get("reference")))[:12] for r in window4)
+            say(f"  steady window, same tasks: the serial engine's time for the 4-way window's "
+                f"16 tasks {matched * walls[4]:.1f} s, x{matched:.2f} "
+                f"({', '.join(f'{mix.count(m)} {m}' for m in sorted(set(mix)))})")
         diffs = [abs(a - b) / a for a, b in zip(med[1], med[4]) if a]
         say(f"  steady 16: serial {walls[1]:.1f} s, concurrency 4 {walls[4]:.1f} s, throughput "
             f"x{ratio:.2f}; last 16, queue running dry: serial {drains[1]:.1f} s, concurrency 4 "
@@ -500,7 +540,7 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
               f"{within}/{len(diffs)} problems within 2%; differences "
               f"{[round(100 * d, 2) for d in diffs]} %")
     shutil.rmtree(tmp, ignore_errors=True)
-    return {"wall": walls[1], "drain": drains[1], "med": med[1]}
+    return {"wall": walls[1], "drain": drains[1], "med": med[1], "per_problem": per_problem}
 
 
 def spare_memory(res: list[dict]) -> str:

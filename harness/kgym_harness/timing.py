@@ -66,7 +66,17 @@ LEAD_CYCLES = 400_000      # the longest lead: ~0.2 ms at the H200's ~2 GHz cloc
 DEFAULT_FLUSH_BYTES = 256 << 20
 WARMUP_MIN_MS = 20.0      # warm-up time target of a timing command (first block)
 WARMUP_EXTRA_CAP = 200    # calls beyond n_warmup the time target may add
-WARMUP_GROUP_MS = 2.0     # CUDA: time-based warm-up calls launched between synchronizes
+# CUDA: time-based warm-up calls launched between synchronizes (ms of device
+# time; KGYM_WARMUP_GROUP_MS from the worker's environment, 0: one per call)
+def _env_ms(name: str, default: float) -> float:
+    try:
+        v = float(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+    return v if math.isfinite(v) and v >= 0 else default
+
+
+WARMUP_GROUP_MS = _env_ms("KGYM_WARMUP_GROUP_MS", 2.0)
 SYNC_CAL_ITERS = 20       # empty-body samples for the sync latency
 SIDE_SLACK_MS = 0.1       # t_dev - L may exceed t_stream by this before it counts,
 SIDE_SLACK_FRAC = 0.1     # or by this fraction of t_stream, whichever is larger
@@ -509,7 +519,7 @@ def warmup_group(call_ns: float, left_ns: float, calls_left: int) -> int:
     and device; with other processes on the device every round trip also
     waits for the device to switch to them and back (~0.1 ms each on the
     H200, bench/diag/contention.py), up to 200 of them per warm-up."""
-    if call_ns <= 0 or calls_left <= 1:
+    if call_ns <= 0 or calls_left <= 1 or WARMUP_GROUP_MS <= 0:
         return 1
     want = min(WARMUP_GROUP_MS * 1e6, max(left_ns, 0.0)) / call_ns
     return max(1, min(calls_left, math.ceil(want)))

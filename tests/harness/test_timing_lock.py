@@ -105,6 +105,17 @@ def test_warmup_group_sizes():
     assert timing.warmup_group(0.1 * ms, 20 * ms, 1) == 1
 
 
+def test_warmup_group_setting_from_the_environment(monkeypatch):
+    """KGYM_WARMUP_GROUP_MS: a number >= 0 (0: one call per synchronize);
+    anything else keeps the default, never an import error."""
+    for raw, want in (("0", 0.0), ("0.5", 0.5), ("", 2.0), ("abc", 2.0), ("-1", 2.0),
+                      ("nan", 2.0), ("inf", 2.0)):
+        monkeypatch.setenv("KGYM_WARMUP_GROUP_MS", raw)
+        assert timing._env_ms("KGYM_WARMUP_GROUP_MS", 2.0) == want, raw
+    monkeypatch.setattr(timing, "WARMUP_GROUP_MS", 0.0)
+    assert timing.warmup_group(0.1e6, 20e6, 200) == 1
+
+
 def test_time_forward_warms_up_by_time_and_count():
     calls = []
 

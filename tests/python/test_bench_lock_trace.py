@@ -150,3 +150,22 @@ def test_steady_window_is_the_second_round_of_three():
     res = [{"_t": float(47 - i), "k": 47 - i} for i in range(48)]
     assert [r["k"] for r in lock_timeline.steady_window(res)] == list(range(16, 32))
     assert [r["k"] for r in lock_timeline.steady_window(res[:32])] == list(range(32, 48))
+
+
+def test_matched_ratio_weighs_the_4_way_window_by_the_serial_time_of_its_tasks():
+    """gpu_suite.per_problem_time (a serial engine's mean gap before each
+    steady-window result, by problem) and matched_ratio: a 4-way window
+    that happens to hold 5 long tasks and 3 short ones is set against the
+    serial time of those same 8 tasks, not of the serial window's mix."""
+    serial = []
+    t = 0.0
+    for k in range(48):  # rounds of 8 short (0.5 s) then 8 long (1.5 s) tasks
+        long = (k % 16) >= 8
+        t += 1.5 if long else 0.5
+        serial.append({"reference": "long.py" if long else "short.py", "_t": t})
+    per = gpu_suite.per_problem_time(serial)
+    assert per == {"short.py": 0.5, "long.py": 1.5}
+    window = [{"reference": "long.py"}] * 10 + [{"reference": "short.py"}] * 6
+    assert gpu_suite.matched_ratio(per, window, 9.0) == (10 * 1.5 + 6 * 0.5) / 9.0
+    assert gpu_suite.matched_ratio(per, [{"reference": "other.py"}], 9.0) is None
+    assert gpu_suite.matched_ratio(per, window, float("inf")) is None
