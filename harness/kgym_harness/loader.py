@@ -16,7 +16,7 @@ import random
 import re
 import sys
 import traceback
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
@@ -117,40 +117,16 @@ def draw_inputs(module: Any, seed: int, device: str) -> list:
 
 def fingerprint(inputs: Any) -> list:
     """Shapes, dtypes and float64 sums of an input set, for the judge to compare."""
-    return fingerprints([inputs])[0]
-
-
-def fingerprints(input_sets: Iterable[Any]) -> list[list]:
-    """fingerprint() of each input set (an iterable: each set may be dropped
-    once summed), the sums of device tensors read back together: one wait
-    for the device instead of one per tensor. Each sum is taken in float64
-    as the elements are read (no float64 copy of the tensor)."""
-    out: list[list] = []
-    pending: dict[Any, list[tuple[dict, Any]]] = {}
-    for inputs in input_sets:
-        entry = []
-        for v in inputs if isinstance(inputs, (list, tuple)) else [inputs]:
-            if isinstance(v, torch.Tensor):
-                e: dict = {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", "")}
-                if v.numel() and not v.is_complex():
-                    total = v.detach().sum(dtype=torch.float64)
-                    if total.device.type == "cpu":
-                        e["sum"] = float(total)
-                    else:
-                        pending.setdefault(total.device, []).append((e, total))
-                else:
-                    e["sum"] = 0.0
-                entry.append(e)
-            else:
-                entry.append({"value": repr(v)[:100]})
-        out.append(entry)
-    for items in pending.values():
-        for (e, _), total in zip(items, torch.stack([t for _, t in items]).tolist()):
-            e["sum"] = total
-    for entry in out:
-        for e in entry:
-            if "sum" in e and not math.isfinite(e["sum"]):
-                e["sum"] = repr(e["sum"])
+    out = []
+    for v in inputs if isinstance(inputs, (list, tuple)) else [inputs]:
+        if isinstance(v, torch.Tensor):
+            # summed in float64 as read (no float64 copy of the tensor first)
+            total = (float(v.detach().sum(dtype=torch.float64))
+                     if v.numel() and not v.is_complex() else 0.0)
+            out.append({"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", ""),
+                        "sum": total if math.isfinite(total) else repr(total)})
+        else:
+            out.append({"value": repr(v)[:100]})
     return out
 
 

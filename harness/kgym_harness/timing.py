@@ -24,8 +24,8 @@ window, is reported.
 
 Warm-up runs until both n_warmup calls and WARMUP_MIN_MS of (synchronised)
 time have passed, at most WARMUP_EXTRA_CAP calls beyond n_warmup, so clocks
-ramp before the first sample. On CUDA the calls beyond n_warmup are
-launched in groups of about WARMUP_GROUP_MS, one synchronize per group.
+ramp before the first sample, one synchronize per call (on CUDA the calls
+beyond n_warmup can be launched in groups: WARMUP_GROUP_MS).
 """
 
 from __future__ import annotations
@@ -66,8 +66,13 @@ LEAD_CYCLES = 400_000      # the longest lead: ~0.2 ms at the H200's ~2 GHz cloc
 DEFAULT_FLUSH_BYTES = 256 << 20
 WARMUP_MIN_MS = 20.0      # warm-up time target of a timing command (first block)
 WARMUP_EXTRA_CAP = 200    # calls beyond n_warmup the time target may add
-# CUDA: time-based warm-up calls launched between synchronizes (ms of device
-# time; KGYM_WARMUP_GROUP_MS from the worker's environment, 0: one per call)
+# CUDA: time-based warm-up calls launched between synchronizes, in ms of device
+# time (KGYM_WARMUP_GROUP_MS from the worker's environment); 0, the default:
+# one call per synchronize. Groups cut the warm-up's own round trips, but a
+# process that keeps the device's queue full for the whole warm-up keeps
+# other evaluations' work waiting: with 2 ms groups 4-way throughput fell
+# from x2.01 to x1.61 (distinct candidates, one run of each against one
+# serial engine, H200, 2026-12-02-gpu-h200-s13.txt)
 def _env_ms(name: str, default: float) -> float:
     try:
         v = float(os.environ.get(name, "") or default)
@@ -76,7 +81,7 @@ def _env_ms(name: str, default: float) -> float:
     return v if math.isfinite(v) and v >= 0 else default
 
 
-WARMUP_GROUP_MS = _env_ms("KGYM_WARMUP_GROUP_MS", 2.0)
+WARMUP_GROUP_MS = _env_ms("KGYM_WARMUP_GROUP_MS", 0.0)
 SYNC_CAL_ITERS = 20       # empty-body samples for the sync latency
 SIDE_SLACK_MS = 0.1       # t_dev - L may exceed t_stream by this before it counts,
 SIDE_SLACK_FRAC = 0.1     # or by this fraction of t_stream, whichever is larger
@@ -514,11 +519,8 @@ def warmup_group(call_ns: float, left_ns: float, calls_left: int) -> int:
     """How many of the time-based warm-up calls (the last inputs again) to
     launch back to back before the next synchronize, on CUDA: about
     WARMUP_GROUP_MS of device time by the last call's time, no more than
-    the time target still needs, at least one, at most calls_left. One
-    synchronize per call made each short call a round trip between host
-    and device; with other processes on the device every round trip also
-    waits for the device to switch to them and back (~0.1 ms each on the
-    H200, bench/diag/contention.py), up to 200 of them per warm-up."""
+    the time target still needs, at least one, at most calls_left; one
+    when WARMUP_GROUP_MS is 0 (the default: see WARMUP_GROUP_MS)."""
     if call_ns <= 0 or calls_left <= 1 or WARMUP_GROUP_MS <= 0:
         return 1
     want = min(WARMUP_GROUP_MS * 1e6, max(left_ns, 0.0)) / call_ns

@@ -63,9 +63,11 @@ def test_a_slow_host_launch_raises_the_lead_and_is_counted():
 
 
 def test_time_based_warm_up_synchronizes_once_per_group(monkeypatch):
-    """The warm-up's calls beyond n_warmup are launched back to back, about
-    WARMUP_GROUP_MS of device time between synchronizes (timing.warmup_group),
-    not one synchronize per call; the warm-up still lasts the time asked."""
+    """With WARMUP_GROUP_MS set (KGYM_WARMUP_GROUP_MS), the warm-up's calls
+    beyond n_warmup are launched back to back, about that much device time
+    between synchronizes (timing.warmup_group); the warm-up still lasts the
+    time asked."""
+    monkeypatch.setattr(timing, "WARMUP_GROUP_MS", 2.0)
     syncs = []
     real = timing.sync
     monkeypatch.setattr(timing, "sync", lambda d: (syncs.append(1), real(d)))

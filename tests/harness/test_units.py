@@ -515,18 +515,19 @@ def test_input_fingerprints():
     assert not loader.fingerprints_match(fa, None) and not loader.fingerprints_match(fa, fa[:2])
 
 
-def test_fingerprints_of_several_sets_equal_each_alone():
-    """loader.fingerprints (timing_checks: every claim's inputs, one read
-    back) gives each set what fingerprint gives it alone, non-finite sums
-    and empty or complex tensors included, and takes a generator."""
-    sets = [[torch.arange(6.0).reshape(2, 3), 3], [torch.ones(4, dtype=torch.bool)],
-            [torch.tensor([float("inf"), 1.0]), torch.empty(0), torch.zeros(2, dtype=torch.cfloat)],
-            torch.tensor([0.5, 0.25], dtype=torch.float16)]
-    together = loader.fingerprints(s for s in sets)
-    assert together == [loader.fingerprint(s) for s in sets]
-    assert together[2][0]["sum"] == "inf" and together[2][1]["sum"] == 0.0
-    assert together[3] == [{"shape": [2], "dtype": "float16", "sum": 0.75}]
-    assert loader.fingerprints([]) == []
+def test_fingerprint_sums_in_float64_as_read():
+    """loader.fingerprint's sums are float64 sums of the elements (taken
+    without a float64 copy), whatever the dtype; non-finite and empty or
+    complex tensors as before."""
+    x = torch.full((1 << 20,), 1.0 + 2.0 ** -20)  # fp32 accumulation would lose the tail
+    want = float(x.double().sum())
+    assert loader.fingerprint([x])[0]["sum"] == pytest.approx(want, rel=1e-12)
+    assert loader.fingerprint([torch.ones(4, dtype=torch.bool)])[0]["sum"] == 4.0
+    assert loader.fingerprint(torch.tensor([0.5, 0.25], dtype=torch.float16)) == [
+        {"shape": [2], "dtype": "float16", "sum": 0.75}]
+    f = loader.fingerprint([torch.tensor([float("inf"), 1.0]), torch.empty(0),
+                            torch.zeros(2, dtype=torch.cfloat)])
+    assert [e["sum"] for e in f] == ["inf", 0.0, 0.0]
 
 
 def test_infra_claims_only_from_the_load_reply():
