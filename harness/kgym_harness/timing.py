@@ -66,14 +66,10 @@ LEAD_CYCLES = 400_000      # the longest lead: ~0.2 ms at the H200's ~2 GHz cloc
 DEFAULT_FLUSH_BYTES = 256 << 20
 WARMUP_MIN_MS = 20.0      # warm-up time target of a timing command (first block)
 WARMUP_EXTRA_CAP = 200    # calls beyond n_warmup the time target may add
-# CUDA: time-based warm-up calls launched between synchronizes, in ms of device
-# time (KGYM_WARMUP_GROUP_MS from the worker's environment); 0, the default:
-# one call per synchronize. Groups cut the warm-up's own round trips, but a
-# process that keeps the device's queue full for the whole warm-up keeps
-# other evaluations' work waiting: with 2 ms groups 4-way throughput fell
-# from x2.01 to x1.61 (distinct candidates, one run of each against one
-# serial engine, H200, 2026-12-02-gpu-h200-s13.txt)
+
+
 def _env_ms(name: str, default: float) -> float:
+    """A number >= 0 from the environment; default when unset or not one."""
     try:
         v = float(os.environ.get(name, "") or default)
     except ValueError:
@@ -81,6 +77,13 @@ def _env_ms(name: str, default: float) -> float:
     return v if math.isfinite(v) and v >= 0 else default
 
 
+# CUDA: time-based warm-up calls launched between synchronizes, in ms of device
+# time (KGYM_WARMUP_GROUP_MS from the worker's environment); 0, the default:
+# one call per synchronize. Groups cut the warm-up's own round trips, but a
+# process that keeps the device's queue full for the whole warm-up keeps
+# other evaluations' work waiting: with 2 ms groups 4-way throughput fell
+# from x2.01 to x1.61 (distinct candidates, one run of each against one
+# serial engine, H200, 2026-12-02-gpu-h200-s13.txt)
 WARMUP_GROUP_MS = _env_ms("KGYM_WARMUP_GROUP_MS", 0.0)
 SYNC_CAL_ITERS = 20       # empty-body samples for the sync latency
 SIDE_SLACK_MS = 0.1       # t_dev - L may exceed t_stream by this before it counts,
