@@ -24,8 +24,7 @@ window, is reported.
 
 Warm-up runs until both n_warmup calls and WARMUP_MIN_MS of (synchronised)
 time have passed, at most WARMUP_EXTRA_CAP calls beyond n_warmup, so clocks
-ramp before the first sample, one synchronize per call (on CUDA the calls
-beyond n_warmup can be launched in groups: WARMUP_GROUP_MS).
+ramp before the first sample.
 """
 
 from __future__ import annotations
@@ -66,25 +65,6 @@ LEAD_CYCLES = 400_000      # the longest lead: ~0.2 ms at the H200's ~2 GHz cloc
 DEFAULT_FLUSH_BYTES = 256 << 20
 WARMUP_MIN_MS = 20.0      # warm-up time target of a timing command (first block)
 WARMUP_EXTRA_CAP = 200    # calls beyond n_warmup the time target may add
-
-
-def _env_ms(name: str, default: float) -> float:
-    """A number >= 0 from the environment; default when unset or not one."""
-    try:
-        v = float(os.environ.get(name, "") or default)
-    except ValueError:
-        return default
-    return v if math.isfinite(v) and v >= 0 else default
-
-
-# CUDA: time-based warm-up calls launched between synchronizes, in ms of device
-# time (KGYM_WARMUP_GROUP_MS from the worker's environment); 0, the default:
-# one call per synchronize. Groups cut the warm-up's own round trips, but a
-# process that keeps the device's queue full for the whole warm-up keeps
-# other evaluations' work waiting: with 2 ms groups 4-way throughput fell
-# from x2.01 to x1.61 (distinct candidates, one run of each against one
-# serial engine, H200, 2026-12-02-gpu-h200-s13.txt)
-WARMUP_GROUP_MS = _env_ms("KGYM_WARMUP_GROUP_MS", 0.0)
 SYNC_CAL_ITERS = 20       # empty-body samples for the sync latency
 SIDE_SLACK_MS = 0.1       # t_dev - L may exceed t_stream by this before it counts,
 SIDE_SLACK_FRAC = 0.1     # or by this fraction of t_stream, whichever is larger
@@ -518,18 +498,6 @@ def _draw_ahead(make_args: Callable[[int], Any], index: int, left: int,
     return out
 
 
-def warmup_group(call_ns: float, left_ns: float, calls_left: int) -> int:
-    """How many of the time-based warm-up calls (the last inputs again) to
-    launch back to back before the next synchronize, on CUDA: about
-    WARMUP_GROUP_MS of device time by the last call's time, no more than
-    the time target still needs, at least one, at most calls_left; one
-    when WARMUP_GROUP_MS is 0 (the default: see WARMUP_GROUP_MS)."""
-    if call_ns <= 0 or calls_left <= 1 or WARMUP_GROUP_MS <= 0:
-        return 1
-    want = min(WARMUP_GROUP_MS * 1e6, max(left_ns, 0.0)) / call_ns
-    return max(1, min(calls_left, math.ceil(want)))
-
-
 def reserve_bytes(in_bytes: int, out_bytes: int, n_iter: int, spots: int) -> int:
     """What the timed loop of n_iter calls holds at once beyond the warm-up:
     a group of inputs drawn ahead (_draw_ahead) and one being drawn, the
@@ -614,32 +582,23 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
     busy_ns = 0
     target_ns = warmup_ms * 1e6 if n_warmup > 0 else 0.0
     in_bytes = out_bytes = 0
-    call_ns = 0.0  # the last synchronised call's time (per call of its group)
     while done < n_warmup or (busy_ns < target_ns and done < n_warmup + WARMUP_EXTRA_CAP):
-        group = 1
         if done < n_warmup or args is None:
             args = None
             t0 = _perf_ns()
             args = make_args(start + done)
             sync(device)
             prep_ns += _perf_ns() - t0
-        elif cuda:
-            group = warmup_group(call_ns, target_ns - busy_ns,
-                                 n_warmup + WARMUP_EXTRA_CAP - done)
         t0 = _perf_ns()
-        for _ in range(group):
-            t1 = _perf_ns()
-            out = call(args)
-            if lead is not None:
-                lead.observe(_perf_ns() - t1)
-            if reserve_for > 0:
-                in_bytes, out_bytes = _nbytes(args), _nbytes(out)
-            del out
+        out = call(args)
+        if lead is not None:
+            lead.observe(_perf_ns() - t0)
         sync(device)
-        took = _perf_ns() - t0
-        busy_ns += took
-        call_ns = took / group
-        done += group
+        busy_ns += _perf_ns() - t0
+        done += 1
+        if reserve_for > 0:
+            in_bytes, out_bytes = _nbytes(args), _nbytes(out)
+        del out
     del args
     reserved = 0
     if cuda and n_iter == 0 and reserve_for > 0:

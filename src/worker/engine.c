@@ -279,10 +279,6 @@ static json_t *child_env(kg_engine *e, const char *role, const struct child *c,
                                   * unless "0", harness/kgym_harness/
                                   * devregion.py): both roles */
                                  "KGYM_CUDA_IPC",
-                                 /* the timing warm-up's groups of calls
-                                  * between synchronizes (harness/
-                                  * kgym_harness/timing.py): both roles */
-                                 "KGYM_WARMUP_GROUP_MS",
                                  NULL};
     json_t *env = json_object();
     for (const char **p = pass; *p; p++) {

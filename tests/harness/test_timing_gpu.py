@@ -61,24 +61,3 @@ def test_a_slow_host_launch_raises_the_lead_and_is_counted():
     assert r["lead_us"] == pytest.approx(lead.max_ns() / 1e3, rel=0.01)
     assert r["lead_short"] > 0  # 0.4 ms is beyond the ceiling: late, as it always was
 
-
-def test_time_based_warm_up_synchronizes_once_per_group(monkeypatch):
-    """With WARMUP_GROUP_MS set (KGYM_WARMUP_GROUP_MS), the warm-up's calls
-    beyond n_warmup are launched back to back, about that much device time
-    between synchronizes (timing.warmup_group); the warm-up still lasts the
-    time asked."""
-    monkeypatch.setattr(timing, "WARMUP_GROUP_MS", 2.0)
-    syncs = []
-    real = timing.sync
-    monkeypatch.setattr(timing, "sync", lambda d: (syncs.append(1), real(d)))
-    x = torch.randn(1 << 26, device=DEV)  # 256 MB: ~0.15 ms a call on the H200
-
-    def call(args):
-        return args[0] * 2.0
-    r = timing.time_forward(call, lambda i: [x], 3, 0, DEV, warmup_ms=20.0)
-    extra = r["warmup_iters"] - 3
-    # (a 1 MB tensor's calls, ~5 us each, cannot fill 20 ms within the
-    # WARMUP_EXTRA_CAP calls: the H200 ran all 200 in 2.9 ms)
-    assert r["warmup_ms"] >= 20.0 and 20 < extra < timing.WARMUP_EXTRA_CAP, r
-    # 3 draws and 3 calls by count, then one synchronize per group
-    assert len(syncs) - 6 < extra / 4, (len(syncs), r["warmup_iters"])

@@ -92,33 +92,6 @@ def test_sleep_rate_is_the_fastest_wait():
     assert timing.sleep_rate(200_000, []) == 2.0 and timing.sleep_rate(200_000, [0.0]) == 2.0
 
 
-def test_warmup_group_sizes(monkeypatch):
-    """timing.warmup_group: about WARMUP_GROUP_MS of calls by the last
-    call's time, no more than the time left needs, within [1, calls left];
-    one call per synchronize by default."""
-    ms = 1e6
-    assert timing.WARMUP_GROUP_MS == 0.0 and timing.warmup_group(0.1 * ms, 20 * ms, 200) == 1
-    monkeypatch.setattr(timing, "WARMUP_GROUP_MS", 2.0)
-    assert timing.warmup_group(0.0, 20 * ms, 200) == 1  # no call timed yet
-    assert timing.warmup_group(0.1 * ms, 20 * ms, 200) == round(timing.WARMUP_GROUP_MS / 0.1)
-    assert timing.warmup_group(0.1 * ms, 0.35 * ms, 200) == 4  # what the target still needs
-    assert timing.warmup_group(0.001 * ms, 20 * ms, 7) == 7  # the cap on extra calls
-    assert timing.warmup_group(5 * ms, 20 * ms, 200) == 1  # slow calls: one at a time
-    assert timing.warmup_group(0.1 * ms, -1.0, 200) == 1
-    assert timing.warmup_group(0.1 * ms, 20 * ms, 1) == 1
-
-
-def test_warmup_group_setting_from_the_environment(monkeypatch):
-    """KGYM_WARMUP_GROUP_MS: a number >= 0 (0: one call per synchronize);
-    anything else keeps the default, never an import error."""
-    for raw, want in (("0", 0.0), ("0.5", 0.5), ("", 0.0), ("abc", 0.0), ("-1", 0.0),
-                      ("nan", 0.0), ("inf", 0.0)):
-        monkeypatch.setenv("KGYM_WARMUP_GROUP_MS", raw)
-        assert timing._env_ms("KGYM_WARMUP_GROUP_MS", 0.0) == want, raw
-    monkeypatch.setattr(timing, "WARMUP_GROUP_MS", 0.0)
-    assert timing.warmup_group(0.1e6, 20e6, 200) == 1
-
-
 def test_time_forward_warms_up_by_time_and_count():
     calls = []
 
