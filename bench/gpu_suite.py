@@ -28,7 +28,8 @@ and the figures the issues ask for:
   ab          only with --only, and --ab VAR=A,B (one or more): the same
               once per value of the engines' environment variable VAR (or
               of a kgym eval option, --prewarm=5,7, or with a switch,
-              --no-sandbox)
+              --no-sandbox); distinct candidates, or --ab-kinds
+              repeated,distinct
 
 Writes every result object to OUTDIR/gpu_results.jsonl and the summary to
 OUTDIR/gpu_summary.txt. Exit status 1 if any check failed.
@@ -659,17 +660,19 @@ def ab_engines(specs: list[str]) -> list[tuple[str, dict[str, str], tuple[str, .
     return out
 
 
-def run_ab(specs: list[str], serial_once: bool = False) -> None:
-    """--ab (one or more, ab_engines): the concurrency step on distinct
-    candidates once per engine, side by side (an A/B of a switch under
-    evaluation). serial_once: one serial engine with the defaults, and
-    each 4-way engine (of every spec) compared with it (for a switch
-    meant for 4-way engines)."""
+def run_ab(specs: list[str], serial_once: bool = False,
+           kinds: tuple[str, ...] = ("distinct",)) -> None:
+    """--ab (one or more, ab_engines): the concurrency step on each kind of
+    candidates (--ab-kinds; distinct by default) once per engine, side by
+    side (an A/B of a switch under evaluation). serial_once: per kind, one
+    serial engine with the defaults, and each 4-way engine (of every spec)
+    compared with it (for a switch meant for 4-way engines)."""
     engines = ab_engines(specs)
-    serial = run_concurrency(("distinct",), label=", defaults",
-                             serial_only=True) if serial_once else None
-    for label, env, flags in engines:
-        run_concurrency(("distinct",), env, label, flags, serial)
+    for kind in kinds:
+        serial = run_concurrency((kind,), label=", defaults",
+                                 serial_only=True) if serial_once else None
+        for label, env, flags in engines:
+            run_concurrency((kind,), env, label, flags, serial)
 
 
 def main() -> int:
@@ -682,12 +685,17 @@ def main() -> int:
                     "given several times")
     ap.add_argument("--ab-serial-once", action="store_true", help="with --ab: one serial "
                     "engine (the defaults), each value's 4-way engine compared with it")
+    ap.add_argument("--ab-kinds", default="distinct", help="with --ab: the kinds of "
+                    "candidates, repeated,distinct (default distinct)")
     args = ap.parse_args()
     steps = {"honest": run_honest, "cheats": run_cheats, "repeat": run_self_and_repeat,
              "overhead": run_overhead, "e2e": run_e2e, "concurrency": run_concurrency}
     steps["redteam"] = run_redteam  # the red-team corpus, docs/redteam.md
     steps["ahead"] = run_ahead_ab
-    steps["ab"] = lambda: run_ab(args.ab, args.ab_serial_once)
+    kinds = tuple(k for k in args.ab_kinds.split(",") if k)
+    if not kinds or set(kinds) - {"repeated", "distinct"}:
+        raise SystemExit("--ab-kinds wants repeated, distinct or both")
+    steps["ab"] = lambda: run_ab(args.ab, args.ab_serial_once, kinds)
     steps["pytest"] = run_pytest
     chosen = [s for s in args.only.split(",") if s] or [s for s in steps
                                                          if s not in ("ahead", "ab")]

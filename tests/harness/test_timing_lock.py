@@ -324,3 +324,11 @@ def test_warmup_only_reserves_nothing_on_the_cpu_and_reports_its_parts():
     assert r["reserved"] == 0 and r["samples_ms"] == []
     assert set(r["host_ms"]) == {"calibrate", "launch", "wait", "read"}
     assert timing.reserve("cpu", 1 << 20) == 0
+
+
+def test_side_stream_rule_wants_more_than_half_of_the_samples():
+    assert not timing.side_stream_found(0, 1)
+    assert timing.side_stream_found(1, 1)  # one phase's only sample: a retime, then the verdict
+    assert not timing.side_stream_found(1, 2) and timing.side_stream_found(2, 2)
+    assert not timing.side_stream_found(50, 100) and timing.side_stream_found(51, 100)
+    assert not timing.side_stream_found(0, 0)

@@ -142,6 +142,24 @@ def test_ab_specs_become_engines():
             raise AssertionError(f"{bad!r} accepted")
 
 
+def test_scaling_configs_become_env_and_flags():
+    """bench/diag/scaling.py's LABEL=ITEM,... configs: VAR:VALUE items go to
+    the engines' environment, --flag:value items to kgym eval; an empty
+    list is the defaults; anything else is refused."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "diag"))
+    import scaling
+    assert scaling.parse_config("defaults=") == ("defaults", {}, ())
+    assert scaling.parse_config("t=--num-perf-trials:1,KGYM_SPARE_PRELOAD:0") == \
+        ("t", {"KGYM_SPARE_PRELOAD": "0"}, ("--num-perf-trials", "1"))
+    for bad in ("nolabel", "=x:1", "t=KGYM_X"):
+        try:
+            scaling.parse_config(bad)
+        except SystemExit as e:
+            assert "config" in str(e)
+        else:
+            raise AssertionError(f"{bad!r} accepted")
+
+
 def test_steady_window_is_the_second_round_of_three():
     """lock_timeline.steady_window: of 48 results the 17th to the 32nd by
     arrival (what gpu_suite measures and sched_report counts), of other

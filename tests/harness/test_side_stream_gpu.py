@@ -1,0 +1,41 @@
+"""The side_stream rule with one timed call (skipped without a CUDA device;
+`make test-gpu` runs it on the H200). One phase whose samples needed the
+device-wide figure is timed again (another process's context made or torn
+down delays a sample too: with num_perf_trials 1 that one sample flagged
+honest evaluations at --concurrency 4); work left on another stream is
+there in the second phase as well, and is still reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KGYM = os.environ.get("KGYM_BIN", os.path.join(ROOT, "build", "kgym"))
+PROBLEM = os.path.join(ROOT, "problems", "gpu", "level2", "2_Add_LayerNorm_GELU.py")
+CORPUS = os.path.join(ROOT, "tests", "redteam", "corpus", "triton")
+CHEAT = os.path.join(CORPUS, "side_stream__add_ln_gelu_unjoined.py")
+HONEST = os.path.join(CORPUS, "honest__add_ln_gelu_side_stream_joined.py")
+
+
+def test_one_timed_call_on_a_side_stream_is_timed_again_and_still_flagged():
+    env = dict(os.environ)
+    env.setdefault("TMPDIR", "/tmp")  # enterable by the candidate's uid
+    p = subprocess.run([KGYM, "eval", "--ref", PROBLEM, "--cand", CHEAT, "--cand", HONEST,
+                        "--backend", "triton", "--device", "cuda:0", "--json",
+                        "--num-perf-trials", "1", "--num-correct-trials", "2",
+                        "--enable-profiling", "false"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    rs = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert len(rs) == 2, p.stderr[-3000:]
+    cheat, honest = rs
+    assert cheat["verdict"] == "hacked" and "side_stream" in cheat["hack_reasons"], cheat
+    assert cheat["checks"]["timing_retried"]["side_stream_samples"] == 1
+    assert cheat["checks"]["side_stream_samples"] == 1  # the second phase's sample, marked too
+    assert honest["verdict"] == "pass", honest["error_message"]
+    assert honest["checks"]["side_stream_samples"] == 0
