@@ -175,22 +175,6 @@ class DeviceLock:
             pass
         self.yielded_ms += (time.monotonic() - t0) * 1e3
 
-    def timing_wanted(self) -> bool:
-        """Whether someone intends to time now (byte 1 held shared by a
-        timing phase between its warm-up and its grant): a probe that takes
-        nothing when someone does and lets go at once when no one does.
-        False without a lock file."""
-        if not self._open():
-            return False
-        try:
-            fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 1)
-        except (BlockingIOError, PermissionError):
-            return True
-        except OSError:
-            return False
-        fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, 1)
-        return False
-
     def release(self) -> None:
         if self.mode is not None and self.fd >= 0:
             fcntl.flock(self.fd, fcntl.LOCK_UN)

@@ -1120,37 +1120,26 @@ def _note_sched(out: dict, part: str, reply: Any) -> None:
 def _preload_pair(chan: Channel, out: dict, lock: DeviceLock, device: str) -> None:
     """prewarm.preload in both processes of a spare, one operation at a
     time under the device lock held shared (a module load is device
-    activity): the first checked call of the task then loads nothing of
-    the harness's (on the H200 it held the lock 260-380 ms, later calls
-    10-17 ms). The hold goes on from one operation to the next while no
-    timing phase intends to start (DeviceLock.timing_wanted, probed before
-    each), and is let go, then yielded, as soon as one does: a timing
-    phase elsewhere waits for one operation at most (a whole family's took
-    up to 222 ms on the H200), and the spare passes the lock's turnstile
-    once per free stretch, not once per operation (82 holds, each queued
-    behind any timing phase waiting: a spare's preload took 2.0 s at
-    --concurrency 4 for 0.7 s held, and tasks waited for spares)."""
+    activity, and one unit's hold is all a timing phase elsewhere may have
+    to wait for: a whole family's took up to 222 ms on the H200): the first
+    checked call of the task then loads nothing of the harness's (on the
+    H200 it held the lock 260-380 ms, later calls 10-17 ms)."""
     t0 = _now()
     errors: dict = {}
     reply: Any = None
     held0 = lock.held_ms["shared"]
     yields = spare_yields()
-    # A/B of session 14 only (to be removed): KGYM_SPARE_PRELOAD=unit, one hold per unit
-    per_unit = os.environ.get("KGYM_SPARE_PRELOAD") == "unit"
-    try:
-        for name in prewarm.units():
-            if lock.mode == "shared" and (per_unit or not yields or lock.timing_wanted()):
-                lock.release()
-            if lock.mode != "shared":
-                if yields:
-                    lock.yield_to_timing(chan.deadline)
-                lock.shared(chan.deadline, "spare/preload")
+    for name in prewarm.units():
+        if yields:
+            lock.yield_to_timing(chan.deadline)
+        lock.shared(chan.deadline, "spare/preload")
+        try:
             chan.send({"cmd": "warm", "part": "preload", "families": [name]})
             errors.update(prewarm.preload(device, [name]))  # this process's meanwhile
             reply = chan.recv()[0]
             _note_warm_error(errors, f"candidate {name}", reply)
-    finally:
-        lock.release()
+        finally:
+            lock.release()
     _note_sched(out, "preload", reply)
     out["preload_ms"] = round((_now() - t0) * 1e3, 1)
     out["preload_locked_ms"] = round(lock.held_ms["shared"] - held0, 1)

@@ -41,21 +41,18 @@ def test_warm_device_runs_every_part_on_cpu():
     assert set(out["errors"]) <= {"triton"}, out["errors"]
 
 
-INTEND = r"""
-import fcntl, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o666)
-fcntl.lockf(fd, fcntl.LOCK_SH, 1, 1)  # a timing phase's intend (devlock.DeviceLock.intend)
-print("intending", flush=True)
-sys.stdin.read()
-"""
-
-
-def _preload_with_a_candidate(tmp_path, lock) -> dict:
-    """judge._preload_pair against a real candidate process (cpu: nothing
-    loads); the candidate is told to exit afterwards and must answer."""
+def test_preload_pair_holds_the_lock_once_per_unit_and_the_candidate_answers(tmp_path,
+                                                                            monkeypatch):
+    """judge._preload_pair against a real candidate process: one shared hold
+    of the device lock per preload unit, one operation each (the trace says
+    so), each with a warm command the candidate answers; on the CPU nothing
+    is loaded and nothing fails. The device side is on the H200
+    (test_prewarm_gpu.py, make test-gpu)."""
     import socket
-    from kgym_harness import judge
+    from kgym_harness import judge, prewarm
     from kgym_harness.channel import Channel
+    from kgym_harness.devlock import DeviceLock
+    monkeypatch.setenv("KGYM_LOCK_TRACE", "1")
     a, b = socket.socketpair()
     env = dict(os.environ, PYTHONPATH=os.path.abspath(HARNESS), TMPDIR=str(tmp_path))
     env.pop("KGYM_DEVICE", None)
@@ -65,56 +62,23 @@ def _preload_with_a_candidate(tmp_path, lock) -> dict:
     b.close()
     try:
         chan = Channel(a.detach())
+        lock = DeviceLock(str(tmp_path / "lock"))
         out: dict = {}
         judge._preload_pair(chan, out, lock, "cpu")
+        assert "preload_error" not in out, out
+        units = prewarm.units()
+        assert len(units) > len(prewarm.SPARE_FAMILIES)  # one operation per unit
+        assert {u.split("/")[0] for u in units} == set(prewarm.SPARE_FAMILIES)
+        assert [h[0] for h in lock.trace] == ["spare/preload"] * len(units)
+        assert all(h[1] == "s" for h in lock.trace) and lock.mode is None
         chan.send({"cmd": "exit"})
         reply = chan.recv()[0]  # the exit's, not a warm reply left unread
         assert reply["ok"] is True and "parts_ms" not in reply, reply
         chan.close()
         assert cand.wait(timeout=60) == 0
-        return out
     finally:
         if cand.poll() is None:
             cand.kill()
-
-
-def test_preload_pair_holds_the_lock_while_no_timing_phase_intends(tmp_path, monkeypatch):
-    """judge._preload_pair: every preload unit is a warm command the
-    candidate answers, under the device lock held shared. With no timing
-    phase coming the hold goes on from one unit to the next (one hold in
-    all); while one intends to time (another process holds the intend
-    byte, and the spare's yield budget is spent), the spare lets go after
-    every unit: a timing phase waits for one unit at most. The device side
-    is on the H200 (test_prewarm_gpu.py, make test-gpu)."""
-    from kgym_harness import prewarm
-    from kgym_harness.devlock import YIELD_MAX_S, DeviceLock
-    monkeypatch.setenv("KGYM_LOCK_TRACE", "1")
-    units = prewarm.units()
-    assert len(units) > len(prewarm.SPARE_FAMILIES)  # one operation per unit
-    assert {u.split("/")[0] for u in units} == set(prewarm.SPARE_FAMILIES)
-    path = str(tmp_path / "lock")
-
-    lock = DeviceLock(path)
-    out = _preload_with_a_candidate(tmp_path, lock)
-    assert "preload_error" not in out, out
-    assert [h[0] for h in lock.trace] == ["spare/preload"] and lock.trace[0][1] == "s"
-    assert lock.mode is None and not lock.timing_wanted()
-
-    timer = subprocess.Popen([sys.executable, "-c", INTEND, path], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert timer.stdout.readline().strip() == "intending"
-        lock = DeviceLock(path)
-        assert lock.timing_wanted()
-        lock.yielded_ms = YIELD_MAX_S * 1e3  # waited its 2 s already: no more yielding
-        out = _preload_with_a_candidate(tmp_path, lock)
-        assert "preload_error" not in out, out
-        assert [h[0] for h in lock.trace] == ["spare/preload"] * len(units)
-        assert all(h[1] == "s" for h in lock.trace) and lock.mode is None
-    finally:
-        timer.stdin.close()
-        timer.wait(timeout=30)
-    assert not DeviceLock(path).timing_wanted()
 
 
 def test_every_preload_unit_runs_on_its_own_zeroed_tensors():
