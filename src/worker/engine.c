@@ -27,12 +27,13 @@
 #define LOG_CAP (64 * 1024) /* bytes of a child's output kept */
 #define MAX_SLOTS 64
 #define MAX_SPARES 32
+#define MAX_DYING 8 /* pairs whose result is out, still exiting (finish_early) */
 #define MAX_STALE 64 /* task cgroups still emptying after their task */
 #define KILL_GRACE_MS                                                          \
     5000 /* a judge that finished its frame gets this long to exit */
 #define VERSION_FIELD "kgym_version"
 
-enum slot_state { S_FREE, S_RUNNING, S_HELD, S_SPARE };
+enum slot_state { S_FREE, S_RUNNING, S_HELD, S_SPARE, S_DYING };
 
 struct buf {
     char *p;
@@ -66,6 +67,8 @@ struct slot {
     struct buf res;
     int timed_out;
     int released; /* the frame is in: both children were sent SIGKILL */
+    int early_tried; /* finish_early looked at this frame (once) */
+    double t_dying;  /* S_DYING: when its result went out */
     json_t *held; /* result waiting for the device probe */
 };
 
@@ -98,6 +101,7 @@ struct kg_engine {
     kg_zygote *zy;
     struct slot slots[MAX_SLOTS];
     struct slot spares[MAX_SPARES]; /* S_SPARE or S_FREE */
+    struct slot dying[MAX_DYING];   /* S_DYING or S_FREE: result out, exits due */
     int last_interp;                /* what the newest task's children need */
     int last_prof;                  /* the newest task profiles */
     struct pending *head, *tail;
@@ -1199,13 +1203,20 @@ static void release_children(struct slot *sl)
     }
 }
 
+static struct slot *slot_at(kg_engine *e, int i)
+{
+    int n = e->cfg.concurrency;
+    return i < n                ? &e->slots[i]
+           : i < n + MAX_SPARES ? &e->spares[i - n]
+                                : &e->dying[i - n - MAX_SPARES];
+}
+
 static void note_exit(kg_engine *e, pid_t pid, int status)
 {
-    for (int i = 0; i < e->cfg.concurrency + MAX_SPARES; i++) {
-        struct slot *sl = i < e->cfg.concurrency
-                              ? &e->slots[i]
-                              : &e->spares[i - e->cfg.concurrency];
-        if (sl->state != S_RUNNING && sl->state != S_SPARE)
+    for (int i = 0; i < e->cfg.concurrency + MAX_SPARES + MAX_DYING; i++) {
+        struct slot *sl = slot_at(e, i);
+        if (sl->state != S_RUNNING && sl->state != S_SPARE &&
+            sl->state != S_DYING)
             continue;
         struct child *c = sl->judge.pid == pid  ? &sl->judge
                           : sl->cand.pid == pid ? &sl->cand
@@ -1215,6 +1226,15 @@ static void note_exit(kg_engine *e, pid_t pid, int status)
             c->status = status;
             /* the session may hold more processes: the whole group goes */
             kg_sandbox_kill_group(pid, 2000, NULL, NULL);
+            /* a candidate that ended by a signal of its own after its result
+             * went out (finish_early) leaves the device in doubt, as in
+             * finish(): no new task before the probe */
+            if (sl->state == S_DYING && c == &sl->cand &&
+                !strncmp(e->cfg.device, "cuda", 4) && WIFSIGNALED(status) &&
+                WTERMSIG(status) != SIGKILL) {
+                e->need_probe = 1;
+                drop_spares(e);
+            }
         }
     }
 }
@@ -1229,11 +1249,11 @@ static void collect_exits(kg_engine *e)
             note_exit(e, pid, st);
         return;
     }
-    pid_t live[2 * MAX_SLOTS];
+    pid_t live[2 * (MAX_SLOTS + MAX_DYING)];
     int nlive = 0;
-    for (int i = 0; i < e->cfg.concurrency; i++) {
-        struct slot *sl = &e->slots[i];
-        if (sl->state != S_RUNNING)
+    for (int i = 0; i < e->cfg.concurrency + MAX_SPARES + MAX_DYING; i++) {
+        struct slot *sl = slot_at(e, i);
+        if (sl->state != S_RUNNING && sl->state != S_DYING)
             continue;
         pid_t ps[2] = {sl->judge.pid, sl->cand.pid};
         int ex[2] = {sl->judge.exited, sl->cand.exited};
@@ -1316,6 +1336,73 @@ static void finish(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
     free_slot(e, sl);
 }
 
+/* The result of a slot whose judge's frame is complete and whose children
+ * were sent SIGKILL (release_children), handed out without waiting for
+ * their exits: on a GPU each exit tears a CUDA context down, which took the
+ * slot 100 ms per task alone and 200-580 ms at --concurrency 4 on the H200
+ * (the part of timings.total no phase accounts for: 15 ms on the CPU;
+ * bench/results/2026-12-02-gpu-h200-s14.txt). The slot takes its next task
+ * at once; the pair waits in e->dying until both exits are seen, then its
+ * cgroup, work dirs and uid are released as before (free_slot). Not when
+ * the result needs how the children ended: an incomplete frame, CHILD_DIED
+ * (its message names the candidate's signal), a CUDA failure (the device
+ * is probed first); nor while a probe is due, nor when the pairs alive
+ * could outgrow the candidate uids. Returns 1 when the result went out. */
+static int finish_early(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
+                        void *ctx)
+{
+    if (sl->early_tried || e->need_probe || sl->timed_out)
+        return 0;
+    sl->early_tried = 1;
+    struct slot *dy = NULL;
+    int ndying = 0;
+    for (int i = 0; i < MAX_DYING; i++) {
+        if (e->dying[i].state == S_DYING)
+            ndying++;
+        else if (!dy)
+            dy = &e->dying[i];
+    }
+    if (!dy || e->cfg.concurrency + MAX_SPARES + ndying + 1 > CAND_UIDS)
+        return 0;
+    json_t *r = build_result(e, sl);
+    const char *code = json_string_value(json_object_get(r, "error_code"));
+    if ((code && !strcmp(code, "CHILD_DIED")) || is_cuda_failure(e, sl, r)) {
+        json_decref(r);
+        return 0;
+    }
+    stamp(e, sl, r);
+    note_memory(e, sl, r);
+    done(ctx, sl->user, r);
+    json_decref(r);
+    close_fd(&sl->res_fd);
+    close_fd(&sl->judge.log_fd); /* killed: nothing more to read */
+    close_fd(&sl->cand.log_fd);
+    *dy = *sl; /* the pair, its cgroups, work dirs and uid move */
+    dy->state = S_DYING;
+    dy->t_dying = now_ms();
+    slot_clear(sl);
+    return 1;
+}
+
+/* Frees the dying pairs whose exits are in, and those whose exits never
+ * come (killed again, as the last resort of a running slot). */
+static void settle_dying(kg_engine *e)
+{
+    double t = now_ms();
+    for (int i = 0; i < MAX_DYING; i++) {
+        struct slot *dy = &e->dying[i];
+        if (dy->state != S_DYING)
+            continue;
+        if (!(dy->judge.exited && dy->cand.exited)) {
+            if (t < dy->t_dying + KILL_GRACE_MS)
+                continue;
+            kill_child(&dy->judge);
+            kill_child(&dy->cand);
+        }
+        free_slot(e, dy);
+    }
+}
+
 /* After a CUDA failure: once nothing else runs, probe the device, then hand
  * out the held results (infra_error if the device is unhealthy: not the
  * candidate's fault, to be retried elsewhere). */
@@ -1324,6 +1411,9 @@ static void settle_probe(kg_engine *e, kg_engine_done_fn done, void *ctx)
     for (int i = 0; i < e->cfg.concurrency; i++)
         if (e->slots[i].state == S_RUNNING)
             return;
+    for (int i = 0; i < MAX_DYING; i++)
+        if (e->dying[i].state == S_DYING)
+            return; /* a quiet device: the pairs still exiting go first */
     int healthy = probe_device(e) == 0;
     e->device_bad = !healthy;
     for (int i = 0; i < e->cfg.concurrency; i++) {
@@ -1446,6 +1536,9 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
         if (sl->res_fd < 0 && sl->t_judge_done && !sl->released &&
             sl->res.n > 0)
             release_children(sl);
+        if (sl->released && !(sl->judge.exited && sl->cand.exited) &&
+            finish_early(e, sl, done, ctx))
+            continue;
         int judge_done = sl->judge.exited && sl->res_fd < 0;
         if (t >= sl->deadline + KILL_GRACE_MS) {
             /* the clock of last resort: killed children whose exits never
@@ -1474,12 +1567,16 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
             finish(e, sl, done, ctx);
         }
     }
+    settle_dying(e);
     if (e->need_probe)
         settle_probe(e, done, ctx);
 
+    /* pairs still exiting count: a caller that stops at 0 leaves none */
     int busy = e->npending;
     for (int i = 0; i < n; i++)
         busy += e->slots[i].state != S_FREE;
+    for (int i = 0; i < MAX_DYING; i++)
+        busy += e->dying[i].state == S_DYING;
     return busy;
 }
 
@@ -1497,6 +1594,9 @@ static int restart_zygote(kg_engine *e, kg_err *err)
             close_fd(&sl->res_fd);
         }
     }
+    for (int i = 0; i < MAX_DYING; i++) /* killed already: no report now */
+        if (e->dying[i].state == S_DYING)
+            e->dying[i].judge.exited = e->dying[i].cand.exited = 1;
     drop_spares(e); /* they die with the zygote */
     kg_zygote_stop(e->zy);
     e->zy = NULL;
@@ -1607,6 +1707,8 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
         slot_clear(&e->slots[i]);
     for (int i = 0; i < MAX_SPARES; i++)
         slot_clear(&e->spares[i]);
+    for (int i = 0; i < MAX_DYING; i++)
+        slot_clear(&e->dying[i]);
     int gpu = !strncmp(cfg->device, "cuda:", 5);
     e->prewarm = cfg->prewarm < 0    ? 0
                  : cfg->prewarm == 0 ? (gpu ? 2 * e->cfg.concurrency + 4
@@ -1826,6 +1928,14 @@ void kg_engine_free(kg_engine *e)
         e->head = p->next;
         json_decref(p->task);
         free(p);
+    }
+    for (int i = 0; i < MAX_DYING; i++) {
+        struct slot *dy = &e->dying[i];
+        if (dy->state != S_DYING)
+            continue;
+        kill_child(&dy->judge);
+        kill_child(&dy->cand);
+        free_slot(e, dy);
     }
     drop_spares(e);
     retry_stale(e, 10000);

@@ -56,8 +56,10 @@ int kg_engine_submit(kg_engine *e, json_t *task, void *user, kg_err *err);
 
 /*
  * Starts queued tasks, waits up to timeout_ms for events and finishes what
- * is done, calling done() for each. Returns the number of tasks queued or
- * in flight after the step, or a negative code.
+ * is done, calling done() for each (a result goes out once its frame is
+ * in, before its pair's exits: see finish_early). Returns the number of
+ * tasks queued or in flight after the step, plus the pairs whose result is
+ * out but whose exits are not yet seen, or a negative code.
  */
 int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
                    void *ctx, kg_err *err);
