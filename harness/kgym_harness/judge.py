@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import select
 import tempfile
 import time
 import traceback
@@ -89,6 +90,7 @@ class Judge:
         self.kernel_names: set[str] = set()
         self.records: list[dict] = []
         self.lock = DeviceLock(None)
+        self.gate_fd: int | None = None  # a staged task's wait for its device slot
         self.load_sent = False
         self.ref_mode_dependent = False  # set by correctness() with hack checks on
         self.facts = audit.ReferenceFacts()   # what the reference does to its inputs
@@ -180,6 +182,29 @@ class Judge:
         if self.remote.ahead is not None:  # its claim too: diagnostics only
             self.result["checks"]["compile_ahead"] = self.remote.ahead
         self.result["compiled"] = True
+
+    def wait_for_device(self) -> None:
+        """A staged task (kgym eval --stage: started beyond --concurrency in
+        a warm pair) has set up and compiled, which runs none of the
+        harness's device work; here it waits for the engine to give it one
+        of the device slots ('D' on its task pipe), not past its deadline.
+        timings.gate is how long."""
+        fd, self.gate_fd = self.gate_fd, None
+        if fd is None:
+            return
+        try:
+            left = max(0.0, self.chan.deadline - time.monotonic())
+            ready, _, _ = select.select([fd], [], [], left)
+            got = os.read(fd, 1) if ready else b""
+        finally:
+            os.close(fd)
+        if got == b"D":
+            return
+        if not ready:
+            self.fail("timeout", "TIMEOUT", "Timeout",
+                      "the evaluation waited for a device slot past its time limit")
+        self.fail("infra_error", "INFRA_ERROR", "EngineGone",
+                  "the worker dropped the task before it had a device slot")
 
     def lock_device(self, exclusive: bool, label: str = "") -> None:
         """Exclusive: timing/profiling (any device). Shared: GPU correctness
@@ -916,6 +941,7 @@ class Judge:
     def run(self) -> None:
         timings = self.result["timings"]
         stages = [("setup", self.setup), ("compile", self.compile),
+                  ("gate", self.wait_for_device),
                   ("correctness", self.correctness), ("timing", self.timing),
                   ("profiling", self.profile), ("timing_checks", self.timing_checks),
                   ("recheck", self.recheck)]
@@ -925,6 +951,10 @@ class Judge:
                 continue
             if name == "speedup_recheck" and not self.needs_speedup_recheck():
                 continue
+            if name == "gate" and self.gate_fd is None:
+                continue
+            if name == "correctness":  # CLOCK_MONOTONIC, one clock for all processes
+                timings["device_span"] = [round(time.monotonic() * 1e3, 2), None]
             t0 = _now()
             try:
                 fn()
@@ -960,6 +990,12 @@ class Judge:
         try:
             self._guarded_run()
         finally:
+            if self.gate_fd is not None:  # ended before its device slot
+                os.close(self.gate_fd)
+                self.gate_fd = None
+            span = self.result["timings"].get("device_span")
+            if span:  # from correctness on: what a staged task waits to begin
+                span[1] = round(time.monotonic() * 1e3, 2)
             t0 = _now()
             self.remote.close()
             self.result["timings"]["close"] = (_now() - t0) * 1e3
@@ -1030,7 +1066,7 @@ def _finish(result: dict, judge: Judge | None, started: float) -> None:
 
 
 def run_judge(task: dict, chan_fd: int, result_fd: int, chan: Channel | None = None,
-              warm: dict | None = None) -> None:
+              warm: dict | None = None, gate_fd: int | None = None) -> None:
     """Evaluate task against the candidate on chan_fd; write one frame to result_fd.
 
     Never raises for anything the candidate does; an internal failure
@@ -1048,6 +1084,7 @@ def run_judge(task: dict, chan_fd: int, result_fd: int, chan: Channel | None = N
         if warm:
             result["timings"]["warm_spare"] = warm  # before the task: not in total
         judge = Judge(task, chan, result)
+        judge.gate_fd, gate_fd = gate_fd, None
         judge.guarded_run()
     except BaseException as e:
         result["verdict"], result["correctness"] = "infra_error", False
@@ -1055,6 +1092,8 @@ def run_judge(task: dict, chan_fd: int, result_fd: int, chan: Channel | None = N
                          judge.phase if judge else "setup", type(e).__name__,
                          f"judge failed: {e}", traceback.format_exc())
     finally:
+        if gate_fd is not None:  # the judge never got as far as its gate
+            os.close(gate_fd)
         _finish(result, judge, started)
         write_result(result_fd, result)
         try:
@@ -1250,26 +1289,33 @@ def _free_memory(dev: Any) -> list[float] | None:
         return None
 
 
-def _wait_for_task(task_fd: int) -> Any:
+def _wait_for_task(task_fd: int) -> tuple[Any, int | None]:
     """Blocks until the worker says go (one byte), then reads and removes
-    the task file it wrote into our private work dir. None: no task (the
-    worker dropped this spare)."""
+    the task file it wrote into our private work dir. Returns the task
+    (None: no task, the worker dropped this spare) and, for a staged task
+    (its file says device_gate), task_fd kept open: the worker writes 'D'
+    on it once the task has a device slot (Judge.wait_for_device)."""
+    keep = False
     try:
-        go = os.read(task_fd, 1)
-    except OSError:
-        go = b""
+        try:
+            go = os.read(task_fd, 1)
+        except OSError:
+            go = b""
+        if go != b"T":
+            return None, None
+        path = os.path.join(os.environ.get("TMPDIR", "."), "task.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            os.unlink(path)
+            task = json.loads(text)
+        except (OSError, ValueError) as e:
+            return {"_task_error": f"the task file could not be read: {e}"}, None
+        keep = isinstance(task, dict) and task.get("device_gate") is True
+        return task, (task_fd if keep else None)
     finally:
-        os.close(task_fd)
-    if go != b"T":
-        return None
-    path = os.path.join(os.environ.get("TMPDIR", "."), "task.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        os.unlink(path)
-        return json.loads(text)
-    except (OSError, ValueError) as e:
-        return {"_task_error": f"the task file could not be read: {e}"}
+        if not keep:
+            os.close(task_fd)
 
 
 def run_warm_judge(task_fd: int, chan_fd: int, result_fd: int) -> None:
@@ -1278,11 +1324,11 @@ def run_warm_judge(task_fd: int, chan_fd: int, result_fd: int) -> None:
     chan = Channel(chan_fd)
     warm = _warm_pair(chan)
     t = _now()
-    task = _wait_for_task(task_fd)
+    task, gate_fd = _wait_for_task(task_fd)
     # ready this long before its task came (near 0: the task waited for us)
     warm["idle_ms"] = round((_now() - t) * 1e3, 1)
     warm.setdefault("sched", {})["task"] = {"judge": cpustat.sample()}  # as its task began
     if task is None:
         chan.close()
         return
-    run_judge(task, chan_fd, result_fd, chan=chan, warm=warm)
+    run_judge(task, chan_fd, result_fd, chan=chan, warm=warm, gate_fd=gate_fd)

@@ -53,6 +53,11 @@ static void usage(FILE *f)
                "2 x concurrency + 4"
                "\n"
                "                              when tasks profile; 0: none)\n"
+               "  --stage N                   up to N tasks more start in warm "
+               "pairs: they set\n"
+               "                              up and compile, then wait for one "
+               "of the\n"
+               "                              concurrency slots (default 0)\n"
                "  --json                      one result object per line\n"
                "  --fresh                     a fresh interpreter per child "
                "(no zygote)\n"
@@ -308,6 +313,15 @@ int kg_cli_eval(int argc, char **argv)
                     goto out;
                 }
                 cfg.prewarm = n ? (int)n : -1;
+            } else if (!strcmp(a, "--stage")) {
+                char *end;
+                long n = strtol(v, &end, 10);
+                if (*end || n < 0 || n > 32) {
+                    fprintf(stderr, "kgym eval: --stage: a number from 0 "
+                                    "to 32, not '%s'\n", v);
+                    goto out;
+                }
+                cfg.stage = (int)n;
             } else if (!strcmp(a, "--python"))
                 cfg.python = v;
             else {

@@ -67,6 +67,8 @@ struct slot {
     struct buf res;
     int timed_out;
     int released; /* the frame is in: both children were sent SIGKILL */
+    int gated;    /* a staged task: its judge waits for 'D' on task_fd */
+    int granted;  /* holds one of the concurrency device slots */
     int early_tried; /* finish_early looked at this frame (once) */
     double t_dying;  /* S_DYING: when its result went out */
     json_t *held; /* result waiting for the device probe */
@@ -94,6 +96,7 @@ struct pending {
 
 struct kg_engine {
     kg_engine_cfg cfg;
+    int nslots; /* concurrency + stage: slots[] in use */
     char python[PATH_MAX], root[PATH_MAX], tmp_base[PATH_MAX],
         cache_dir[PATH_MAX];
     char pythonpath[PATH_MAX], sandbox_lib[PATH_MAX], lock_path[PATH_MAX];
@@ -240,7 +243,9 @@ static const char *compile_ahead(const kg_engine *e)
     const char *v = getenv("KGYM_COMPILE_AHEAD");
     if (v && *v)
         return v;
-    return e->cuda_env[0] && e->cfg.concurrency > 1 ? "1" : "0";
+    return e->cuda_env[0] && (e->cfg.concurrency > 1 || e->cfg.stage > 0)
+               ? "1"
+               : "0"; /* staged tasks compile before their device slot */
 }
 
 /* How many hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS) each child's
@@ -364,6 +369,8 @@ static json_t *judge_task(kg_engine *e, const struct slot *sl)
     json_t *t = json_deep_copy(sl->task);
     json_object_set_new(t, "device_lock", json_string(e->lock_path));
     json_object_set_new(t, "device", json_string(child_device(e)));
+    if (sl->gated)
+        json_object_set_new(t, "device_gate", json_true());
     /* the judge's own clock must aim at the worker's deadline (absolute
      * Unix seconds), not at its start: a fresh interpreter's start-up
      * would otherwise eat the margin, and the worker's kill would come
@@ -955,7 +962,8 @@ static int give_task(kg_engine *e, struct slot *sl, kg_err *err)
     if (write(sl->task_fd, &go, 1) != 1)
         return kg_errf(err, KG_EIO, "the warm judge is gone: %s",
                        strerror(errno));
-    close_fd(&sl->task_fd);
+    if (!sl->gated) /* a staged task's judge reads 'D' here later */
+        close_fd(&sl->task_fd);
     return 0;
 }
 
@@ -984,8 +992,48 @@ static struct slot *take_spare(kg_engine *e, int interp, int prof)
     return best;
 }
 
+/* Device slots taken: running tasks that were not staged, or were given
+ * their slot (grant_device). At most cfg.concurrency. */
+static int device_slots_used(const kg_engine *e)
+{
+    int used = 0;
+    for (int i = 0; i < e->nslots; i++) {
+        const struct slot *sl = &e->slots[i];
+        used += sl->state == S_RUNNING && (!sl->gated || sl->granted);
+    }
+    return used;
+}
+
+/* Free device slots go to staged tasks, oldest first: 'D' on the task pipe
+ * their judge waits on after its set-up and compile (judge.wait_for_device).
+ * Not while a device probe is due. */
+static void grant_device(kg_engine *e)
+{
+    if (e->need_probe)
+        return;
+    for (int left = e->cfg.concurrency - device_slots_used(e); left > 0;
+         left--) {
+        struct slot *best = NULL;
+        for (int i = 0; i < e->nslots; i++) {
+            struct slot *sl = &e->slots[i];
+            if (sl->state == S_RUNNING && sl->gated && !sl->granted &&
+                (!best || sl->t_start < best->t_start))
+                best = sl;
+        }
+        if (!best)
+            return;
+        best->granted = 1;
+        char go = 'D';
+        if (best->task_fd >= 0 && write(best->task_fd, &go, 1) != 1 &&
+            e->cfg.verbose)
+            fprintf(stderr, "kgym worker: a staged judge is gone: %s\n",
+                    strerror(errno)); /* its exit ends the task */
+        close_fd(&best->task_fd);
+    }
+}
+
 static int start_task(kg_engine *e, struct slot *sl, struct pending *p,
-                      kg_err *err)
+                      int gated, kg_err *err)
 {
     int interp = task_interp(e, p->task);
     int prof = !json_is_false(json_object_get(p->task, "enable_profiling"));
@@ -1001,6 +1049,7 @@ static int start_task(kg_engine *e, struct slot *sl, struct pending *p,
     }
     sl->task = p->task;
     sl->user = p->user;
+    sl->gated = gated && sl->warm; /* a pair forked now has no gate pipe */
     sl->t_submit = p->t_submit;
     sl->t_start = now_ms();
     sl->state = S_RUNNING;
@@ -1205,7 +1254,7 @@ static void release_children(struct slot *sl)
 
 static struct slot *slot_at(kg_engine *e, int i)
 {
-    int n = e->cfg.concurrency;
+    int n = e->nslots;
     return i < n                ? &e->slots[i]
            : i < n + MAX_SPARES ? &e->spares[i - n]
                                 : &e->dying[i - n - MAX_SPARES];
@@ -1213,7 +1262,7 @@ static struct slot *slot_at(kg_engine *e, int i)
 
 static void note_exit(kg_engine *e, pid_t pid, int status)
 {
-    for (int i = 0; i < e->cfg.concurrency + MAX_SPARES + MAX_DYING; i++) {
+    for (int i = 0; i < e->nslots + MAX_SPARES + MAX_DYING; i++) {
         struct slot *sl = slot_at(e, i);
         if (sl->state != S_RUNNING && sl->state != S_SPARE &&
             sl->state != S_DYING)
@@ -1251,7 +1300,7 @@ static void collect_exits(kg_engine *e)
     }
     pid_t live[2 * (MAX_SLOTS + MAX_DYING)];
     int nlive = 0;
-    for (int i = 0; i < e->cfg.concurrency + MAX_SPARES + MAX_DYING; i++) {
+    for (int i = 0; i < e->nslots + MAX_SPARES + MAX_DYING; i++) {
         struct slot *sl = slot_at(e, i);
         if (sl->state != S_RUNNING && sl->state != S_DYING)
             continue;
@@ -1362,7 +1411,7 @@ static int finish_early(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
         else if (!dy)
             dy = &e->dying[i];
     }
-    if (!dy || e->cfg.concurrency + MAX_SPARES + ndying + 1 > CAND_UIDS)
+    if (!dy || e->nslots + MAX_SPARES + ndying + 1 > CAND_UIDS)
         return 0;
     json_t *r = build_result(e, sl);
     const char *code = json_string_value(json_object_get(r, "error_code"));
@@ -1408,7 +1457,7 @@ static void settle_dying(kg_engine *e)
  * candidate's fault, to be retried elsewhere). */
 static void settle_probe(kg_engine *e, kg_engine_done_fn done, void *ctx)
 {
-    for (int i = 0; i < e->cfg.concurrency; i++)
+    for (int i = 0; i < e->nslots; i++)
         if (e->slots[i].state == S_RUNNING)
             return;
     for (int i = 0; i < MAX_DYING; i++)
@@ -1416,7 +1465,7 @@ static void settle_probe(kg_engine *e, kg_engine_done_fn done, void *ctx)
             return; /* a quiet device: the pairs still exiting go first */
     int healthy = probe_device(e) == 0;
     e->device_bad = !healthy;
-    for (int i = 0; i < e->cfg.concurrency; i++) {
+    for (int i = 0; i < e->nslots; i++) {
         struct slot *sl = &e->slots[i];
         if (sl->state != S_HELD)
             continue;
@@ -1440,24 +1489,30 @@ static void settle_probe(kg_engine *e, kg_engine_done_fn done, void *ctx)
 int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
                    void *ctx, kg_err *err)
 {
-    int n = e->cfg.concurrency;
+    int n = e->nslots;
     if (e->zy && !kg_zygote_alive(e->zy)) {
         int rc = restart_zygote(e, err);
         if (rc)
             return rc;
     }
-    /* start what fits */
+    /* start what fits: on a free device slot, or staged in a warm spare */
     for (int i = 0; i < n && e->head && !e->need_probe; i++) {
         struct slot *sl = &e->slots[i];
         if (sl->state != S_FREE)
             continue;
+        int gated = device_slots_used(e) >= e->cfg.concurrency;
+        if (gated &&
+            !(e->zy && take_spare(e, task_interp(e, e->head->task),
+                                  !json_is_false(json_object_get(
+                                      e->head->task, "enable_profiling")))))
+            break; /* staged tasks only go to spares (their gate pipe) */
         struct pending *p = e->head;
         e->head = p->next;
         if (!e->head)
             e->tail = NULL;
         e->npending--;
         kg_err serr;
-        if (start_task(e, sl, p, &serr)) {
+        if (start_task(e, sl, p, gated, &serr)) {
             kill_child(&sl->cand);
             kill_child(&sl->judge);
             json_t *r =
@@ -1469,6 +1524,7 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
         }
         free(p);
     }
+    grant_device(e);
     top_up_spares(e);
     if (e->nstale)
         retry_stale(e, 0);
@@ -1570,6 +1626,7 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
     settle_dying(e);
     if (e->need_probe)
         settle_probe(e, done, ctx);
+    grant_device(e);
 
     /* pairs still exiting count: a caller that stops at 0 leaves none */
     int busy = e->npending;
@@ -1587,7 +1644,7 @@ static int restart_zygote(kg_engine *e, kg_err *err)
 {
     /* tasks in flight die with the zygote: their results are infra errors,
      * found by the normal path (no frame, children gone) */
-    for (int i = 0; i < e->cfg.concurrency; i++) {
+    for (int i = 0; i < e->nslots; i++) {
         struct slot *sl = &e->slots[i];
         if (sl->state == S_RUNNING) {
             sl->judge.exited = sl->cand.exited = 1;
@@ -1703,6 +1760,11 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
         e->cfg.concurrency = 1;
     if (e->cfg.concurrency > MAX_SLOTS)
         e->cfg.concurrency = MAX_SLOTS;
+    if (e->cfg.stage < 0 || cfg->fresh)
+        e->cfg.stage = 0; /* staged tasks wait in warm spares: zygote only */
+    e->nslots = e->cfg.concurrency + e->cfg.stage;
+    if (e->nslots > MAX_SLOTS)
+        e->nslots = MAX_SLOTS;
     for (int i = 0; i < MAX_SLOTS; i++)
         slot_clear(&e->slots[i]);
     for (int i = 0; i < MAX_SPARES; i++)
@@ -1889,7 +1951,7 @@ int kg_engine_cancel(kg_engine *e, void *user)
         free(p);
         return 1;
     }
-    for (int i = 0; i < e->cfg.concurrency; i++) {
+    for (int i = 0; i < e->nslots; i++) {
         struct slot *sl = &e->slots[i];
         if (sl->state == S_FREE || sl->user != user)
             continue;

@@ -41,6 +41,9 @@ typedef struct kg_engine_cfg {
      * mode only. */
     int prewarm;
     int idle_warm;
+    int stage; /* tasks started beyond concurrency in warm spares: they set
+                * up and compile (no device work of the harness's), then
+                * wait for one of the concurrency device slots (0: none) */
     int verbose;           /* log children's output to stderr */
 } kg_engine_cfg;
 

@@ -179,3 +179,38 @@ def test_candidate_without_a_passwd_entry_can_ask_who_it_is(tmp_path):
     os.chmod(cand, 0o644)
     res = evaluate([str(cand)])
     assert res[0]["verdict"] == "pass", res[0]["error_message"]
+
+
+def test_staged_tasks_set_up_ahead_and_wait_for_a_device_slot():
+    """--stage 1 at --concurrency 1: a task more starts in a warm pair, sets
+    up and compiles while the running one checks and times, then waits at
+    its gate (timings.gate) until the engine gives it the slot: from
+    correctness on (timings.device_span, CLOCK_MONOTONIC ms) no two tasks
+    overlap, and every result is the same pass."""
+    res = evaluate([SOL] * 5, "--prewarm", "3", "--stage", "1")
+    assert [r["verdict"] for r in res] == ["pass"] * 5, [r["error_message"] for r in res]
+    spans = sorted(tuple(r["timings"]["device_span"]) for r in res)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+    gated = [r["timings"]["gate"] for r in res if "gate" in r["timings"]]
+    assert gated and max(gated) > 50, gated  # waited for the running task's checks
+
+
+def test_stage_flag_is_checked():
+    for bad in ("-1", "33", "x"):
+        p = subprocess.run([KGYM, "eval", "--ref", REF, "--cand", SOL, "--stage", bad],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and "--stage: a number from 0 to 32" in p.stderr, (bad, p)
+
+
+def test_a_staged_task_that_dies_before_its_slot_frees_nothing_it_did_not_take():
+    """A staged task whose candidate dies at import (before its gate) ends
+    with its own verdict and takes no device slot: the tasks after it are
+    staged and run one at a time as before."""
+    crash = os.path.join(WRONG, "segfault_import.py")
+    res = evaluate([SOL, SOL, crash, SOL, SOL], "--prewarm", "3", "--stage", "1")
+    got = sorted((os.path.basename(r["candidate"]), r["verdict"]) for r in res)
+    assert got == [("1_GELU.cpu.py", "pass")] * 4 + [("segfault_import.py", "runtime_error")], \
+        [r["error_message"] for r in res]
+    spans = sorted(tuple(r["timings"]["device_span"]) for r in res
+                   if r["timings"].get("device_span"))
+    assert len(spans) == 4 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
