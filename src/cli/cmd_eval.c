@@ -257,6 +257,20 @@ static void on_done(void *ctx, void *user, json_t *result)
     }
 }
 
+/* The value of a 0..32 count option (--prewarm, --stage), or -1 after
+ * saying why on stderr. */
+static int count_0_32(const char *opt, const char *v)
+{
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (!*v || *end || n < 0 || n > 32) {
+        fprintf(stderr, "kgym eval: %s: a number from 0 to 32, not '%s'\n", opt,
+                v);
+        return -1;
+    }
+    return (int)n;
+}
+
 int kg_cli_eval(int argc, char **argv)
 {
     static struct evalrun run;
@@ -304,24 +318,14 @@ int kg_cli_eval(int argc, char **argv)
                 cfg.device = v;
             else if (!strcmp(a, "--concurrency"))
                 cfg.concurrency = atoi(v);
-            else if (!strcmp(a, "--prewarm")) {
-                char *end;
-                long n = strtol(v, &end, 10);
-                if (*end || n < 0 || n > 32) {
-                    fprintf(stderr, "kgym eval: --prewarm: a number from 0 "
-                                    "to 32, not '%s'\n", v);
+            else if (!strcmp(a, "--prewarm") || !strcmp(a, "--stage")) {
+                int n = count_0_32(a, v);
+                if (n < 0)
                     goto out;
-                }
-                cfg.prewarm = n ? (int)n : -1;
-            } else if (!strcmp(a, "--stage")) {
-                char *end;
-                long n = strtol(v, &end, 10);
-                if (*end || n < 0 || n > 32) {
-                    fprintf(stderr, "kgym eval: --stage: a number from 0 "
-                                    "to 32, not '%s'\n", v);
-                    goto out;
-                }
-                cfg.stage = (int)n;
+                if (!strcmp(a, "--stage"))
+                    cfg.stage = n;
+                else
+                    cfg.prewarm = n ? n : -1;
             } else if (!strcmp(a, "--python"))
                 cfg.python = v;
             else {

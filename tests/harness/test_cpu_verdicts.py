@@ -25,7 +25,10 @@ def test_honest_kernel_passes():
               "timing_checks", "recheck", "total"}
     assert set(r["timings"]) - phases == {"load_detail", "trials_detail", "quiescence", "close",
                                           "ablation", "channel", "sched_judge",
-                                          "imported_judge"}, r["timings"]
+                                          "imported_judge", "device_span"}, r["timings"]
+    # from correctness on, by CLOCK_MONOTONIC (no gate: the task was not staged)
+    start, end = r["timings"]["device_span"]
+    assert 0 < start < end and "gate" not in r["timings"]
     # the channel's own time on each side; a CPU task has no device regions
     ch = r["timings"]["channel"]
     assert set(ch["judge"]) == set(ch["candidate"]) == {

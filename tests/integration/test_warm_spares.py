@@ -134,11 +134,12 @@ def test_prewarm_zero_forks_per_task():
     assert all(r["verdict"] == "pass" for r in res)
 
 
-def test_prewarm_flag_is_checked():
-    for bad in ("x", "-1", "33"):
-        p = subprocess.run([KGYM, "eval", "--ref", REF, "--cand", SOL, "--prewarm", bad],
+@pytest.mark.parametrize("flag", ["--prewarm", "--stage"])
+def test_count_flags_are_checked(flag):
+    for bad in ("x", "-1", "33", ""):
+        p = subprocess.run([KGYM, "eval", "--ref", REF, "--cand", SOL, flag, bad],
                            capture_output=True, text=True, timeout=60)
-        assert p.returncode == 2 and "--prewarm: a number from 0 to 32" in p.stderr, (bad, p)
+        assert p.returncode == 2 and f"{flag}: a number from 0 to 32" in p.stderr, (bad, p)
 
 
 def test_a_crashing_task_does_not_spoil_the_next_warm_pair():
@@ -193,13 +194,6 @@ def test_staged_tasks_set_up_ahead_and_wait_for_a_device_slot():
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
     gated = [r["timings"]["gate"] for r in res if "gate" in r["timings"]]
     assert gated and max(gated) > 50, gated  # waited for the running task's checks
-
-
-def test_stage_flag_is_checked():
-    for bad in ("-1", "33", "x"):
-        p = subprocess.run([KGYM, "eval", "--ref", REF, "--cand", SOL, "--stage", bad],
-                           capture_output=True, text=True, timeout=60)
-        assert p.returncode == 2 and "--stage: a number from 0 to 32" in p.stderr, (bad, p)
 
 
 def test_a_staged_task_that_dies_before_its_slot_frees_nothing_it_did_not_take():
