@@ -681,8 +681,9 @@ def main() -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--ab", action="append", default=[], help="VAR=A,B: with --only ab, "
                     "the distinct concurrency step once per value of the engines' variable "
-                    "VAR (or kgym eval option: --prewarm=7,12, or switch: --no-sandbox); may be "
-                    "given several times")
+                    "VAR (or kgym eval option: --ab=--prewarm=7,12, or switch: --ab=--no-sandbox; "
+                    "with the = sign: argparse takes a value that starts with -- for an "
+                    "option); may be given several times")
     ap.add_argument("--ab-serial-once", action="store_true", help="with --ab: one serial "
                     "engine (the defaults), each value's 4-way engine compared with it")
     ap.add_argument("--ab-kinds", default="distinct", help="with --ab: the kinds of "

@@ -192,6 +192,7 @@ class Judge:
         fd, self.gate_fd = self.gate_fd, None
         if fd is None:
             return
+        self.phase = "gate"
         try:
             left = max(0.0, self.chan.deadline - time.monotonic())
             ready, _, _ = select.select([fd], [], [], left)
