@@ -160,6 +160,19 @@ def test_scaling_configs_become_env_and_flags():
             raise AssertionError(f"{bad!r} accepted")
 
 
+def test_unaccounted_is_total_less_the_phases():
+    """gpu_suite.unaccounted: what of timings.total no phase accounts for,
+    and a staged task's gate wait (a phase, counted apart)."""
+    res = [{"timings": {"total": 1000.0, "setup": 100.0, "compile": 200.0,
+                        "correctness": 300.0, "timing": 250.0, "close": 10.0}},
+           {"timings": {"total": 900.0, "setup": 50.0, "gate": 400.0, "correctness": 300.0,
+                        "timing": 100.0, "profiling": None}},
+           {"timings": {}}]
+    line = gpu_suite.unaccounted(res)
+    assert "median 95, mean 95" in line and "staged 1 of 2, gate wait median 400" in line
+    assert gpu_suite.unaccounted([{}]) == "unaccounted: no timings"
+
+
 def test_steady_window_is_the_second_round_of_three():
     """lock_timeline.steady_window: of 48 results the 17th to the 32nd by
     arrival (what gpu_suite measures and sched_report counts), of other
