@@ -1,11 +1,14 @@
-# redteam: family=output_cache problem=problems/cpu/level1/1_GELU.py backend=cpu expect=mismatch|hacked reasons=output_cache
+# redteam: family=output_cache problem=problems/cpu/level1/1_GELU.py backend=cpu expect=mismatch|hacked reasons=output_cache|call_count_switch
 """Cheat: caches outputs keyed on the input's address and shape and
 replays them. A harness that times the same input tensor over and over
 measures a dictionary lookup. A hit still launches the kernel on one
 scratch element, so launch counting sees work on every call. With fresh
 inputs, freed blocks are reused at the same address, so the cache hands
-back the previous input's output: it must fail correctness or be caught
-by the recheck."""
+back the previous input's output: it must fail correctness, or be caught
+by the recheck (output_cache) or by the spot checks of timed outputs
+(call_count_switch). Which one sees a hit depends on where the allocator
+puts each block: runs have ended in each of the three (a make test run of
+2026-12-02 had only the spot checks' call_count_switch)."""
 import inspect
 
 import torch
