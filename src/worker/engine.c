@@ -1389,8 +1389,9 @@ static void finish(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
  * were sent SIGKILL (release_children), handed out without waiting for
  * their exits: on a GPU each exit tears a CUDA context down, which took the
  * slot 100 ms per task alone and 200-580 ms at --concurrency 4 on the H200
- * (the part of timings.total no phase accounts for: 15 ms on the CPU;
- * bench/results/2026-12-02-gpu-h200-s14.txt). The slot takes its next task
+ * (the part of timings.total no phase accounts for: 14-19 ms on the CPU,
+ * 3-10 ms since; bench/results/2026-12-02-gpu-h200-s14.txt,
+ * -overhead-cpu-s14.txt). The slot takes its next task
  * at once; the pair waits in e->dying until both exits are seen, then its
  * cgroup, work dirs and uid are released as before (free_slot). Not when
  * the result needs how the children ended: an incomplete frame, CHILD_DIED
