@@ -4,7 +4,7 @@
 At concurrency 4 an exclusive timing hold of a 0.13 ms kernel took 1.5-3x
 as long as at concurrency 1, and the holds that overlapped a warm spare's
 CUDA start-up were the slow ones (bench/diag/lock_timeline.py data,
-bench/results/2026-12-01-gpu-h200-s7-concurrency-rerun.jsonl). This runs
+bench/results/2026-12-01-gpu-h200-s7-concurrency-rerun.jsonl.gz). This runs
 the harness's own timing loop (timing.time_forward, 20 timed calls of a
 GELU on 8192 x 8192 fp32) in one process, over and over, while a second
 process does one thing the worker does without the lock:

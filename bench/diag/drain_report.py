@@ -12,19 +12,18 @@ ended last; the exclusive holds; and where each side's timing wall went
 (checks.timing_host_ms, medians over the problems other than Linear+ReLU,
 whose timed calls are long).
 
-    bench/diag/drain_report.py FILE.jsonl NAME,NAME,... [--per-engine 32|48]
+    bench/diag/drain_report.py FILE.jsonl[.gz] NAME,NAME,... [--per-engine 32|48]
 """
 from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lock_timeline import holds_of, steady_window  # noqa: E402  (next to it)
+from lock_timeline import holds_of, read_results, steady_window  # noqa: E402  (next to it)
 
 PER_ENGINE = 32
 
@@ -88,8 +87,7 @@ def main() -> None:
                     help="results per engine: 32 (files before session 10), 48 since")
     args = ap.parse_args()
     per = args.per_engine
-    with open(args.file) as f:
-        results = [json.loads(line) for line in f if line.strip()]
+    results = read_results(args.file)
     for i, name in enumerate(args.names.split(",")):
         eng = results[i * per:(i + 1) * per]
         if not eng:

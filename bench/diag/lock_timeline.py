@@ -11,7 +11,7 @@ takers or for shared holders to drain), with how many shared holds were
 in progress; and free (no exclusive taker), with how many shared holds.
 Holds of the tasks and of their warm spares both count.
 
-    bench/diag/lock_timeline.py FILE.jsonl [--per-engine 32|48] [--names A,B,...]
+    bench/diag/lock_timeline.py FILE.jsonl[.gz] [--per-engine 32|48] [--names A,B,...]
 
 (--per-engine 48: files since session 10, three rounds of 16 per engine,
 the steady window from the 17th result to the 32nd.)
@@ -21,9 +21,18 @@ whose engines are distinct c1, c4 of one value, then of the next.)
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 
 NAMES = ("repeated c1", "repeated c4", "distinct c1", "distinct c4")
+
+
+def read_results(path: str) -> list[dict]:
+    """The result objects of a gpu_results.jsonl, or of its kept copy in
+    bench/results/, which is gzipped (FILE.jsonl.gz)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return [json.loads(ln) for ln in f if ln.startswith("{")]
 
 
 def _owner(r: dict) -> str:
@@ -95,7 +104,7 @@ def main() -> None:
     ap.add_argument("--names", default=",".join(NAMES), help="the engines' names, in order")
     a = ap.parse_args()
     names = a.names.split(",")
-    rows = [json.loads(ln) for ln in open(a.jsonl) if ln.startswith("{")]
+    rows = read_results(a.jsonl)
     for i in range(0, len(rows), a.per_engine):
         shares = timeline(rows[i:i + a.per_engine])
         k = i // a.per_engine

@@ -11,18 +11,17 @@ window), the median of each part's wall, CPU and run-queue
 time in each process and the modules each imported. Wall minus CPU minus
 run queue is the time the process was blocked (a lock, the driver).
 
-    bench/diag/sched_report.py FILE.jsonl [NAME,NAME,...]
+    bench/diag/sched_report.py FILE.jsonl[.gz] [NAME,NAME,...]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lock_timeline import steady_window  # noqa: E402  (bench/diag/lock_timeline.py, next to it)
+from lock_timeline import read_results, steady_window  # noqa: E402  (bench/diag/lock_timeline.py, next to it)
 
 PER_ENGINE = 32
 PARTS = ("prep", "profiler", "preload", "device", "task")
@@ -119,8 +118,7 @@ def main() -> None:
     ap.add_argument("--per-engine", type=int, default=PER_ENGINE,
                     help="results per engine: 32 (files before 2026-12-01 s10), 48 since")
     args = ap.parse_args()
-    with open(args.file) as f:
-        results = [json.loads(ln) for ln in f if ln.startswith("{")]
+    results = read_results(args.file)
     names = args.names.split(",") if args.names else []
     per = args.per_engine
     for i in range(0, len(results) - per + 1, per):

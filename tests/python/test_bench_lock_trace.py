@@ -200,3 +200,23 @@ def test_matched_ratio_weighs_the_4_way_window_by_the_serial_time_of_its_tasks()
     assert gpu_suite.matched_ratio(per, window, 9.0) == (10 * 1.5 + 6 * 0.5) / 9.0
     assert gpu_suite.matched_ratio(per, [{"reference": "other.py"}], 9.0) is None
     assert gpu_suite.matched_ratio(per, window, float("inf")) is None
+
+
+def test_the_diag_readers_take_the_kept_gzipped_results_and_plain_ones(tmp_path):
+    """bench/results keeps each call's result objects as FILE.jsonl.gz;
+    lock_timeline.read_results (which drain_report and sched_report use)
+    reads those and a device run's plain gpu_results.jsonl alike, skipping
+    lines that are not objects."""
+    import gzip
+    import json
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "diag"))
+    import lock_timeline
+    rows = [{"task_id": "a", "timings": {}}, {"task_id": "b", "timings": {"total": 1.0}}]
+    text = "# header\n" + "".join(json.dumps(r) + "\n" for r in rows) + "\n"
+    plain = tmp_path / "gpu_results.jsonl"
+    plain.write_text(text)
+    packed = tmp_path / "kept.jsonl.gz"
+    with gzip.open(packed, "wt") as f:
+        f.write(text)
+    assert lock_timeline.read_results(str(plain)) == rows
+    assert lock_timeline.read_results(str(packed)) == rows
