@@ -101,12 +101,51 @@ def cpu_use(trace: list, t0: float, t1: float) -> str:
             f"runnable tasks mean {run:.1f} (max {max(p[3] for p in pts)})")
 
 
+def gpu_use(trace: list, t0: float, t1: float) -> tuple[str, float | None]:
+    """The device's use between t0 and t1 (seconds since the eval began)
+    from kgym_eval's gpu_trace: the mean of NVML's utilization.gpu (share
+    of its sample period in which a kernel ran; the timing loop's lead
+    sleeps and L2 flushes count) and utilization.memory (share in which
+    device memory was read or written). (line, mean kernel share 0-1)."""
+    pts = [p for p in trace if t0 <= p[0] <= t1]
+    if len(pts) < 2:
+        return "gpu: too few samples (nvidia-smi)", None
+    busy = statistics.mean(p[1] for p in pts) / 100
+    mem = statistics.mean(p[2] for p in pts) / 100
+    return (f"gpu: a kernel running {100 * busy:.0f}% of the time, memory busy "
+            f"{100 * mem:.0f}% (NVML, {len(pts)} samples)"), busy
+
+
+def _nvml_sampler(t0: float, into: list) -> subprocess.Popen | None:
+    """nvidia-smi printing utilization.gpu and .memory every 100 ms, each
+    line put into `into` as (seconds since t0, gpu %, memory %) by a reader
+    thread; None without nvidia-smi."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    proc = subprocess.Popen([exe, "--query-gpu=utilization.gpu,utilization.memory",
+                             "--format=csv,noheader,nounits", "-lms", "100", "-i", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    def read() -> None:
+        for ln in proc.stdout:  # type: ignore[union-attr]
+            try:
+                g, m = (float(x) for x in ln.split(","))
+            except ValueError:
+                continue
+            into.append((time.perf_counter() - t0, g, m))
+    threading.Thread(target=read, daemon=True).start()
+    return proc
+
+
 def kgym_eval(ref: str, cands: list[str], backend: str, *extra: str, fresh: bool = False,
               concurrency: int = 1, timeout: int = 900, env: dict | None = None,
-              cpu_trace: list | None = None) -> tuple[list[dict], float]:
+              cpu_trace: list | None = None,
+              gpu_trace: list | None = None) -> tuple[list[dict], float]:
     """Runs kgym eval, results as they arrive (each with _t: seconds since
     the start); cpu_trace, when given, gets (t, busy, all, runnable) from
-    /proc/stat every 0.2 s while it runs."""
+    /proc/stat every 0.2 s while it runs, gpu_trace (t, gpu %, memory %)
+    from nvidia-smi every 0.1 s (_nvml_sampler)."""
     cmd = [KGYM, "eval", "--ref", ref, "--backend", backend, "--json", "--device", "cuda:0",
            "--concurrency", str(concurrency)]
     if fresh:
@@ -125,6 +164,7 @@ def kgym_eval(ref: str, cands: list[str], backend: str, *extra: str, fresh: bool
     sampler = threading.Thread(target=sample, daemon=True)
     if cpu_trace is not None:
         sampler.start()
+    nvml = _nvml_sampler(t0, gpu_trace) if gpu_trace is not None else None
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env=dict(os.environ, **(env or {}))) as proc:
         err_lines: list[str] = []
@@ -141,6 +181,9 @@ def kgym_eval(ref: str, cands: list[str], backend: str, *extra: str, fresh: bool
     done.set()
     if cpu_trace is not None:
         sampler.join()
+    if nvml is not None:
+        nvml.terminate()
+        nvml.wait()
     wall = time.perf_counter() - t0
     p = subprocess.CompletedProcess(cmd, proc.returncode, "", "".join(err_lines))
     out = []
@@ -466,8 +509,10 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
         per_problem: dict[str, float] = {}
         window4: list[dict] = []
         med: dict[int, list[float]] = {}
+        busy: dict[int, float | None] = {}
         if serial is not None:
             walls[1], drains[1], med[1] = serial["wall"], serial["drain"], serial["med"]
+            busy[1] = serial.get("busy")
             per_problem = serial["per_problem"]
         for conc in (1,) if serial_only else (1, 4) if serial is None else (4,):
             rounds: list[list[str] | None] = [None] * ROUNDS
@@ -486,9 +531,11 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
                     rounds[rnd] = paths
             args = _concurrency_args(tasks, rounds)
             trace: list = []
+            gtrace: list = []
             res, wall = kgym_eval(args[1], [], "triton", *args[2:], "--enable-profiling",
                                   "false", *flags, concurrency=conc,
-                                  env=dict(env or {}, KGYM_LOCK_TRACE="1"), cpu_trace=trace)
+                                  env=dict(env or {}, KGYM_LOCK_TRACE="1"), cpu_trace=trace,
+                                  gpu_trace=gtrace)
             ts = sorted(r["_t"] for r in res)
             walls[conc], drains[conc] = concurrency_windows(ts)
             window = lock_timeline.steady_window(res)  # the steady window's 16 results
@@ -498,6 +545,8 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
                 window4 = window
             if walls[conc] != float("inf"):
                 say(f"  concurrency {conc}, steady window: " + cpu_use(trace, ts[15], ts[31]))
+                line, busy[conc] = gpu_use(gtrace, ts[15], ts[31])
+                say(f"  concurrency {conc}, steady window: " + line)
             by_task: dict = {}
             for r in res:
                 by_task.setdefault(r.get("reference"), []).append(r.get("kernel_runtime") or 0)
@@ -535,6 +584,8 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
             f"x{ratio:.2f}; last 16, queue running dry: serial {drains[1]:.1f} s, concurrency 4 "
             f"{drains[4]:.1f} s, x{dry:.2f}; max difference of the problems' kernel medians "
             f"{100 * max(diffs or [0]):.2f}%")
+        if busy.get(1) and busy.get(4):
+            say("  " + busy_bound(walls[1], busy[1], walls[4], busy[4]))
         check(f"concurrency ({kind_l}) throughput >= 2x", ratio >= 2.0, f"x{ratio:.2f}")
         within = sum(d <= 0.02 for d in diffs)
         check(f"concurrency ({kind_l}): kernel medians within 2% of the serial run",
@@ -542,7 +593,20 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
               f"{within}/{len(diffs)} problems within 2%; differences "
               f"{[round(100 * d, 2) for d in diffs]} %")
     shutil.rmtree(tmp, ignore_errors=True)
-    return {"wall": walls[1], "drain": drains[1], "med": med[1], "per_problem": per_problem}
+    return {"wall": walls[1], "drain": drains[1], "med": med[1], "per_problem": per_problem,
+            "busy": busy.get(1)}
+
+
+def busy_bound(wall1: float, busy1: float, wall4: float, busy4: float) -> str:
+    """The device's kernel time of the 16 tasks serial and at 4-way (NVML
+    share x window), and the throughput the 4-way engine's could allow at
+    most: its kernel time is a floor under its window, one kernel at a time
+    being what the device runs for separate processes (no MPS)."""
+    k1, k4 = busy1 * wall1, busy4 * wall4
+    return (f"device kernel time of the 16 tasks: serial {k1:.1f} s ({100 * busy1:.0f}% of "
+            f"{wall1:.1f} s), 4-way {k4:.1f} s ({100 * busy4:.0f}% of {wall4:.1f} s): "
+            f"x{wall1 / k4:.2f} at most with the 4-way engine's device work, x{wall1 / k1:.2f} "
+            "with the serial one's")
 
 
 PHASES = ("setup", "compile", "gate", "correctness", "timing", "profiling", "timing_checks",

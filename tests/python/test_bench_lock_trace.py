@@ -86,6 +86,39 @@ def test_cpu_use_is_the_busy_share_between_two_times():
     assert gpu_suite.cpu_use(trace[:1], 0, 1) == "cpu: too few samples"
 
 
+def test_gpu_use_and_the_device_time_bound():
+    """NVML samples (t, utilization.gpu %, utilization.memory %) averaged
+    over a window; the bound: the 4-way window cannot be shorter than the
+    kernel time its 16 tasks put on the device."""
+    trace = [(0.0, 10, 5), (1.0, 60, 20), (2.0, 80, 40), (3.0, 100, 90)]
+    line, busy = gpu_suite.gpu_use(trace, 0.5, 2.5)
+    assert busy == 0.7 and line.startswith("gpu: a kernel running 70% of the time, memory busy 30%")
+    assert gpu_suite.gpu_use(trace[:1], 0, 1) == ("gpu: too few samples (nvidia-smi)", None)
+    line = gpu_suite.busy_bound(12.0, 0.5, 9.0, 0.8)  # 6.0 s serial, 7.2 s at 4-way
+    assert "serial 6.0 s (50% of 12.0 s), 4-way 7.2 s (80% of 9.0 s)" in line
+    assert "x1.67 at most with the 4-way engine's device work, x2.00 with the serial one's" in line
+
+
+def test_nvml_sampler_reads_nvidia_smi_lines(tmp_path, monkeypatch):
+    """_nvml_sampler runs nvidia-smi and keeps each "gpu, memory" line with
+    its time; a line it cannot read is skipped. A stand-in nvidia-smi on
+    PATH prints three lines (this machine has none)."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho '37, 12'\necho '[N/A], 3'\necho '90, 55'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    got: list = []
+    proc = gpu_suite._nvml_sampler(gpu_suite.time.perf_counter(), got)
+    assert proc is not None and proc.wait(timeout=10) == 0
+    for _ in range(100):
+        if len(got) == 2:
+            break
+        gpu_suite.time.sleep(0.02)
+    assert [(g, m) for _, g, m in got] == [(37.0, 12.0), (90.0, 55.0)]
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert gpu_suite._nvml_sampler(0.0, []) is None
+
+
 def test_concurrency_rounds_and_windows():
     """The concurrency step's engines: 3 rounds of 16 tasks (the
     solutions, then each round's own candidates), the steady window from
