@@ -188,7 +188,9 @@ class Judge:
         a warm pair) has set up and compiled, which runs none of the
         harness's device work; here it waits for the engine to give it one
         of the device slots ('D' on its task pipe), not past its deadline.
-        timings.gate is how long."""
+        timings.gate is how long. A wait that reaches the deadline is
+        infra_error (retried, as a lock timeout is): the candidate ran none
+        of its checks, the slots were busy with other tasks."""
         fd, self.gate_fd = self.gate_fd, None
         if fd is None:
             return
@@ -202,8 +204,9 @@ class Judge:
         if got == b"D":
             return
         if not ready:
-            self.fail("timeout", "TIMEOUT", "Timeout",
-                      "the evaluation waited for a device slot past its time limit")
+            self.fail("infra_error", "INFRA_ERROR", "GateTimeout",
+                      "the evaluation waited for a device slot (every slot busy with other "
+                      "tasks) until its time limit; its candidate was not checked")
         self.fail("infra_error", "INFRA_ERROR", "EngineGone",
                   "the worker dropped the task before it had a device slot")
 

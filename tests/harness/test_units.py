@@ -613,3 +613,46 @@ def test_cpustat_counts_cpu_run_queue_and_modules_since_the_mark():
     finally:
         del sys.modules["kgym_test_fake_module"]
     assert cpu1 > cpu0 and runq1 >= runq0 and mods1 == 1
+
+
+def test_a_staged_task_that_never_gets_a_device_slot_is_infra_error():
+    """Judge.wait_for_device (a staged task at its gate): 'D' on the task
+    pipe lets it go on; a deadline reached while every slot is busy is the
+    worker's failure, infra_error (retried), not the candidate's timeout;
+    the pipe closed without 'D' is infra_error too. The pipe is closed."""
+    import os
+    import time
+    from kgym_harness import judge
+
+    def staged(write: bytes | None, left_s: float) -> tuple[dict, bool]:
+        j = object.__new__(judge.Judge)
+        r, w = os.pipe()
+        if write is not None:
+            os.write(w, write)
+            os.close(w)
+        j.gate_fd, j.result, j.phase = r, schema.new_result("t", "cpu"), "compile"
+        j.chan = type("Chan", (), {"deadline": time.monotonic() + left_s})()
+        t0 = time.monotonic()
+        try:
+            j.wait_for_device()
+            stopped = False
+        except judge.Stop:
+            stopped = True
+        if write is None:
+            assert 0.15 <= time.monotonic() - t0 < 5
+            os.close(w)
+        assert j.gate_fd is None
+        try:
+            os.fstat(r)
+            raise AssertionError("the gate pipe was left open")
+        except OSError:
+            pass
+        return j.result, stopped
+
+    res, stopped = staged(b"D", 5.0)
+    assert not stopped and res["error"] is None
+    res, stopped = staged(None, 0.2)
+    assert stopped and res["verdict"] == "infra_error" and res["error_code"] == "INFRA_ERROR"
+    assert res["error"]["phase"] == "gate" and "device slot" in res["error_message"]
+    res, stopped = staged(b"", 5.0)
+    assert stopped and res["verdict"] == "infra_error" and "dropped" in res["error_message"]
