@@ -362,6 +362,12 @@ static int task_interp(const kg_engine *e, const json_t *task)
            !strcmp(backend, "triton");
 }
 
+/* The task profiles (enable_profiling, true unless false). */
+static int task_prof(const json_t *task)
+{
+    return !json_is_false(json_object_get(task, "enable_profiling"));
+}
+
 /* The task as the judge gets it: the request plus the device, its lock and
  * the worker's deadline. New reference, owned by the caller. */
 static json_t *judge_task(kg_engine *e, const struct slot *sl)
@@ -967,14 +973,16 @@ static int give_task(kg_engine *e, struct slot *sl, kg_err *err)
     return 0;
 }
 
-/* A spare whose children are both alive and whose interpreter setting fits
- * the task, or NULL. */
-/* The spare for a task: one whose children suit it (interp), preferably
- * one that warmed the profiler when the task profiles, and of those the
- * oldest, the one most likely done warming (a younger one would make the
- * task wait for the rest of its start-up). */
-static struct slot *take_spare(kg_engine *e, int interp, int prof)
+/* The spare for a task, or NULL (none, or no zygote): one whose children
+ * are both alive and suit it (interp), preferably one that warmed the
+ * profiler when the task profiles, and of those the oldest, the one most
+ * likely done warming (a younger one would make the task wait for the rest
+ * of its start-up). */
+static struct slot *take_spare(kg_engine *e, const json_t *task)
 {
+    if (!e->zy)
+        return NULL;
+    int interp = task_interp(e, task), prof = task_prof(task);
     struct slot *best = NULL;
     for (int i = 0; i < MAX_SPARES; i++) {
         struct slot *sp = &e->spares[i];
@@ -1035,9 +1043,7 @@ static void grant_device(kg_engine *e)
 static int start_task(kg_engine *e, struct slot *sl, struct pending *p,
                       int gated, kg_err *err)
 {
-    int interp = task_interp(e, p->task);
-    int prof = !json_is_false(json_object_get(p->task, "enable_profiling"));
-    struct slot *sp = e->zy ? take_spare(e, interp, prof) : NULL;
+    struct slot *sp = take_spare(e, p->task);
     if (sp) {
         e->spare_deaths = 0;
         *sl = *sp; /* the pair, its fds and buffers move to the slot */
@@ -1045,7 +1051,7 @@ static int start_task(kg_engine *e, struct slot *sl, struct pending *p,
         sl->warm = 1;
     } else {
         slot_clear(sl);
-        sl->interp = interp;
+        sl->interp = task_interp(e, p->task);
     }
     sl->task = p->task;
     sl->user = p->user;
@@ -1183,8 +1189,7 @@ int kg_engine_submit(kg_engine *e, json_t *task, void *user, kg_err *err)
     p->user = user;
     p->t_submit = now_ms();
     e->last_interp = task_interp(e, task);
-    json_t *ep = json_object_get(task, "enable_profiling");
-    e->last_prof = !json_is_false(ep);
+    e->last_prof = task_prof(task);
     if (e->tail)
         e->tail->next = p;
     else
@@ -1502,10 +1507,7 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
         if (sl->state != S_FREE)
             continue;
         int gated = device_slots_used(e) >= e->cfg.concurrency;
-        if (gated &&
-            !(e->zy && take_spare(e, task_interp(e, e->head->task),
-                                  !json_is_false(json_object_get(
-                                      e->head->task, "enable_profiling")))))
+        if (gated && !take_spare(e, e->head->task))
             break; /* staged tasks only go to spares (their gate pipe) */
         struct pending *p = e->head;
         e->head = p->next;

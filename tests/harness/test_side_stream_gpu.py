@@ -7,31 +7,29 @@ there in the second phase as well, and is still reported."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
+import sys
 
 import pytest
 import torch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-KGYM = os.environ.get("KGYM_BIN", os.path.join(ROOT, "build", "kgym"))
 PROBLEM = os.path.join(ROOT, "problems", "gpu", "level2", "2_Add_LayerNorm_GELU.py")
 CORPUS = os.path.join(ROOT, "tests", "redteam", "corpus", "triton")
 CHEAT = os.path.join(CORPUS, "side_stream__add_ln_gelu_unjoined.py")
 HONEST = os.path.join(CORPUS, "honest__add_ln_gelu_side_stream_joined.py")
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from kgym_env import eval_json  # noqa: E402
 
 
 def test_one_timed_call_on_a_side_stream_is_timed_again_and_still_flagged():
     env = dict(os.environ)
     env.setdefault("TMPDIR", "/tmp")  # enterable by the candidate's uid
-    p = subprocess.run([KGYM, "eval", "--ref", PROBLEM, "--cand", CHEAT, "--cand", HONEST,
-                        "--backend", "triton", "--device", "cuda:0", "--json",
-                        "--num-perf-trials", "1", "--num-correct-trials", "2",
-                        "--enable-profiling", "false"],
-                       capture_output=True, text=True, env=env, timeout=300)
-    rs = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    rs, p = eval_json(["--ref", PROBLEM, "--cand", CHEAT, "--cand", HONEST,
+                       "--backend", "triton", "--device", "cuda:0",
+                       "--num-perf-trials", "1", "--num-correct-trials", "2",
+                       "--enable-profiling", "false"], env, timeout=300)
     assert len(rs) == 2, p.stderr[-3000:]
     cheat, honest = rs
     assert cheat["verdict"] == "hacked" and "side_stream" in cheat["hack_reasons"], cheat

@@ -6,9 +6,7 @@ checked: each file refuses to load with another value."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -16,11 +14,10 @@ import torch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-KGYM = os.environ.get("KGYM_BIN", os.path.join(ROOT, "build", "kgym"))
 GELU = os.path.join(ROOT, "problems", "gpu", "level1", "1_GELU.py")
 SOL = os.path.join(ROOT, "problems", "gpu", "level1", "solutions", "1_GELU.triton.py")
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-from kgym_env import env_probe  # noqa: E402
+from kgym_env import env_probe, eval_json  # noqa: E402
 
 
 @pytest.mark.parametrize("given,want", [(None, "1"), ("2", "2")])
@@ -34,12 +31,10 @@ def test_children_get_one_work_queue_unless_the_worker_says(tmp_path, given, wan
     env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
     if given:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = given
-    p = subprocess.run([KGYM, "eval", "--ref", str(ref), "--cand", str(cand), "--cand", str(cand),
-                        "--backend", "triton", "--device", "cuda:0", "--json",
-                        "--num-perf-trials", "3", "--num-correct-trials", "2",
-                        "--enable-profiling", "false"],
-                       capture_output=True, text=True, env=env, timeout=300)
-    rs = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    rs, p = eval_json(["--ref", str(ref), "--cand", str(cand), "--cand", str(cand),
+                       "--backend", "triton", "--device", "cuda:0",
+                       "--num-perf-trials", "3", "--num-correct-trials", "2",
+                       "--enable-profiling", "false"], env, timeout=300)
     assert len(rs) == 2, p.stderr[-3000:]
     assert [r["verdict"] for r in rs] == ["pass", "pass"], [r["error_message"] for r in rs]
     assert "warm_spare" in rs[1]["timings"]  # the second pair was a warm spare

@@ -6,6 +6,7 @@ also when a test fails; processes found through the run's TMPDIR in their
 environment (sandboxed children of a worker killed with -9) likewise."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -45,6 +46,16 @@ def cheap_task(task_id: str, sleep: float = 0, **fields) -> dict:
     return {"task_id": task_id, "reference_code": f"{REF}# {task_id}\n", "kernel_code": cand,
             "backend": "cpu", "num_correct_trials": 1, "num_perf_trials": 1,
             "num_warmup": 0, "enable_profiling": False, "timeout": 120, **fields}
+
+
+def eval_json(args: list[str], env: dict | None = None,
+              timeout: float = 600) -> tuple[list[dict], subprocess.CompletedProcess]:
+    """`kgym eval --json ARGS` run to its end (env: the whole environment,
+    None: this one's): its result objects in the order printed, and the
+    finished process (returncode, stderr) for the caller's checks."""
+    p = subprocess.run([KGYM, "eval", "--json", *args], capture_output=True, text=True,
+                       env=env, timeout=timeout)
+    return [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")], p
 
 
 def uid(prefix: str = "t") -> str:

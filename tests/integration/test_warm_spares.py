@@ -3,13 +3,13 @@ task by the real engine, handed a task later, used once, and gone when the
 engine stops."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import tempfile
 
 import pytest
+from kgym_env import eval_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KGYM = os.environ.get("KGYM_BIN", os.path.join(ROOT, "build", "kgym"))
@@ -24,12 +24,11 @@ def evaluate(cands: list[str], *extra: str, tmpdir: str | None = None) -> list[d
     env.setdefault("TMPDIR", "/tmp")
     if tmpdir:
         env["TMPDIR"] = tmpdir
-    args = [KGYM, "eval", "--ref", REF, "--backend", "cpu", "--json", *FAST, *extra]
+    args = ["--ref", REF, "--backend", "cpu", *FAST, *extra]
     for c in cands:
         args += ["--cand", c]
-    p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    out, p = eval_json(args, env)
     assert p.returncode in (0, 1), p.stderr[-2000:]
-    out = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
     assert len(out) == len(cands), p.stderr[-2000:]
     return out
 
@@ -98,13 +97,12 @@ def test_warm_parts_and_tasks_say_where_their_time_went():
 
 
 def _eval_stderr(n: int, floor: str) -> tuple[list[dict], str]:
-    args = [KGYM, "eval", "--ref", REF, "--backend", "cpu", "--json", *FAST, "--prewarm", "4"]
+    args = ["--ref", REF, "--backend", "cpu", *FAST, "--prewarm", "4"]
     for _ in range(n):
         args += ["--cand", SOL]
-    p = subprocess.run(args, capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, KGYM_SPARE_MEM_FLOOR=floor))
+    out, p = eval_json(args, dict(os.environ, KGYM_SPARE_MEM_FLOOR=floor))
     assert p.returncode == 0, p.stderr[-2000:]
-    return [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")], p.stderr
+    return out, p.stderr
 
 
 def test_fewer_spares_when_their_memory_leaves_too_little_free():
