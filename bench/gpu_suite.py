@@ -599,9 +599,9 @@ def run_concurrency(kinds: tuple[str, ...] = ("repeated", "distinct"),
 
 def busy_bound(wall1: float, busy1: float, wall4: float, busy4: float) -> str:
     """The device's kernel time of the 16 tasks serial and at 4-way (NVML
-    share x window), and the throughput the 4-way engine's could allow at
-    most: its kernel time is a floor under its window, one kernel at a time
-    being what the device runs for separate processes (no MPS)."""
+    share x window), and the most throughput that allows: a window cannot
+    be shorter than its kernel time, since the device runs the kernels of
+    separate processes one at a time (no MPS)."""
     k1, k4 = busy1 * wall1, busy4 * wall4
     return (f"device kernel time of the 16 tasks: serial {k1:.1f} s ({100 * busy1:.0f}% of "
             f"{wall1:.1f} s), 4-way {k4:.1f} s ({100 * busy4:.0f}% of {wall4:.1f} s): "
@@ -616,9 +616,11 @@ PHASES = ("setup", "compile", "gate", "correctness", "timing", "profiling", "tim
 def unaccounted(res: list[dict]) -> str:
     """What of each task's timings.total (the engine's clock, from hand-over
     to result) no judge phase accounts for: the hand-over, the judge's start
-    and end and, before finish_early, the wait for the pair's exits (CUDA
-    context teardown: ~100 ms a task serial, 200-580 ms at 4-way on the
-    H200, session 14); and a staged task's wait at its gate."""
+    and end, a task's wait for a spare still warming up (its judge starts
+    when the warm-up ends: most of it at 4-way on the H200, session 15)
+    and, before finish_early, the wait for the pair's exits (CUDA context
+    teardown: ~100 ms a task serial, 200-580 ms at 4-way, session 14); and
+    a staged task's wait at its gate."""
     gaps, gates = [], []
     for r in res:
         t = r.get("timings") or {}
