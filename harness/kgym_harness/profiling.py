@@ -77,8 +77,11 @@ def assemble(rows: list[dict], custom_us: float, total_us: float, iters: int,
     rows.sort(key=lambda r: -r["device_us"])
     coverage = custom_us / total_us if total_us > 0 else 0.0
     coverage = min(max(coverage, 0.0), 1.0)
+    # distinct kernels before the rows are cut to keep (KernelGym's counts)
+    n_custom = sum(1 for r in rows if r.get("custom"))
     return {"kernels": rows[:keep], "custom_device_us": custom_us,
             "total_device_us": total_us, "coverage": coverage,
+            "num_custom_kernels": n_custom, "num_total_kernels": len(rows),
             "summary": summary_string(custom_us, total_us, coverage),
             "iterations": iters, "method": method}
 

@@ -21,6 +21,25 @@ struct field {
     int in_cache_key;    /* changes the outcome of an evaluation */
 };
 
+/* KernelGym's names for enum values (docs/api.md, KernelGym compatibility):
+ * normalized to ours, so they mean the same and share cache entries. */
+static const struct {
+    const char *field, *alias, *value;
+} ENUM_ALIASES[] = {
+    {"reference_backend", "pytorch", "eager"},
+    {"reference_backend", "torch-compile", "torch_compile"},
+    {"reference_backend", "compile", "torch_compile"},
+};
+
+static const char *enum_alias(const struct field *f, const char *s)
+{
+    for (size_t i = 0; i < sizeof ENUM_ALIASES / sizeof *ENUM_ALIASES; i++)
+        if (!strcmp(ENUM_ALIASES[i].field, f->name) &&
+            !strcmp(ENUM_ALIASES[i].alias, s))
+            return ENUM_ALIASES[i].value;
+    return s;
+}
+
 /* The request table of DESIGN.md, in one place. */
 static const struct field FIELDS[] = {
     {"task_id", F_STR, 0, 1, KG_MAX_TASK_ID, NULL, 0, 0, NULL, 0},
@@ -114,12 +133,15 @@ static int check_field(const struct field *f, json_t *v, json_t *out,
         json_object_set(out, f->name, v);
         return 0;
     }
-    case F_ENUM:
-        if (!json_is_string(v) || !enum_has(f->choices, json_string_value(v)))
+    case F_ENUM: {
+        const char *s = json_is_string(v) ? enum_alias(f, json_string_value(v))
+                                          : NULL;
+        if (!s || !enum_has(f->choices, s))
             return kg_errf(err, KG_EINVAL, "field \"%s\": must be one of %s",
                            f->name, f->choices);
-        json_object_set(out, f->name, v);
+        json_object_set_new(out, f->name, json_string(s));
         return 0;
+    }
     case F_BOOL:
         if (!json_is_boolean(v))
             return kg_errf(err, KG_EINVAL,

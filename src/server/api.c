@@ -10,6 +10,7 @@
 
 #include "common/json_util.h"
 #include "common/request.h"
+#include "common/result.h"
 #include "server/api.h"
 #include "server/supervise.h"
 
@@ -329,6 +330,21 @@ static json_t *ms_or_null(int64_t ms)
     return ms ? json_integer(ms) : json_null();
 }
 
+/* A finished task's error_message for its status view (KernelGym clients
+ * read it there for a task that did not complete): the result's, else one
+ * that says why there is none. */
+static json_t *status_message(const kg_task *t)
+{
+    json_t *m = t->result ? json_object_get(t->result, "error_message") : NULL;
+    if (json_is_string(m))
+        return json_copy(m);
+    if (t->status == KG_TASK_CANCELLED)
+        return json_string("the task was cancelled");
+    if (t->status == KG_TASK_FAILED)
+        return json_string("the task failed without a result");
+    return json_null();
+}
+
 /* The status view of a stored task (GET /status/{id}). */
 static json_t *status_view(const kg_task *t)
 {
@@ -348,8 +364,10 @@ static json_t *status_view(const kg_task *t)
         json_object_set_new(o, "lease_deadline_ms",
                             ms_or_null(t->lease_deadline_ms));
     json_t *verdict = t->result ? json_object_get(t->result, "verdict") : NULL;
-    if (t->status >= KG_TASK_COMPLETED)
+    if (t->status >= KG_TASK_COMPLETED) {
         json_object_set(o, "verdict", verdict ? verdict : json_null());
+        json_object_set_new(o, "error_message", status_message(t));
+    }
     return o;
 }
 
@@ -364,6 +382,7 @@ static json_t *result_view(const char *id, int status, const json_t *result)
         json_is_object(result) ? json_copy((json_t *)result) : json_object();
     json_object_set_new(o, "task_id", json_string(id));
     json_object_set_new(o, "status", json_string(kg_task_status_name(status)));
+    kg_result_finalize(o);
     return o;
 }
 
@@ -466,7 +485,7 @@ static void h_evaluate(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     } else {
         if (rc == 0) {
             kg_http_wake(api->http, 1);
-            rep->status = 202;
+            rep->status = 200; /* KernelGym's clients submit until a 200 */
             rep->json =
                 json_pack("{s:s, s:s}", "task_id", p.id, "status", "pending");
         } else if (rc == 1) {
@@ -475,7 +494,7 @@ static void h_evaluate(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
             if (rc) {
                 store_error(rep, rc, &err);
             } else {
-                rep->status = t.status >= KG_TASK_COMPLETED ? 200 : 202;
+                rep->status = 200;
                 rep->json = existing_view(&t);
                 kg_task_free(&t);
             }

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/result.h"
 #include "worker/engine.h"
 #include "worker/frame.h"
 #include "worker/sandbox.h"
@@ -760,6 +761,16 @@ static json_t *engine_verdict(struct slot *sl, const char *verdict,
     return r;
 }
 
+/* Every result leaves the engine here, in the form clients may read alone
+ * (kg_result_finalize: no reward-bearing figure on a verdict other than
+ * pass). */
+static void hand_out(kg_engine_done_fn done, void *ctx, struct slot *sl,
+                     json_t *r)
+{
+    kg_result_finalize(r);
+    done(ctx, sl->user, r);
+}
+
 static json_t *build_result(kg_engine *e, struct slot *sl)
 {
     char js[256], cs[256], msg[1024];
@@ -1385,7 +1396,7 @@ static void finish(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
         sl->state = S_HELD;
         return;
     }
-    done(ctx, sl->user, r);
+    hand_out(done, ctx, sl, r);
     json_decref(r);
     free_slot(e, sl);
 }
@@ -1427,7 +1438,7 @@ static int finish_early(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
     }
     stamp(e, sl, r);
     note_memory(e, sl, r);
-    done(ctx, sl->user, r);
+    hand_out(done, ctx, sl, r);
     json_decref(r);
     close_fd(&sl->res_fd);
     close_fd(&sl->judge.log_fd); /* killed: nothing more to read */
@@ -1485,7 +1496,7 @@ static void settle_probe(kg_engine *e, kg_engine_done_fn done, void *ctx)
                 "the task will be retried on a healthy device");
             stamp(e, sl, r);
         }
-        done(ctx, sl->user, r);
+        hand_out(done, ctx, sl, r);
         json_decref(r);
         free_slot(e, sl);
     }
@@ -1521,7 +1532,7 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
             json_t *r =
                 engine_verdict(sl, "infra_error", "SPAWN_FAILED", serr.msg);
             stamp(e, sl, r);
-            done(ctx, sl->user, r);
+            hand_out(done, ctx, sl, r);
             json_decref(r);
             free_slot(e, sl);
         }

@@ -231,7 +231,7 @@ def test_submit_status_result_with_a_fake_worker(server):
     tid = uid()
     t = task(task_id=tid)
     code, _, body = server.request("POST", "/evaluate", t)
-    assert code == 202 and body == {"task_id": tid, "status": "pending"}
+    assert code == 200 and body == {"task_id": tid, "status": "pending"}
 
     code, _, st = server.request("GET", f"/status/{tid}")
     assert code == 200 and st["task_id"] == tid and st["status"] == "pending"
@@ -264,11 +264,11 @@ def test_submit_status_result_with_a_fake_worker(server):
 
 def test_server_assigns_ids_and_resubmission_returns_the_stored_task(server):
     code, _, body = server.request("POST", "/evaluate", task(kernel_code=uid("k")))
-    assert code == 202 and len(body["task_id"]) == 32
+    assert code == 200 and len(body["task_id"]) == 32
     tid = body["task_id"]
     code, _, again = server.request("POST", "/evaluate",
                                     task(kernel_code="other", task_id=tid))
-    assert code == 202 and again["task_id"] == tid and again["existing"] is True
+    assert code == 200 and again["task_id"] == tid and again["existing"] is True
 
     wid = register(server)
     lease_task(server, wid, tid)
@@ -280,7 +280,7 @@ def test_server_assigns_ids_and_resubmission_returns_the_stored_task(server):
     # force_refresh puts a finished task back in the queue
     code, _, again = server.request("POST", "/evaluate",
                                     task(task_id=tid, force_refresh=True))
-    assert code == 202 and again["status"] == "pending"
+    assert code == 200 and again["status"] == "pending"
     lease_task(server, wid, tid)
     post_result(server, wid, tid, "pass")
 
@@ -303,7 +303,7 @@ def test_result_cache_hit_completes_at_once(server):
 
     # force_refresh bypasses the cache
     code, _, body = server.request("POST", "/evaluate", {**t, "force_refresh": True})
-    assert code == 202 and body["status"] == "pending"
+    assert code == 200 and body["status"] == "pending"
     lease_task(server, wid, body["task_id"])
     post_result(server, wid, body["task_id"], "pass")
 
@@ -621,7 +621,7 @@ def test_auth(sqlite_server):
                            token=None), 401)
     # both rotation tokens work
     for tok in CLIENT_TOKENS:
-        assert s.request("POST", "/evaluate", task(task_id=uid()), token=tok)[0] == 202
+        assert s.request("POST", "/evaluate", task(task_id=uid()), token=tok)[0] == 200
     # a worker token is not a client token, and the reverse
     assert_error(s.request("POST", "/evaluate", TASK, token=WORKER_TOKEN), 401)
     assert_error(s.request("POST", "/worker/register", {"device": "cpu:x"},
@@ -672,7 +672,7 @@ def test_no_token_is_loopback_only():
         assert p.returncode == 2 and "loopback" in p.stderr
         s = start_server(["--data-dir", tmp, "--workers", "auto"], tmp)
         try:
-            assert s.request("POST", "/evaluate", TASK, token=None)[0] == 202
+            assert s.request("POST", "/evaluate", TASK, token=None)[0] == 200
             assert os.path.exists(os.path.join(tmp, "kgym.db"))
             code, _, body = s.request("GET", "/health", token=None)
             assert code == 200 and body["local_workers"]["configured"] >= 1, body
@@ -764,7 +764,7 @@ def test_survives_garbage(sqlite_server):
     code, _, body = s.request("GET", "/health", token=None)
     assert code == 200 and body["status"] == "ok"
     code, _, body = s.request("POST", "/evaluate", task(task_id=uid()))
-    assert code == 202
+    assert code == 200
 
 
 def test_redis_down_is_503_and_service_resumes():
@@ -794,7 +794,7 @@ def test_redis_down_is_503_and_service_resumes():
             pytest.skip(f"the Redis store is not available: {e}")
         try:
             tid = uid()
-            assert s.request("POST", "/evaluate", task(task_id=tid), token=None)[0] == 202
+            assert s.request("POST", "/evaluate", task(task_id=tid), token=None)[0] == 200
             redis.terminate()
             redis.wait()
             assert_error(s.request("POST", "/evaluate", task(), token=None), 503)
@@ -808,7 +808,7 @@ def test_redis_down_is_503_and_service_resumes():
                 time.sleep(0.1)
             code, _, st = s.request("GET", f"/status/{tid}", token=None)
             assert code == 200 and st["status"] == "pending"
-            assert s.request("POST", "/evaluate", task(), token=None)[0] == 202
+            assert s.request("POST", "/evaluate", task(), token=None)[0] == 200
         finally:
             stop_server(s)
     finally:

@@ -1,0 +1,121 @@
+/* result.c - reward-bearing fields and KernelGym's names (result.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/result.h"
+
+/* Figures a client may turn into a reward; null unless the verdict is pass. */
+static const char *const REWARD_FIGURES[] = {"speedup", "kernel_runtime"};
+
+static void withhold_figures(json_t *r)
+{
+    json_t *measured = json_object_get(r, "measured");
+    for (size_t i = 0; i < sizeof REWARD_FIGURES / sizeof *REWARD_FIGURES;
+         i++) {
+        const char *k = REWARD_FIGURES[i];
+        json_t *v = json_object_get(r, k);
+        if (!v || json_is_null(v)) {
+            json_object_set_new(r, k, json_null());
+            continue;
+        }
+        if (!json_is_object(measured)) {
+            measured = json_object();
+            json_object_set_new(r, "measured", measured);
+        }
+        json_object_set(measured, k, v);
+        json_object_set_new(r, k, json_null());
+    }
+}
+
+static double num_or(const json_t *o, const char *k, double def)
+{
+    const json_t *v = json_object_get(o, k);
+    return json_is_number(v) ? json_number_value(v) : def;
+}
+
+/* The profile's counts and device times; all zero without a profile. */
+struct prof_figures {
+    long long n_custom, n_total;
+    double custom_us, total_us, coverage;
+};
+
+static struct prof_figures read_profile(const json_t *prof)
+{
+    struct prof_figures f = {0, 0, 0, 0, 0};
+    if (!json_is_object(prof))
+        return f;
+    f.custom_us = num_or(prof, "custom_device_us", 0);
+    f.total_us = num_or(prof, "total_device_us", 0);
+    double cov = f.total_us > 0 ? f.custom_us / f.total_us : 0;
+    f.coverage = num_or(prof, "coverage", cov);
+    if (!(f.coverage >= 0))
+        f.coverage = 0;
+    if (f.coverage > 1)
+        f.coverage = 1;
+    const json_t *rows = json_object_get(prof, "kernels");
+    long long custom_rows = 0;
+    for (size_t i = 0; json_is_array(rows) && i < json_array_size(rows); i++)
+        custom_rows +=
+            json_is_true(json_object_get(json_array_get(rows, i), "custom"));
+    f.n_custom = (long long)num_or(prof, "num_custom_kernels",
+                                   (double)custom_rows);
+    f.n_total = (long long)num_or(
+        prof, "num_total_kernels",
+        json_is_array(rows) ? (double)json_array_size(rows) : 0);
+    return f;
+}
+
+/* KernelGym's four profiling figures and time_coverage, into o. */
+static void put_figures(json_t *o, const struct prof_figures *f)
+{
+    json_object_set_new(o, "num_custom_kernels", json_integer(f->n_custom));
+    json_object_set_new(o, "num_total_kernels", json_integer(f->n_total));
+    json_object_set_new(o, "custom_kernel_cuda_time_in_profiling_us",
+                        json_real(f->custom_us));
+    json_object_set_new(o, "total_kernel_run_time_in_profiling_us",
+                        json_real(f->total_us));
+    json_object_set_new(o, "time_coverage", json_real(f->coverage));
+}
+
+static void kernelgym_fields(json_t *r, int pass)
+{
+    struct prof_figures f = {0, 0, 0, 0, 0};
+    if (pass)
+        f = read_profile(json_object_get(r, "profile"));
+    json_t *meta = json_object_get(r, "metadata");
+    if (!json_is_object(meta)) {
+        meta = json_object();
+        json_object_set_new(r, "metadata", meta);
+    }
+    put_figures(r, &f);
+    put_figures(meta, &f);
+    char s[256];
+    double nratio = f.n_total > 0 ? (double)f.n_custom / (double)f.n_total : 0;
+    snprintf(s, sizeof s,
+             "Run %lld custom kernels / Total %lld kernels, Coverage: %.2f%%",
+             f.n_custom, f.n_total, 100.0 * nratio);
+    json_object_set_new(meta, "triton_kernel_coverage", json_string(s));
+    snprintf(s, sizeof s,
+             "Custom kernel CUDA time: %.2fus / Total time: %.2fus, "
+             "Coverage: %.2f%%",
+             f.custom_us, f.total_us, 100.0 * f.coverage);
+    json_object_set_new(meta, "custom_kernel_cuda_time_coverage",
+                        json_string(s));
+}
+
+void kg_result_finalize(json_t *r)
+{
+    if (!json_is_object(r))
+        return;
+    const char *verdict = json_string_value(json_object_get(r, "verdict"));
+    if (!verdict)
+        return;
+    int pass = !strcmp(verdict, "pass");
+    if (!pass) {
+        withhold_figures(r);
+        json_object_set_new(r, "correctness", json_false());
+        if (!strcmp(verdict, "hacked"))
+            json_object_set_new(r, "decoy_kernel", json_true());
+    }
+    kernelgym_fields(r, pass);
+}

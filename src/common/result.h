@@ -1,0 +1,26 @@
+/*
+ * result.h - what a result's reward-bearing fields mean, and KernelGym's
+ * names for them (docs/api.md, "KernelGym compatibility").
+ *
+ * A KernelGym client rewards from `speedup`, `correctness`, `decoy_kernel`
+ * and the profiling counts without looking at kgym's `verdict`. So every
+ * result that leaves kgym (the worker engine's, the server's views) goes
+ * through kg_result_finalize, which makes those fields safe to read alone.
+ */
+#ifndef KGYM_RESULT_H
+#define KGYM_RESULT_H
+
+#include <jansson.h>
+
+/*
+ * In place, idempotent; a non-object or an object without a verdict is
+ * left alone. For every verdict other than "pass": `speedup` and
+ * `kernel_runtime` become null (a measured value moves to
+ * `measured.speedup` / `measured.kernel_runtime`, diagnostic only),
+ * `correctness` is false, and a "hacked" verdict sets `decoy_kernel`.
+ * Then KernelGym's profiling fields are written from `profile`, at the
+ * top level and in `metadata` (zero unless the verdict is "pass").
+ */
+void kg_result_finalize(json_t *result);
+
+#endif
