@@ -4,6 +4,7 @@
 #   make asan       the C tests under AddressSanitizer + UBSan
 #   make test-gpu   GPU timing/profiling tests (run on a GPU machine)
 #   make bench      CPU benchmarks, printed
+#   make mutate     each defence's deliberate bug must fail a test (tests/mutations.py)
 
 CC      ?= gcc
 BUILD   ?= build
@@ -52,6 +53,9 @@ $(BUILD)/libkgym-app.a: $(APP_OBJS)
 $(BUILD)/kgym: $(BUILD)/src/cli/main.o $(BUILD)/libkgym-app.a $(BUILD)/libkgym.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# test_sqldb counts kgym's fdatasync calls through a link-time wrapper
+$(BUILD)/tests/test_sqldb: LDLIBS += -Wl,--wrap=fdatasync
+
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkgym-app.a $(BUILD)/libkgym.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $^ $(LDLIBS) -lcmocka
@@ -74,6 +78,10 @@ asan:
 test-gpu: all
 	scripts/test-gpu
 
+# every defence's deliberate bug must turn a test red (tests/mutations.py)
+mutate: all
+	scripts/mutate $(MUTATE_ARGS)
+
 bench: $(BUILD)/bench/rl_bench
 	$(BUILD)/bench/rl_bench
 
@@ -83,6 +91,6 @@ format:
 clean:
 	rm -rf build build-asan
 
-.PHONY: all unit pytest test asan test-gpu bench format clean
+.PHONY: all unit pytest test asan test-gpu bench mutate format clean
 .SECONDARY:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

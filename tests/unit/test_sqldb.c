@@ -31,6 +31,26 @@ static const char SCHEMA[] =
 
 static char dir[64];
 
+/*
+ * kgym's own fdatasync calls, counted apart from the stats the code under
+ * test keeps: the Makefile links this test with -Wl,--wrap=fdatasync, so
+ * sqldb.o's calls come here (SQLite's own, inside its shared library, do
+ * not). fsync_done_max is the largest call number that has returned.
+ */
+int __real_fdatasync(int fd);
+static atomic_ulong fsync_started, fsync_done_max;
+
+int __wrap_fdatasync(int fd)
+{
+    unsigned long me = atomic_fetch_add(&fsync_started, 1) + 1;
+    int r = __real_fdatasync(fd);
+    unsigned long cur = atomic_load(&fsync_done_max);
+    while (cur < me &&
+           !atomic_compare_exchange_weak(&fsync_done_max, &cur, me))
+        ;
+    return r;
+}
+
 static kg_sqldb *open_db(const char *name, int sync_full)
 {
     char path[128];
@@ -51,6 +71,7 @@ struct ins {
     int64_t k;
     int fail;
     uint64_t seq;
+    unsigned long fsyncs_before; /* fdatasync calls begun when it ran */
 };
 
 static int w_insert(kg_sqlconn *c, void *arg, kg_err *err)
@@ -63,6 +84,7 @@ static int w_insert(kg_sqlconn *c, void *arg, kg_err *err)
     sqlite3_bind_int64(st, 1, a->k);
     sqlite3_bind_text(st, 2, "value", -1, SQLITE_STATIC);
     int rc = kg_sqlconn_exec(c, st, err);
+    a->fsyncs_before = atomic_load(&fsync_started);
     if (rc == 0 && a->fail)
         rc = kg_errf(err, KG_ESTATE, "refused after the insert");
     return rc;
@@ -119,6 +141,8 @@ struct writer {
     pthread_barrier_t *start;
     int late_returns; /* writes that returned before stats.durable_seq
                          covered them */
+    int unsynced_returns; /* writes that returned before an fdatasync
+                             begun after their insert had returned */
     int errors;
 };
 
@@ -127,7 +151,7 @@ static void *writer_main(void *arg)
     struct writer *w = arg;
     pthread_barrier_wait(w->start);
     for (int i = 0; i < PER_THREAD; i++) {
-        struct ins a = {w->d, (int64_t)w->index * 1000 + i, 0, 0};
+        struct ins a = {w->d, (int64_t)w->index * 1000 + i, 0, 0, 0};
         kg_err err = {{0}};
         if (kg_sqldb_write(w->d, w_insert, &a, &err) != 0) {
             w->errors++;
@@ -137,6 +161,8 @@ static void *writer_main(void *arg)
         kg_sqldb_stats_get(w->d, &st);
         if (st.durable_seq < a.seq)
             w->late_returns++;
+        if (atomic_load(&fsync_done_max) <= a.fsyncs_before)
+            w->unsynced_returns++;
     }
     return NULL;
 }
@@ -149,13 +175,14 @@ static void run_writers(kg_sqldb *d)
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, NTHREADS);
     for (int i = 0; i < NTHREADS; i++) {
-        w[i] = (struct writer){d, i, &start, 0, 0};
+        w[i] = (struct writer){d, i, &start, 0, 0, 0};
         assert_int_equal(pthread_create(&th[i], NULL, writer_main, &w[i]), 0);
     }
     for (int i = 0; i < NTHREADS; i++) {
         pthread_join(th[i], NULL);
         assert_int_equal(w[i].errors, 0);
         assert_int_equal(w[i].late_returns, 0);
+        assert_int_equal(w[i].unsynced_returns, 0);
     }
     pthread_barrier_destroy(&start);
 }
@@ -172,10 +199,13 @@ static void test_group_commit(void **state)
     kg_sqldb *d = open_db("group.db", 1);
     assert_string_equal(kg_sqldb_sync_name(d), "full (group commit)");
     kg_sqldb_test_slow_sync(d, 20);
+    unsigned long calls0 = atomic_load(&fsync_started);
     run_writers(d);
     kg_sqldb_stats st;
     kg_sqldb_stats_get(d, &st);
     int n = NTHREADS * PER_THREAD;
+    /* every fsync the stats count is a real fdatasync call */
+    assert_int_equal(atomic_load(&fsync_started) - calls0, st.syncs);
     assert_int_equal(st.writes, n);
     assert_int_equal(st.durable_seq, n);
     assert_int_equal(count_rows(d), n);
@@ -207,7 +237,7 @@ struct later {
 static void *later_main(void *arg)
 {
     struct later *l = arg;
-    struct ins a = {l->d, l->k, l->fail, 0};
+    struct ins a = {l->d, l->k, l->fail, 0, 0};
     l->rc = kg_sqldb_write(l->d, w_insert, &a, &l->err);
     return NULL;
 }
@@ -269,7 +299,7 @@ static void test_normal_mode(void **state)
     (void)state;
     kg_sqldb *d = open_db("normal.db", 0);
     assert_string_equal(kg_sqldb_sync_name(d), "normal");
-    struct ins a = {d, 7, 0, 0};
+    struct ins a = {d, 7, 0, 0, 0};
     kg_err err = {{0}};
     assert_int_equal(kg_sqldb_write(d, w_insert, &a, &err), 0);
     /* the same key again: the write fails, nothing changes */
@@ -304,11 +334,11 @@ static void test_reads_see_acknowledged_writes(void **state)
     (void)state;
     kg_sqldb *d = open_db("snapshot.db", 1);
     kg_err err = {{0}};
-    struct ins a = {d, 1, 0, 0};
+    struct ins a = {d, 1, 0, 0, 0};
     assert_int_equal(kg_sqldb_write(d, w_insert, &a, &err), 0);
     int64_t k = 1;
     assert_int_equal(kg_sqldb_read(d, r_has_left_open, &k, &err), 1);
-    struct ins b = {d, 2, 0, 0};
+    struct ins b = {d, 2, 0, 0, 0};
     assert_int_equal(kg_sqldb_write(d, w_insert, &b, &err), 0);
     for (int i = 0; i < 4; i++) /* whichever reader the pool hands out */
         assert_int_equal(count_rows(d), 2);
@@ -347,7 +377,7 @@ static void test_deferred_writes(void **state)
     kg_err err = {{0}};
     struct done x = {.d = d};
     kg_sqldb_defer_begin();
-    struct ins a = {d, 1, 0, 0}, b = {d, 2, 0, 0};
+    struct ins a = {d, 1, 0, 0, 0}, b = {d, 2, 0, 0, 0};
     assert_int_equal(kg_sqldb_write(d, w_insert, &a, &err), 0);
     assert_int_equal(kg_sqldb_write(d, w_insert, &b, &err), 0);
     assert_true(kg_sqldb_defer_pending());
@@ -368,7 +398,7 @@ static void test_deferred_writes(void **state)
     kg_sqldb_defer_begin();
     assert_int_equal(kg_sqldb_defer_end(on_done, &y), 0);
     kg_sqldb_defer_begin();
-    struct ins c = {d, 3, 1, 0};
+    struct ins c = {d, 3, 1, 0, 0};
     assert_int_equal(kg_sqldb_write(d, w_insert, &c, &err), KG_ESTATE);
     assert_false(kg_sqldb_defer_pending());
     assert_int_equal(kg_sqldb_defer_end(on_done, &y), 0);
@@ -395,7 +425,7 @@ static void test_deferred_write_would_block(void **state)
                      SQLITE_OK);
     kg_err err = {{0}};
     kg_sqldb_defer_begin();
-    struct ins a = {d, 1, 0, 0};
+    struct ins a = {d, 1, 0, 0, 0};
     assert_int_equal(kg_sqldb_write(d, w_insert, &a, &err), KG_EUNAVAIL);
     assert_true(kg_sqldb_defer_blocked());
     assert_int_equal(kg_sqldb_defer_end(on_done, NULL), 0);

@@ -1,0 +1,120 @@
+"""The mutations of `make mutate` (scripts/mutate): one small deliberate bug
+per defence that decides a verdict, a reward or durability. Each must turn
+at least one of its tests red. A new defence gets its mutation here, with
+the fast tests that are meant to catch it.
+
+find: text that occurs exactly once in file; replace: the bug.
+tests: "unit:NAME" (a cmocka binary of tests/unit) or pytest arguments
+("PATH", "PATH::TEST", "PATH -k 'EXPR'", split as a shell would).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Mutation:
+    id: str
+    defence: str
+    file: str
+    find: str
+    replace: str
+    tests: list[str] = field(default_factory=list)
+
+
+CPU_VERDICTS = "tests/harness/test_cpu_verdicts.py"
+COMPAT = "tests/integration/test_kernelgym_compat.py"
+
+MUTATIONS = [
+    # ---- RL math (libkgym) ----------------------------------------------
+    Mutation("rl-trloo-self-inclusive", "TRLOO leaves the sample out of its baseline",
+             "lib/rl.c", "scale[j] = (double)cnt[j] / (cnt[j] - 1);", "scale[j] = 1.0;",
+             ["unit:test_rl"]),
+    Mutation("rl-reward-no-cap", "the speedup term is capped at 3", "lib/rl.c",
+             "double r = 1.0 + fmin(speedup[i], cfg->cap);", "double r = 1.0 + speedup[i];",
+             ["unit:test_rl"]),
+    Mutation("rl-reward-hacked-scored", "a hacked turn gets the penalty", "lib/rl.c",
+             "if (!correct[i] || hacked[i]) {", "if (!correct[i]) {", ["unit:test_rl"]),
+    Mutation("rl-mrs-no-veto", "MRS vetoes a sequence with one token ratio < 1e-4",
+             "lib/rl.c", "keep[s] = r >= cfg->lo && r <= cfg->hi && !(exp(dmin) < cfg->veto);",
+             "keep[s] = r >= cfg->lo && r <= cfg->hi;", ["unit:test_rl"]),
+    Mutation("rl-mrs-no-window", "MRS keeps only geometric ratios inside [lo, hi]",
+             "lib/rl.c", "keep[s] = r >= cfg->lo && r <= cfg->hi && !(exp(dmin) < cfg->veto);",
+             "keep[s] = !(exp(dmin) < cfg->veto);", ["unit:test_rl"]),
+    Mutation("rl-prs-unclipped", "PRS keep probability clipped to [0, 1]", "lib/rl.c",
+             "q = fmin(fmax((pr[i] - tau) / s, 0.0), 1.0);", "q = fmax((pr[i] - tau) / s, 0.0);",
+             ["unit:test_rl"]),
+
+    # ---- what a result's reward-bearing fields mean -----------------------
+    Mutation("result-speedup-on-failure", "no speedup on a result that did not pass",
+             "src/common/result.c", "        withhold_figures(r);", "(void)withhold_figures;",
+             [f"{COMPAT} -k 'not real_workers'"]),
+    Mutation("result-no-decoy-on-hacked", "every hacked verdict is a decoy for KernelGym",
+             "src/common/result.c", 'json_object_set_new(r, "decoy_kernel", json_true());',
+             "(void)0;", [f"{COMPAT} -k 'not real_workers'"]),
+    Mutation("result-coverage-on-failure", "no coverage figure on a result that did not pass",
+             "src/common/result.c", "    if (pass)\n        f = read_profile(",
+             "    if (1)\n        f = read_profile(", [f"{COMPAT} -k 'not real_workers'"]),
+
+    # ---- durability and the server ------------------------------------------
+    Mutation("sqlite-no-fdatasync", "group commit fsyncs the WAL before a write returns",
+             "src/server/sqldb.c", "int r = fdatasync(d->walfd);", "int r = 0;",
+             ["unit:test_sqldb"]),
+    Mutation("sched-infra-retried-forever", "an infra_error is retried at most max_attempts",
+             "src/server/sched.c", "if (infra && t.attempts < sc->p.max_attempts) {",
+             "if (infra) {", [f"{COMPAT} -k failed_task_says_why"]),
+    Mutation("auth-any-token", "a client token must be one of the configured ones",
+             "src/server/auth.c", "found |= (unsigned)(diff == 0);", "found |= 1u;",
+             ["tests/integration/test_server_api.py -k test_auth"]),
+    Mutation("request-trials-unbounded", "num_perf_trials is bounded (1..10000)",
+             "src/common/request.c", '{"num_perf_trials", F_INT, 0, 1, 10000,',
+             '{"num_perf_trials", F_INT, 0, 1, 1e12,', ["unit:test_request"]),
+    Mutation("cache-key-ignores-atol", "the result cache key covers the tolerance",
+             "src/common/request.c", '{"atol", F_NUM, 0, 0, 1e6, NULL, 1e-2, 0, NULL, 1},',
+             '{"atol", F_NUM, 0, 0, 1e6, NULL, 1e-2, 0, NULL, 0},', ["unit:test_request"]),
+
+    # ---- the judge's checks (harness) ------------------------------------------
+    Mutation("judge-no-launch-decoy", "no custom launch in any mode is no_custom_kernel",
+             "harness/kgym_harness/judge.py", "        if not any(counts):\n",
+             "        if False:\n", [f"{CPU_VERDICTS} -k test_decoy_kernel_is_hacked"]),
+    Mutation("judge-no-mode-branch", "custom kernels in some modes only is mode_branch",
+             "harness/kgym_harness/judge.py", "elif not all(counts) and not dep:",
+             "elif False:", [f"{CPU_VERDICTS} -k mode_branch"]),
+    Mutation("judge-no-ablation", "an output that survives the ablation is no_custom_kernel",
+             "harness/kgym_harness/judge.py",
+             '            info["outcome"] = "no_effect"\n            self.result["decoy_kernel"] = True\n'
+             '            self.hack(',
+             '            info["outcome"] = "no_effect"\n            self.result["decoy_kernel"] = True\n'
+             '            (lambda *a, **k: None)(',
+             ["tests/harness/test_integrity_gaps.py -k token"]),
+    Mutation("judge-no-spot-check", "a wrong timed output is call_count_switch",
+             "harness/kgym_harness/judge.py",
+             '                if fail is not None:\n                    checks["spot_checks"]["failed"] = i',
+             '                if False:\n                    checks["spot_checks"]["failed"] = i',
+             ["tests/harness/test_integrity_gaps.py -k call_count_switch"]),
+    Mutation("judge-no-recheck", "wrong after timing is output_cache",
+             "harness/kgym_harness/judge.py",
+             "            if fail:\n                self.result[\"mismatch\"] = dict(fail, trial=where)",
+             "            if False:\n                self.result[\"mismatch\"] = dict(fail, trial=where)",
+             [f"{CPU_VERDICTS} -k test_output_cache_caught_by_recheck"]),
+    Mutation("judge-no-unexplained-time", "time the claims leave unexplained is timer_tamper",
+             "harness/kgym_harness/judge.py", "        if unexplained > 0:\n",
+             "        if False:\n", [f"{CPU_VERDICTS} -k forged_timing_reply"]),
+    Mutation("judge-no-input-fingerprint", "timing on other inputs than the judge's is "
+             "timer_tamper", "harness/kgym_harness/judge.py",
+             "if not loader.fingerprints_match(mine, claim):", "if False:",
+             [f"{CPU_VERDICTS} -k shrinking_the_timing_inputs"]),
+    Mutation("judge-no-replaced-functions", "replaced measuring functions are timer_tamper",
+             "harness/kgym_harness/judge.py", "        if self.remote.tamper:\n",
+             "        if False:\n", [f"{CPU_VERDICTS} -k replaced_clock"]),
+    Mutation("judge-no-precision-evidence", "low-precision kernels on an fp32 problem are "
+             "precision_downgrade", "harness/kgym_harness/judge.py",
+             "        found = sorted(self.low_precision)\n",
+             "        return\n        found = sorted(self.low_precision)\n",
+             ["tests/harness/test_integrity_gaps.py -k converting_to_fp16"]),
+    Mutation("judge-speedup-not-rechecked", "a speedup above the bound is evaluated again",
+             "harness/kgym_harness/judge.py",
+             "        return (s is not None and s > self.req[\"speedup_recheck_bound\"]",
+             "        return (False and s > self.req[\"speedup_recheck_bound\"]",
+             ["tests/harness/test_integrity_speedup.py -k rechecked"]),
+]
