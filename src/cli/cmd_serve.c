@@ -43,6 +43,13 @@ static void usage(FILE *f)
             "  --token-file F           client bearer tokens, one per line "
             "(several: rotation)\n"
             "  --worker-token-file W    workers' tokens (default: F's)\n"
+            "  --trust-clients-from CIDR[,CIDR...]\n"
+            "                           clients from these ranges (e.g. "
+            "10.0.0.0/8,fd00::/8)\n"
+            "                           need no token (a token they send "
+            "must be valid);\n"
+            "                           worker endpoints always need one. "
+            "Needs --token-file\n"
             "  --threads N              HTTP threads (default: 4 per "
             "online CPU)\n"
             "  --lease-s S              lease length (default 60)\n"
@@ -247,6 +254,8 @@ int kg_cli_serve(int argc, char **argv)
     const char *token_file = NULL, *worker_token_file = NULL;
     const char *data_dir = getenv("KGYM_DATA_DIR"), *workers = NULL;
     long threads = 0, lease_s = 0, ttl_s = 0, max_attempts = 0, grace_s = 10;
+    const char *trust[16];
+    int ntrust = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -273,6 +282,14 @@ int kg_cli_serve(int argc, char **argv)
             data_dir = v;
         else if (!strcmp(a, "--workers"))
             workers = v;
+        else if (!strcmp(a, "--trust-clients-from")) {
+            if (ntrust == (int)(sizeof trust / sizeof trust[0])) {
+                fprintf(stderr, "kgym serve: --trust-clients-from given too "
+                                "often (list the ranges with commas)\n");
+                return 2;
+            }
+            trust[ntrust++] = v;
+        }
         else if (!strcmp(a, "--threads")) {
             if (parse_pos(a, v, 1024, &threads))
                 return 2;
@@ -328,6 +345,20 @@ int kg_cli_serve(int argc, char **argv)
     kg_auth *auth = NULL;
     if (kg_auth_open(token_file, worker_token_file, &auth, &err)) {
         fprintf(stderr, "kgym serve: %s\n", err.msg);
+        return 2;
+    }
+    for (int i = 0; i < ntrust; i++)
+        if (kg_auth_trust(auth, trust[i], &err)) {
+            fprintf(stderr, "kgym serve: %s\n", err.msg);
+            kg_auth_free(auth);
+            return 2;
+        }
+    if (ntrust && !token_file) {
+        fprintf(stderr, "kgym serve: --trust-clients-from needs --token-file "
+                        "(workers, and clients outside the ranges, are "
+                        "authenticated by token; without a token file "
+                        "clients are open on loopback already)\n");
+        kg_auth_free(auth);
         return 2;
     }
     check_mode(token_file);
@@ -423,6 +454,17 @@ int kg_cli_serve(int argc, char **argv)
                 local_token[0] ? " (the local workers have a token of their "
                                  "own: no one else may act as a worker)"
                                : "");
+    const kg_cidr *ranges;
+    int nranges = kg_auth_trusted(auth, &ranges);
+    for (int i = 0; i < nranges; i++) {
+        char r[64];
+        kg_cidr_format(&ranges[i], r, sizeof r);
+        fprintf(stderr,
+                "kgym serve: WARNING: clients from %s are accepted without a "
+                "token (--trust-clients-from; worker endpoints still need "
+                "one)\n",
+                r);
+    }
     printf("kgym serve: listening on http://%s\n", kg_http_address(http));
     printf("kgym serve: store %s\n", desc[0] ? desc : store_url);
     if (auth_on)

@@ -1,5 +1,8 @@
-/* auth.c - bearer tokens: loading, rotation, constant-time checks. */
+/* auth.c - bearer tokens: loading, rotation, constant-time checks;
+ * trusted client ranges. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +28,8 @@ struct kg_auth {
     struct tokset client, worker;
     int has_extra;     /* a worker token added in memory (local workers) */
     uint8_t extra[32]; /* its digest; survives reloads */
+    int ntrusted;      /* --trust-clients-from ranges, set before serving */
+    kg_cidr trusted[KG_AUTH_MAX_TRUSTED];
 };
 
 /* Reads one token file into *ts. Tokens are stored only as digests. */
@@ -238,4 +243,162 @@ void kg_auth_counts(kg_auth *a, int *clients, int *workers)
     *clients = a->client.n;
     *workers = a->worker.n + a->has_extra;
     pthread_rwlock_unlock(&a->lock);
+}
+
+/* ---- trusted client ranges -------------------------------------------- */
+
+static const unsigned char V4MAPPED[12] = {0, 0, 0, 0, 0, 0,
+                                           0, 0, 0, 0, 0xff, 0xff};
+
+int kg_cidr_parse(const char *s, size_t n, kg_cidr *out, kg_err *err)
+{
+    char buf[INET6_ADDRSTRLEN + 8];
+    memset(out, 0, sizeof *out);
+    if (n == 0)
+        return kg_errf(err, KG_EINVAL, "empty prefix");
+    if (n >= sizeof buf)
+        return kg_errf(err, KG_EINVAL, "%.*s...: too long for a prefix", 48,
+                       s);
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    if (strlen(buf) != n)
+        return kg_errf(err, KG_EINVAL, "a NUL byte in a prefix");
+    char *slash = strchr(buf, '/');
+    if (!slash)
+        return kg_errf(err, KG_EINVAL,
+                       "%s: expected ADDRESS/LENGTH (e.g. 10.0.0.0/8, "
+                       "fd00::/8, 127.0.0.1/32)",
+                       buf);
+    *slash = 0;
+    const char *len = slash + 1;
+    if (inet_pton(AF_INET, buf, out->addr) == 1)
+        out->family = AF_INET;
+    else if (inet_pton(AF_INET6, buf, out->addr) == 1)
+        out->family = AF_INET6;
+    else
+        return kg_errf(err, KG_EINVAL, "%s/%s: %s is not an IPv4 or IPv6 "
+                       "address", buf, len, buf);
+    int max = out->family == AF_INET ? 32 : 128;
+    size_t ln = strlen(len);
+    int p = 0;
+    int ok = ln >= 1 && ln <= 3 && !(ln > 1 && len[0] == '0');
+    for (size_t i = 0; ok && i < ln; i++) {
+        if (len[i] < '0' || len[i] > '9')
+            ok = 0;
+        else
+            p = p * 10 + (len[i] - '0');
+    }
+    if (!ok || p > max)
+        return kg_errf(err, KG_EINVAL,
+                       "%s/%s: the length must be a decimal number in 0..%d",
+                       buf, len, max);
+    out->prefix = p;
+    int nbytes = out->family == AF_INET ? 4 : 16;
+    for (int bit = p; bit < nbytes * 8; bit++)
+        if (out->addr[bit / 8] & (0x80 >> (bit % 8))) {
+            kg_cidr net = *out;
+            for (int b = p; b < nbytes * 8; b++)
+                net.addr[b / 8] &= (unsigned char)~(0x80 >> (b % 8));
+            char want[64];
+            kg_cidr_format(&net, want, sizeof want);
+            return kg_errf(err, KG_EINVAL,
+                           "%s/%s: bits set past the /%d prefix (did you "
+                           "mean %s?)",
+                           buf, len, p, want);
+        }
+    if (out->family == AF_INET6 && p >= 96 &&
+        !memcmp(out->addr, V4MAPPED, sizeof V4MAPPED)) {
+        /* ::ffff:a.b.c.d/n is the IPv4 prefix a.b.c.d/(n-96) */
+        memmove(out->addr, out->addr + 12, 4);
+        memset(out->addr + 4, 0, 12);
+        out->family = AF_INET;
+        out->prefix = p - 96;
+    }
+    return 0;
+}
+
+void kg_cidr_format(const kg_cidr *c, char *buf, size_t size)
+{
+    char a[INET6_ADDRSTRLEN] = "?";
+    inet_ntop(c->family, c->addr, a, sizeof a);
+    snprintf(buf, size, "%s/%d", a, c->prefix);
+}
+
+int kg_cidr_match(const kg_cidr *c, const struct sockaddr *sa)
+{
+    const unsigned char *addr;
+    int family;
+    if (!sa)
+        return 0;
+    if (sa->sa_family == AF_INET) {
+        addr = (const unsigned char *)&((const struct sockaddr_in *)sa)
+                   ->sin_addr;
+        family = AF_INET;
+    } else if (sa->sa_family == AF_INET6) {
+        addr = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+        family = AF_INET6;
+        if (!memcmp(addr, V4MAPPED, sizeof V4MAPPED)) {
+            addr += 12; /* an IPv4 client on a [::] listener */
+            family = AF_INET;
+        }
+    } else {
+        return 0;
+    }
+    if (family != c->family)
+        return 0;
+    int full = c->prefix / 8, rest = c->prefix % 8;
+    if (memcmp(addr, c->addr, (size_t)full))
+        return 0;
+    if (rest) {
+        unsigned char mask = (unsigned char)(0xff << (8 - rest));
+        if ((addr[full] & mask) != c->addr[full])
+            return 0;
+    }
+    return 1;
+}
+
+int kg_auth_trust(kg_auth *a, const char *list, kg_err *err)
+{
+    kg_cidr got[KG_AUTH_MAX_TRUSTED];
+    int n = a->ntrusted;
+    if (!list || !*list)
+        return kg_errf(err, KG_EINVAL,
+                       "--trust-clients-from: expected CIDR[,CIDR...]");
+    memcpy(got, a->trusted, sizeof got);
+    for (const char *p = list;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (n == KG_AUTH_MAX_TRUSTED)
+            return kg_errf(err, KG_EINVAL,
+                           "--trust-clients-from: more than %d prefixes",
+                           KG_AUTH_MAX_TRUSTED);
+        kg_err e;
+        if (kg_cidr_parse(p, len, &got[n], &e))
+            return kg_errf(err, KG_EINVAL, "--trust-clients-from: %s",
+                           e.msg);
+        n++;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    memcpy(a->trusted, got, sizeof got);
+    a->ntrusted = n;
+    return 0;
+}
+
+int kg_auth_trusted(const kg_auth *a, const kg_cidr **out)
+{
+    if (out)
+        *out = a ? a->trusted : NULL;
+    return a ? a->ntrusted : 0;
+}
+
+int kg_auth_peer_trusted(const kg_auth *a, const struct sockaddr *sa)
+{
+    if (!a)
+        return 0;
+    for (int i = 0; i < a->ntrusted; i++)
+        if (kg_cidr_match(&a->trusted[i], sa))
+            return 1;
+    return 0;
 }

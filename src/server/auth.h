@@ -14,6 +14,9 @@
 #ifndef KGYM_SERVER_AUTH_H
 #define KGYM_SERVER_AUTH_H
 
+#include <stddef.h>
+#include <sys/socket.h>
+
 #include "kgym/kgym.h"
 
 /* Who may call an endpoint. */
@@ -60,5 +63,49 @@ int kg_auth_check(kg_auth *a, const char *authorization, int role);
 
 /* Number of tokens loaded for clients and workers (for the start line). */
 void kg_auth_counts(kg_auth *a, int *clients, int *workers);
+
+/*
+ * Trusted client ranges (kgym serve --trust-clients-from CIDR[,CIDR...]):
+ * a request from a peer inside one of them needs no token on a client
+ * endpoint (clients' and operators' views: KG_AUTH_CLIENT, KG_AUTH_ANY);
+ * one that sends a token must still send a valid one. Worker endpoints
+ * never take this. Off unless configured.
+ */
+#define KG_AUTH_MAX_TRUSTED 64
+
+typedef struct kg_cidr {
+    int family;             /* AF_INET or AF_INET6 */
+    unsigned char addr[16]; /* the network (host bits zero); 4 used for v4 */
+    int prefix;             /* 0..32 (v4) or 0..128 (v6) */
+} kg_cidr;
+
+/*
+ * Parses one prefix "A.B.C.D/N" or "IPV6/N" (the first n bytes of s),
+ * strictly: inet_pton's address forms, N in decimal without a sign or
+ * leading zeros, no bit set past the prefix. An IPv4-mapped IPv6 prefix
+ * (::ffff:A.B.C.D/N, N >= 96) becomes the IPv4 one. Returns 0, or
+ * KG_EINVAL with the reason in err. Pure.
+ */
+int kg_cidr_parse(const char *s, size_t n, kg_cidr *out, kg_err *err);
+
+/* "10.0.0.0/8", "fd00::/8" (size >= 64 is always enough). */
+void kg_cidr_format(const kg_cidr *c, char *buf, size_t size);
+
+/* 1 when the address (AF_INET or AF_INET6; an IPv4-mapped IPv6 address
+ * is matched as its IPv4 address) is inside c. Pure. */
+int kg_cidr_match(const kg_cidr *c, const struct sockaddr *sa);
+
+/*
+ * Adds the comma-separated prefixes of list (no spaces, no empty item) to
+ * the trusted ranges. Returns 0, or KG_EINVAL naming the bad item (and
+ * nothing is added). Call before serving; not thread-safe against checks.
+ */
+int kg_auth_trust(kg_auth *a, const char *list, kg_err *err);
+
+/* The trusted ranges (count, and the array in *out when out != NULL). */
+int kg_auth_trusted(const kg_auth *a, const kg_cidr **out);
+
+/* 1 when sa is inside a trusted range. Thread-safe (read-only). */
+int kg_auth_peer_trusted(const kg_auth *a, const struct sockaddr *sa);
 
 #endif

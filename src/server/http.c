@@ -25,6 +25,7 @@
 #define CONN_MEMORY_LIMIT (64 * 1024) /* request line + headers */
 #define PARK_RECHECK_S 0.2       /* parked polls re-ask the store this often */
 #define DEFAULT_STORE_THREADS 64 /* store jobs (writes) in flight at once */
+#define MAX_RAW_PATH 2048 /* routes are short; a longer path cannot match */
 
 /* One request's state, from its first byte to its reply being sent. */
 struct conn {
@@ -49,7 +50,15 @@ struct conn {
     struct conn *job_next;    /* in the store job queue */
     void (*undo)(struct kg_api *, json_t *);
     json_t *undo_arg;
-    char path[]; /* the URL path, param points into it */
+    int started;         /* on_request has seen it (else MHD answered it) */
+    struct sockaddr_storage sa; /* the client's address */
+    const char *uri_at;  /* MHD's request line: where the URI began and */
+    const char *uri_end; /* where its text ended (pointers, not read) */
+    size_t raw_len;      /* the raw path (no query), at most MAX_RAW_PATH */
+    int raw_long;        /* it was longer */
+    char *raw;           /* the raw path as sent, inside this allocation */
+    char path[];         /* the path routed on (clean_path), param points
+                            into it; then the raw path */
 };
 
 struct kg_http {
@@ -79,6 +88,9 @@ struct kg_http {
 
     int inline_writes; /* the store defers durability (durable_done) */
     int ndeferred;     /* connections waiting for their writes (lock) */
+
+    int check_nul;            /* libmicrohttpd 0.9.x: see header_nul */
+    long long trusted_total;  /* requests let in by a trusted range only */
 };
 
 double kg_http_now(void)
@@ -183,6 +195,53 @@ static void allowed_methods(const char *path, char *out, size_t size)
     }
 }
 
+/* A path byte that may stand for itself: RFC 3986's unreserved characters
+ * and ':' (task ids may hold it), which are all a route or an id holds. */
+static int path_char(unsigned char ch)
+{
+    return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+           (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_' ||
+           ch == '~' || ch == ':';
+}
+
+static int hexval(unsigned char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+int kg_http_clean_path(const char *raw, size_t n, char *out, size_t size)
+{
+    size_t j = 0;
+    if (!size)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)raw[i];
+        if (ch == '%') {
+            int a = i + 1 < n ? hexval((unsigned char)raw[i + 1]) : -1;
+            int b = i + 2 < n ? hexval((unsigned char)raw[i + 2]) : -1;
+            if (a < 0 || b < 0)
+                return -1;
+            ch = (unsigned char)(a * 16 + b);
+            if (!path_char(ch))
+                return -1; /* an encoded '/', NUL, space, '?'... */
+            i += 2;
+        } else if (ch != '/' && !path_char(ch)) {
+            return -1;
+        }
+        if (j + 1 >= size)
+            return -1;
+        out[j++] = (char)ch;
+    }
+    out[j] = 0;
+    return 0;
+}
+
 /* ---- replies ---------------------------------------------------------- */
 
 /* Queues rep on the connection; takes ownership of rep's bodies. */
@@ -239,13 +298,20 @@ static enum MHD_Result send_reply(struct conn *c, kg_http_reply *rep,
     return ok;
 }
 
+static enum MHD_Result send_error_field(struct conn *c, int status,
+                                        const char *code, const char *field,
+                                        const char *msg, const char *allow)
+{
+    kg_http_reply rep = {0};
+    kg_http_error(&rep, status, code, field, "%s", msg);
+    c->answered = 1;
+    return send_reply(c, &rep, allow);
+}
+
 static enum MHD_Result send_error(struct conn *c, int status, const char *code,
                                   const char *msg, const char *allow)
 {
-    kg_http_reply rep = {0};
-    kg_http_error(&rep, status, code, NULL, "%s", msg);
-    c->answered = 1;
-    return send_reply(c, &rep, allow);
+    return send_error_field(c, status, code, NULL, msg, allow);
 }
 
 /* ---- long polls ------------------------------------------------------- */
@@ -407,6 +473,27 @@ static int defer_start(kg_http *h)
     return ok;
 }
 
+/* With --trust-clients-from, /metrics also says how many requests came
+ * in on a trusted range alone (no token): appended to the registry's
+ * text, which knows nothing of ranges. */
+static void add_trusted_metric(kg_http *h, kg_http_reply *rep)
+{
+    char line[256];
+    int n = snprintf(
+        line, sizeof line,
+        "# HELP kgym_http_trusted_requests_total Requests let in without a "
+        "token from a --trust-clients-from range.\n"
+        "# TYPE kgym_http_trusted_requests_total counter\n"
+        "kgym_http_trusted_requests_total %lld\n",
+        __atomic_load_n(&h->trusted_total, __ATOMIC_RELAXED));
+    char *t = realloc(rep->text, rep->text_len + (size_t)n + 1);
+    if (!t)
+        return;
+    memcpy(t + rep->text_len, line, (size_t)n + 1);
+    rep->text = t;
+    rep->text_len += (size_t)n;
+}
+
 static void run_handler(kg_http *h, struct conn *c, kg_http_reply *rep)
 {
     kg_http_req req = {
@@ -422,6 +509,9 @@ static void run_handler(kg_http *h, struct conn *c, kg_http_reply *rep)
         .slot = &c->slot,
     };
     kg_api_dispatch(h->api, &req, rep);
+    if (c->route == KG_ROUTE_METRICS && rep->status == 200 && rep->text &&
+        kg_auth_trusted(h->auth, NULL) > 0)
+        add_trusted_metric(h, rep);
 }
 
 static void *job_main(void *arg)
@@ -581,67 +671,247 @@ static enum MHD_Result dispatch(kg_http *h, struct conn *c, const char *method)
     return send_reply(c, &rep, NULL);
 }
 
+/* ---- the request head -------------------------------------------------- */
+
+/*
+ * libmicrohttpd's URI log callback: called once per request with the
+ * request target exactly as sent, before libmicrohttpd decodes it (it
+ * would turn %2F into '/' and %00 into the end of the string). Makes the
+ * request's struct conn (our con_cls from here on) with a copy of the raw
+ * path; on_request routes on that, never on libmicrohttpd's decoded URL.
+ */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc)
+{
+    kg_http *h = cls;
+    size_t n = strcspn(uri, "?");
+    int too_long = n > MAX_RAW_PATH;
+    if (too_long)
+        n = MAX_RAW_PATH;
+    struct conn *c = calloc(1, sizeof *c + 2 * (n + 1));
+    if (!c)
+        return NULL;
+    c->raw = c->path + n + 1;
+    memcpy(c->raw, uri, n);
+    c->raw_len = n;
+    c->raw_long = too_long;
+    c->uri_at = uri;
+    c->uri_end = uri + strlen(uri);
+    c->mc = mc;
+    c->h = h;
+    c->t0 = kg_http_now();
+    c->status = 500;
+    c->route = KG_ROUTE_OTHER;
+    return c;
+}
+
+/*
+ * 1 when the request line held a NUL byte that cut what libmicrohttpd
+ * hands on as C strings ("GET /status/x\0junk HTTP/1.1" reads as
+ * /status/x). libmicrohttpd 0.9.x keeps the line in its read buffer with
+ * the separators overwritten by NULs, so the method, the URI and the
+ * version follow each other there; a NUL inside one of them shows as a
+ * gap. Only pointers within one short span are compared, so another
+ * layout (a later libmicrohttpd) just skips the check.
+ */
+static int line_has_nul(const struct conn *c, const char *method,
+                        const char *version)
+{
+    const char *m_end = method + strlen(method);
+    if (method < c->uri_at && c->uri_at - method < 64) {
+        if (m_end == c->uri_at)
+            return 1;
+        for (const char *p = m_end + 1; p < c->uri_at; p++)
+            if (*p != ' ')
+                return 1; /* junk after a NUL in the method */
+    }
+    if (version > c->uri_end && version - c->uri_end < 4096 &&
+        version != c->uri_end + 1)
+        return 1; /* a NUL inside the URI */
+    return 0;
+}
+
+/* What scan_header found in the request's header fields. */
+struct head_scan {
+    kg_http *h;
+    int n_cl, n_te, n_authz, chunked;
+    const char *authz; /* the first Authorization value */
+    const char *prev_end; /* the end of the previous header's value */
+    const char *bad;      /* why the head is refused, or NULL */
+};
+
+/*
+ * libmicrohttpd 0.9.x measures a header value with strlen, so a value
+ * with a NUL in it ("Bearer TOKEN\0junk") reaches us cut at the NUL, with
+ * a size that agrees. Its header lines stay in the read buffer in order,
+ * their line ends overwritten by NULs: the byte after a value's end is a
+ * NUL (the LF of a CRLF, or the empty line after the last header) or the
+ * first byte of the next header's name (a bare LF). Anything else is text
+ * that followed a NUL inside the value. (h->check_nul is set for 0.9.x
+ * only; later versions refuse such lines themselves.)
+ */
+static int header_nul(const char *end, const char *next_key)
+{
+    return end[1] != 0 && end + 1 != next_key;
+}
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, size_t key_size,
+                                   const char *value, size_t value_size)
+{
+    struct head_scan *hs = cls;
+    (void)kind;
+    if (hs->bad)
+        return MHD_NO;
+    if (hs->h->check_nul && hs->prev_end && header_nul(hs->prev_end, key)) {
+        hs->bad = "a NUL byte in a header value";
+        return MHD_NO;
+    }
+    hs->prev_end = value ? value + value_size : NULL;
+    for (size_t i = 0; i < key_size; i++) {
+        unsigned char ch = (unsigned char)key[i];
+        if (ch <= ' ' || ch >= 0x7f) {
+            hs->bad = "a control character or space in a header name";
+            return MHD_NO;
+        }
+    }
+    for (size_t i = 0; value && i < value_size; i++) {
+        unsigned char ch = (unsigned char)value[i];
+        if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
+            hs->bad = "a control character in a header value";
+            return MHD_NO;
+        }
+    }
+    if (value && strlen(value) != value_size) {
+        hs->bad = "a NUL byte in a header value";
+        return MHD_NO;
+    }
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        hs->n_cl++;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        hs->n_te++;
+        hs->chunked = value && !strcasecmp(value, "chunked");
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION)) {
+        if (!hs->n_authz++)
+            hs->authz = value;
+    }
+    return MHD_YES;
+}
+
+/* Checks the header fields; NULL when fine, else why they are refused.
+ * *authz is the Authorization value (NULL: none sent). */
+static const char *check_head(kg_http *h, struct MHD_Connection *mc,
+                              const char **authz)
+{
+    struct head_scan hs = {.h = h};
+    MHD_get_connection_values_n(mc, MHD_HEADER_KIND, scan_header, &hs);
+    if (!hs.bad && h->check_nul && hs.prev_end && header_nul(hs.prev_end, NULL))
+        hs.bad = "a NUL byte in a header value";
+    *authz = hs.authz;
+    if (hs.bad)
+        return hs.bad;
+    if (hs.n_cl > 1)
+        return "more than one Content-Length header";
+    if (hs.n_te > 1 || (hs.n_te && !hs.chunked))
+        return "Transfer-Encoding other than one 'chunked'";
+    if (hs.n_te && hs.n_cl)
+        return "both Content-Length and Transfer-Encoding";
+    if (hs.n_authz > 1)
+        return "more than one Authorization header";
+    return NULL;
+}
+
+/* The first call for a request: its head is in. Routes it, checks its
+ * head and its token. Returns MHD_YES to go on (or with an error queued). */
+static enum MHD_Result start_request(kg_http *h, struct conn *c,
+                                     struct MHD_Connection *mc,
+                                     const char *method, const char *version)
+{
+    c->started = 1;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr) {
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET) {
+            memcpy(&c->sa, sa, sizeof(struct sockaddr_in));
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr,
+                      c->peer, sizeof c->peer);
+        } else if (sa->sa_family == AF_INET6) {
+            memcpy(&c->sa, sa, sizeof(struct sockaddr_in6));
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr,
+                      c->peer, sizeof c->peer);
+        }
+    }
+    if (line_has_nul(c, method, version))
+        return send_error(c, 400, "bad_request",
+                          "a NUL byte in the request line", NULL);
+
+    /* route on the raw path: only unreserved characters (and ':') may be
+       percent-encoded; an encoded '/', NUL or other byte is refused */
+    if (c->raw_long ||
+        kg_http_clean_path(c->raw, c->raw_len, c->path, c->raw_len + 1)) {
+        static const char *const with_id[] = {"/status/", "/results/",
+                                              "/tasks/"};
+        for (size_t i = 0; i < sizeof with_id / sizeof with_id[0]; i++)
+            if (!strncmp(c->raw, with_id[i], strlen(with_id[i])))
+                return send_error_field(
+                    c, 404, "not_found", "task_id",
+                    "task_id in the path: malformed (only letters, digits "
+                    "and . _ : - may be sent, percent-encoded or not), so "
+                    "no such task",
+                    NULL);
+        return send_error(c, 404, "not_found",
+                          "no such endpoint (a path may percent-encode "
+                          "only letters, digits and - . _ ~ :)",
+                          NULL);
+    }
+    int rc = kg_http_route(method, c->path, &c->route, &c->role, &c->param);
+    if (rc == 404)
+        return send_error(c, 404, "not_found", "no such endpoint", NULL);
+    if (rc == 405) {
+        char allow[64];
+        allowed_methods(c->path, allow, sizeof allow);
+        return send_error(c, 405, "method_not_allowed",
+                          "method not allowed on this path", allow);
+    }
+    const char *authz = NULL;
+    const char *bad = check_head(h, mc, &authz);
+    if (bad)
+        return send_error(c, 400, "bad_request", bad, NULL);
+    if (!kg_auth_check(h->auth, authz, c->role)) {
+        /* a client from a --trust-clients-from range needs no token; one
+           it sends must be right. Worker endpoints always need theirs. */
+        if (authz || !(c->role == KG_AUTH_CLIENT || c->role == KG_AUTH_ANY) ||
+            !kg_auth_peer_trusted(h->auth, (const struct sockaddr *)&c->sa))
+            return send_error(c, 401, "unauthorized",
+                              authz ? "bad token" : "missing bearer token",
+                              NULL);
+        __atomic_add_fetch(&h->trusted_total, 1, __ATOMIC_RELAXED);
+    }
+    const char *cl = MHD_lookup_connection_value(
+        mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        char *end;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (end == cl || n > KG_HTTP_MAX_BODY)
+            return send_error(c, 413, "payload_too_large",
+                              "request body over 1 MiB", NULL);
+    }
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc,
                                   const char *url, const char *method,
                                   const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls)
 {
-    (void)version;
+    (void)url; /* decoded by libmicrohttpd: on_uri kept the raw one */
     kg_http *h = cls;
     struct conn *c = *con_cls;
 
-    if (!c) {
-        size_t ulen = strlen(url);
-        if (ulen > 2048)
-            ulen = 2048; /* routes are short; the rest cannot match */
-        c = calloc(1, sizeof *c + ulen + 1);
-        if (!c)
-            return MHD_NO;
-        memcpy(c->path, url, ulen);
-        c->mc = mc;
-        c->h = h;
-        c->t0 = kg_http_now();
-        c->status = 500;
-        *con_cls = c;
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        if (ci && ci->client_addr) {
-            const struct sockaddr *sa = ci->client_addr;
-            if (sa->sa_family == AF_INET)
-                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr,
-                          c->peer, sizeof c->peer);
-            else if (sa->sa_family == AF_INET6)
-                inet_ntop(AF_INET6,
-                          &((const struct sockaddr_in6 *)sa)->sin6_addr,
-                          c->peer, sizeof c->peer);
-        }
-
-        int rc = kg_http_route(method, c->path, &c->route, &c->role, &c->param);
-        if (rc == 404)
-            return send_error(c, 404, "not_found", "no such endpoint", NULL);
-        if (rc == 405) {
-            char allow[64];
-            allowed_methods(c->path, allow, sizeof allow);
-            return send_error(c, 405, "method_not_allowed",
-                              "method not allowed on this path", allow);
-        }
-        const char *authz = MHD_lookup_connection_value(
-            mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-        if (!kg_auth_check(h->auth, authz, c->role))
-            return send_error(c, 401, "unauthorized",
-                              authz ? "bad token" : "missing bearer token",
-                              NULL);
-        const char *cl = MHD_lookup_connection_value(
-            mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl) {
-            char *end;
-            unsigned long long n = strtoull(cl, &end, 10);
-            if (end == cl || n > KG_HTTP_MAX_BODY)
-                return send_error(c, 413, "payload_too_large",
-                                  "request body over 1 MiB", NULL);
-        }
-        return MHD_YES;
-    }
+    if (!c)
+        return MHD_NO; /* on_uri ran out of memory */
+    if (!c->started)
+        return start_request(h, c, mc, method, version);
 
     if (*upload_size) {
         size_t n = *upload_size;
@@ -688,6 +958,10 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     if (!c)
         return;
     *con_cls = NULL;
+    if (!c->started) {
+        free(c); /* libmicrohttpd refused the head itself (431, 400...) */
+        return;
+    }
     kg_metrics_observe(h->metrics, c->route, c->status, kg_http_now() - c->t0);
     if (c->undo && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         c->undo(h->api, c->undo_arg);
@@ -807,6 +1081,7 @@ int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
     h->api = api;
     h->auth = auth;
     h->metrics = metrics;
+    h->check_nul = !strncmp(MHD_get_version(), "0.9.", 4);
     pthread_mutex_init(&h->lock, NULL);
     pthread_cond_init(&h->cond, NULL);
 
@@ -829,7 +1104,8 @@ int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
                                            : DEFAULT_IDLE_TIMEOUT_S),
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY_LIMIT,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024U, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, h, MHD_OPTION_END);
+        on_completed, h, MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
+        MHD_OPTION_END);
     if (!h->d) {
         pthread_mutex_destroy(&h->lock);
         pthread_cond_destroy(&h->cond);

@@ -78,6 +78,18 @@ double kg_http_now(void);
 int kg_http_route(const char *method, const char *path, int *route, int *role,
                   const char **param);
 
+/*
+ * The path a request is routed on, from the raw one (n bytes, no query
+ * string): percent-encoded bytes are decoded only when they are RFC 3986
+ * unreserved characters (letters, digits, - . _ ~) or ':' (task ids may
+ * hold it); the path may hold nothing but those and '/'. So an encoded
+ * '/' (%2F), a NUL (%00), a space, a bare '%' or any other byte is
+ * refused (-1; the request is answered 404) rather than decoded into
+ * another path. Writes at most size bytes to out (NUL-terminated).
+ * Returns 0 or -1. Pure.
+ */
+int kg_http_clean_path(const char *raw, size_t n, char *out, size_t size);
+
 typedef struct kg_http_config {
     const char *listen; /* "HOST:PORT", "[V6]:PORT"; default 127.0.0.1:10907 */
     int threads;        /* thread pool size; 0 = 4 per online CPU */
