@@ -505,13 +505,20 @@ static void h_evaluate(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     json_decref(p.norm);
 }
 
-/* An error entry of a batch reply. */
+/* A batch reply details the first BATCH_DETAILED_ERRORS rejected entries
+ * (error message and field); later ones carry index, task_id, status_code
+ * and error.code only, so a batch of 10,000 bad entries of a few bytes
+ * each gets no reply of megabytes (docs/api.md, Limits). */
+#define BATCH_DETAILED_ERRORS 100
+
+/* An error entry of a batch reply (detail 0: error.code only). */
 static json_t *entry_error(size_t index, const json_t *task,
-                           const kg_api_error *e)
+                           const kg_api_error *e, int detail)
 {
-    json_t *err =
-        json_pack("{s:s, s:s}", "code", e->code, "message", e->message);
-    if (e->field)
+    json_t *err = detail ? json_pack("{s:s, s:s}", "code", e->code,
+                                     "message", e->message)
+                         : json_pack("{s:s}", "code", e->code);
+    if (e->field && detail)
         json_object_set_new(err, "field", json_string(e->field));
     json_t *o = json_object();
     json_object_set_new(o, "index", json_integer((json_int_t)index));
@@ -588,13 +595,14 @@ static void h_batch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     for (size_t i = 0; i < n; i++) {
         json_t *task = json_array_get(tasks, i);
         json_t *entry = json_null(); /* filled below */
+        int detail = rejected < BATCH_DETAILED_ERRORS;
         if (prepare(task, &ps[i], &e)) {
-            entry = entry_error(i, task, &e);
+            entry = entry_error(i, task, &e, detail);
         } else if (seen_add(seen, cap, ps[i].id)) {
             set_error(&e, 422, "duplicate_task_id", "task_id",
                       "field \"task_id\": %s appears earlier in this batch",
                       ps[i].id);
-            entry = entry_error(i, task, &e);
+            entry = entry_error(i, task, &e, detail);
         } else {
             ok[i] = 1;
         }
@@ -644,6 +652,10 @@ static void h_batch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     rep->json =
         json_pack("{s:o, s:I, s:I}", "tasks", entries, "accepted",
                   (json_int_t)(n - rejected), "rejected", (json_int_t)rejected);
+    if (rejected > BATCH_DETAILED_ERRORS)
+        json_object_set_new(
+            rep->json, "errors_abridged",
+            json_integer((json_int_t)(rejected - BATCH_DETAILED_ERRORS)));
     entries = NULL;
 out:
     for (size_t i = 0; i < n; i++) {

@@ -360,3 +360,33 @@ def test_duplicate_content_length_is_400(srv):
     # one Content-Length is fine
     code, _, reply = parse(raw(s, head + b"Content-Length: %d\r\n\r\n" % len(body) + body))
     assert code in ACCEPTED, reply
+
+
+# ---- issue 31 item 3: bounded batch error replies ---------------------------
+
+def test_batch_error_reply_is_bounded(srv):
+    s = srv
+    body = b'{"tasks": [' + b",".join([b"{}"] * 10000) + b"]}"  # 30 KB
+    out = raw(s, b"POST /evaluate/batch HTTP/1.1\r\nHost: x\r\n" + AUTH +
+              b"Content-Length: %d\r\n\r\n" % len(body) + body, timeout=60)
+    code, _, reply = parse(out)
+    assert code == 200
+    # was 1.49 MB: every entry had its message and field
+    assert len(out) < 800_000, len(out)
+    assert reply["accepted"] == 0 and reply["rejected"] == 10000
+    assert reply["errors_abridged"] == 9900
+    entries = reply["tasks"]
+    assert len(entries) == 10000
+    assert [e["index"] for e in entries] == list(range(10000))
+    for e in entries[:100]:
+        assert e["status_code"] == 400 and e["error"]["field"] and e["error"]["message"], e
+    for e in entries[100:]:
+        assert e["status_code"] == 400 and e["error"] == {"code": "missing_field"}, e
+    # a batch with few errors is detailed in full, and has no count
+    tid = uid("b")
+    code, _, reply = request(s, "POST", "/evaluate/batch",
+                             {"tasks": [task(task_id=tid), {}, task(task_id=tid)]})
+    assert code == 200 and reply["accepted"] == 1 and "errors_abridged" not in reply
+    assert reply["tasks"][1]["error"]["field"] == "reference_code"
+    assert reply["tasks"][2]["error"]["code"] == "duplicate_task_id"
+    assert "message" in reply["tasks"][2]["error"]
