@@ -10,8 +10,21 @@
 
 #define KG_CLI_DEFAULT_SERVER "http://127.0.0.1:10907"
 
-/* The whole file as a NUL-terminated string (caller frees), or NULL. */
-char *kg_cli_read_file(const char *path, kg_err *err);
+/*
+ * A code file given to a command, for the request field `field`
+ * ("kernel_code" or "reference_code"), read without trusting it: opened
+ * non-blocking (a FIFO cannot hang the command) and refused unless it is a
+ * regular file (not a FIFO, device, directory or socket); its size checked
+ * against the field's limit (KG_MAX_KERNEL_CODE, KG_MAX_REFERENCE_CODE)
+ * before reading, and at most limit + 1 bytes read (a file that grows is
+ * caught); refused when empty, when it holds a NUL byte or when it is not
+ * strict UTF-8 (no overlong forms, surrogates or code points above
+ * U+10FFFF), the message giving the byte offset. Returns the text,
+ * NUL-terminated, with its length in *len (caller frees), or NULL with
+ * "PATH: reason" in err.
+ */
+char *kg_cli_read_code(const char *path, const char *field, size_t *len,
+                       kg_err *err);
 
 /* A flag's value: a JSON literal when it parses as a number, boolean or
  * null, else a string. New reference. */

@@ -556,15 +556,16 @@ int kg_cli_submit(int argc, char **argv)
                         "--cand with it\n");
         goto out;
     }
-    char *ref_text = kg_cli_read_file(ref, &err);
+    size_t len;
+    char *ref_text = kg_cli_read_code(ref, "reference_code", &len, &err);
     if (!ref_text) {
-        fprintf(stderr, "kgym submit: %s\n", err.msg);
+        fprintf(stderr, "kgym submit: --ref %s\n", err.msg);
         goto out;
     }
-    json_object_set_new(fields, "reference_code", json_string(ref_text));
+    json_object_set_new(fields, "reference_code", json_stringn(ref_text, len));
     free(ref_text);
     if (!json_object_get(fields, "reference_code")) {
-        fprintf(stderr, "kgym submit: %s: not valid UTF-8\n", ref);
+        fprintf(stderr, "kgym submit: out of memory\n");
         goto out;
     }
     /* read and check every candidate before anything is sent: the server
@@ -572,17 +573,17 @@ int kg_cli_submit(int argc, char **argv)
     json_t *reqs[MAX_CANDS];
     int nreq = 0;
     for (int i = 0; i < n; i++) {
-        char *text = kg_cli_read_file(cs[i].path, &err);
+        char *text = kg_cli_read_code(cs[i].path, "kernel_code", &len, &err);
         json_t *req = json_copy(fields);
         if (text)
-            json_object_set_new(req, "kernel_code", json_string(text));
+            json_object_set_new(req, "kernel_code", json_stringn(text, len));
         free(text);
         int vcode;
         json_t *norm = NULL;
         if (!text)
-            fprintf(stderr, "kgym submit: %s\n", err.msg);
+            fprintf(stderr, "kgym submit: --cand %s\n", err.msg);
         else if (!json_object_get(req, "kernel_code"))
-            fprintf(stderr, "kgym submit: %s: not valid UTF-8\n", cs[i].path);
+            fprintf(stderr, "kgym submit: out of memory\n");
         else if (!(norm = kg_request_normalize(req, &vcode, NULL, &err)))
             fprintf(stderr, "kgym submit: %s\n", err.msg);
         json_decref(norm);

@@ -220,19 +220,23 @@ static void print_table(struct evalrun *run)
 }
 
 /* The text of a --ref/--cand file as a JSON string; NULL (said on stderr)
- * when it cannot be read or is not valid UTF-8. */
+ * when it is refused (kg_cli_read_code: not a regular file, too large,
+ * empty, a NUL byte, not UTF-8) or cannot be read. */
 static json_t *code_string(const char *flag, const char *path)
 {
     kg_err err = {{0}};
-    char *text = kg_cli_read_file(path, &err);
+    size_t len;
+    char *text = kg_cli_read_code(
+        path, strcmp(flag, "--ref") ? "kernel_code" : "reference_code", &len,
+        &err);
     if (!text) {
         fprintf(stderr, "kgym eval: %s %s\n", flag, err.msg);
         return NULL;
     }
-    json_t *s = json_string(text);
+    json_t *s = json_stringn(text, len);
     free(text);
     if (!s)
-        fprintf(stderr, "kgym eval: %s: not valid UTF-8\n", path);
+        fprintf(stderr, "kgym eval: %s %s: out of memory\n", flag, path);
     return s;
 }
 

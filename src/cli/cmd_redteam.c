@@ -204,9 +204,15 @@ static int walk(struct redteam *rt, const char *dir, const char *rel,
 /* Reads a candidate and its problem and builds its request. */
 static int load_cand(struct redteam *rt, struct cand *c, kg_err *err)
 {
-    char *code = kg_cli_read_file(c->path, err);
-    if (!code)
-        return KG_EIO;
+    size_t code_len, ref_len;
+    kg_err cerr;
+    char *code = kg_cli_read_code(c->path, "kernel_code", &code_len, &cerr);
+    if (!code) { /* the caller names the file: the reason alone */
+        size_t l = strlen(c->path);
+        int named = !strncmp(cerr.msg, c->path, l) &&
+                    !strncmp(cerr.msg + l, ": ", 2);
+        return kg_errf(err, KG_EIO, "%s", cerr.msg + (named ? l + 2 : 0));
+    }
     int rc = kg_rt_case_parse(&c->h, code, err);
     if (rc) {
         free(code);
@@ -225,23 +231,22 @@ static int load_cand(struct redteam *rt, struct cand *c, kg_err *err)
                        prob);
     }
     kg_err ferr;
-    char *ref = kg_cli_read_file(prob, &ferr);
+    char *ref = kg_cli_read_code(prob, "reference_code", &ref_len, &ferr);
     if (!ref) {
         free(code);
         return kg_errf(err, KG_EIO, "problem=%s: %s", c->h.problem, ferr.msg);
     }
     json_t *req = json_deep_copy(rt->defaults);
     json_object_update(req, c->h.fields);
-    json_object_set_new(req, "reference_code", json_string(ref));
-    json_object_set_new(req, "kernel_code", json_string(code));
+    json_object_set_new(req, "reference_code", json_stringn(ref, ref_len));
+    json_object_set_new(req, "kernel_code", json_stringn(code, code_len));
     json_object_set_new(req, "backend", json_string(c->h.backend));
     free(ref);
     free(code);
     if (!json_object_get(req, "reference_code") ||
         !json_object_get(req, "kernel_code")) {
         json_decref(req);
-        return kg_errf(err, KG_EINVAL, "not valid UTF-8 (candidate or %s)",
-                       c->h.problem);
+        return kg_errf(err, KG_ENOMEM, "out of memory");
     }
     int code_rc;
     kg_err nerr;
