@@ -4,6 +4,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -949,6 +950,72 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc,
     return dispatch(h, c, method);
 }
 
+/*
+ * Writes a reply straight to the connection's socket, for a request whose
+ * connection libmicrohttpd is closing before it sent the reply (see
+ * on_completed). Waits at most DIRECT_REPLY_S for the client to take it.
+ * Returns 1 when every byte went out.
+ */
+#define DIRECT_REPLY_S 2.0
+
+static int send_direct(struct conn *c, kg_http_reply *rep)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return 0;
+    char *body = NULL;
+    size_t blen = 0;
+    const char *ctype = "application/json";
+    if (rep->json) {
+        body = kg_json_dumps(rep->json);
+        blen = body ? strlen(body) : 0;
+        if (!body)
+            return 0;
+    } else if (rep->text) {
+        body = rep->text;
+        blen = rep->text_len;
+        rep->text = NULL;
+        ctype = rep->content_type ? rep->content_type : "text/plain";
+    }
+    const char *reason = MHD_get_reason_phrase_for((unsigned)rep->status);
+    char head[512];
+    int hn = snprintf(head, sizeof head,
+                      "HTTP/1.1 %d %s\r\nConnection: close\r\n"
+                      "Cache-Control: no-store\r\n%s%s%sContent-Length: %zu\r\n"
+                      "\r\n",
+                      rep->status, reason && *reason ? reason : "Unknown",
+                      blen ? "Content-Type: " : "", blen ? ctype : "",
+                      blen ? "\r\n" : "", blen);
+    int ok = hn > 0 && (size_t)hn < sizeof head;
+    const char *part[2] = {head, body};
+    size_t left[2] = {ok ? (size_t)hn : 0, blen};
+    double deadline = kg_http_now() + DIRECT_REPLY_S;
+    for (int i = 0; ok && i < 2; i++) {
+        const char *p = part[i];
+        while (left[i] > 0) {
+            ssize_t n = send(ci->connect_fd, p, left[i], MSG_NOSIGNAL);
+            if (n > 0) {
+                p += n;
+                left[i] -= (size_t)n;
+                continue;
+            }
+            double wait = deadline - kg_http_now();
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) ||
+                wait <= 0) {
+                ok = 0;
+                break;
+            }
+            struct pollfd pf = {.fd = ci->connect_fd, .events = POLLOUT};
+            poll(&pf, 1, (int)(wait * 1000) + 1);
+        }
+    }
+    free(body);
+    return ok;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
@@ -962,18 +1029,33 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         free(c); /* libmicrohttpd refused the head itself (431, 400...) */
         return;
     }
-    kg_metrics_observe(h->metrics, c->route, c->status, kg_http_now() - c->t0);
-    if (c->undo && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        c->undo(h->api, c->undo_arg);
-    json_decref(c->undo_arg);
     if (c->job_done) {
-        /* answered by a store thread, closed before the answer was sent */
-        if (c->rep.undo)
-            c->rep.undo(h->api, c->rep.undo_arg);
+        /*
+         * Answered (by a store thread, or its deferred writes are durable)
+         * while the connection was suspended, and closed before the answer
+         * was sent: libmicrohttpd marks a resumed connection readable and
+         * takes a read of 0 bytes for the end of the connection, so a
+         * client that shut down its sending side after its request (a
+         * half-close) lost the reply of a write that was done. Its
+         * receiving side is still open: the reply is written to the socket
+         * here, before libmicrohttpd shuts it down.
+         */
+        if (toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN &&
+            send_direct(c, &c->rep)) {
+            c->status = c->rep.status;
+        } else {
+            c->status = 499;
+            if (c->rep.undo)
+                c->rep.undo(h->api, c->rep.undo_arg);
+        }
         json_decref(c->rep.undo_arg);
         json_decref(c->rep.json);
         free(c->rep.text);
     }
+    kg_metrics_observe(h->metrics, c->route, c->status, kg_http_now() - c->t0);
+    if (c->undo && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        c->undo(h->api, c->undo_arg);
+    json_decref(c->undo_arg);
     free(c->body);
     free(c);
 }

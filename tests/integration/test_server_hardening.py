@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import pytest
 
 from test_server_api import (CLIENT_TOKENS, KGYM, WORKER_TOKEN, Server,  # noqa: F401
-                             assert_error, stop_server, task, uid, write_tokens)
+                             assert_error, server, stop_server, task, uid, write_tokens)
 
 TOKEN = CLIENT_TOKENS[0]
 ACCEPTED = (200, 202)  # POST /evaluate: 200 since KernelGym compatibility
@@ -390,3 +390,48 @@ def test_batch_error_reply_is_bounded(srv):
     assert reply["tasks"][1]["error"]["field"] == "reference_code"
     assert reply["tasks"][2]["error"]["code"] == "duplicate_task_id"
     assert "message" in reply["tasks"][2]["error"]
+
+
+# ---- issue 31 item 4: half-closing clients ----------------------------------
+
+def half_close_submissions(s: Server, clients: int = 8, each: int = 40) -> tuple[list, list]:
+    """clients threads, each sending `each` POST /evaluate on fresh
+    connections and shutting down its sending side right after; returns
+    (task ids, their raw replies)."""
+    def one(k: int) -> list[tuple[str, bytes]]:
+        out = []
+        for _ in range(each):
+            tid = uid(f"hc{k}")
+            body = json.dumps(task(task_id=tid)).encode()
+            head = (b"POST /evaluate HTTP/1.1\r\nHost: x\r\n" + AUTH +
+                    b"Content-Length: %d\r\n\r\n" % len(body))
+            out.append((tid, raw(s, head + body, half_close=True, timeout=20)))
+        return out
+    with cf.ThreadPoolExecutor(clients) as ex:
+        got = [r for f in [ex.submit(one, k) for k in range(clients)] for r in f.result()]
+    return [t for t, _ in got], [r for _, r in got]
+
+
+def test_half_closed_clients_get_every_reply(server):
+    """On both stores: SQLite answers once its group commit is durable,
+    Redis through a store thread; either way the connection is suspended
+    while the client's half-close arrives."""
+    s = server
+    ids, replies = half_close_submissions(s)
+    empty = [t for t, r in zip(ids, replies) if not r]
+    stored = [t for t in empty if status_of(s, t)]
+    # was: ~20% empty replies, while the tasks were stored
+    assert not empty, f"{len(empty)}/{len(ids)} empty replies ({len(stored)} of them stored)"
+    for t, r in zip(ids, replies):
+        code, _, body = parse(r)
+        assert code in ACCEPTED and body["task_id"] == t, body
+    # the same for a batch and a cancel
+    tid = submit(s)
+    body = json.dumps({"tasks": [task(task_id=uid("hcb"))]}).encode()
+    code, _, reply = parse(raw(s, b"POST /evaluate/batch HTTP/1.1\r\nHost: x\r\n" + AUTH +
+                               b"Content-Length: %d\r\n\r\n" % len(body) + body,
+                               half_close=True))
+    assert code == 200 and reply["accepted"] == 1, reply
+    code, _, reply = parse(raw(s, f"DELETE /tasks/{tid} HTTP/1.1\r\nHost: x\r\n".encode() +
+                               AUTH + b"\r\n", half_close=True))
+    assert code == 200 and reply["status"] == "cancelled", reply
