@@ -52,6 +52,14 @@ static void usage(FILE *f)
             "Needs --token-file\n"
             "  --threads N              HTTP threads (default: 4 per "
             "online CPU)\n"
+            "  --max-connections N      refused beyond (default 4096)\n"
+            "  --max-connections-per-client N\n"
+            "                           from one client address (default "
+            "512)\n"
+            "  --request-timeout-s S    a request must be in whole (head "
+            "and body) within S\n"
+            "                           seconds, else its connection is "
+            "closed (default 30)\n"
             "  --lease-s S              lease length (default 60)\n"
             "  --worker-ttl-s S         a worker without heartbeat this long "
             "is dead (default 30)\n"
@@ -254,6 +262,7 @@ int kg_cli_serve(int argc, char **argv)
     const char *token_file = NULL, *worker_token_file = NULL;
     const char *data_dir = getenv("KGYM_DATA_DIR"), *workers = NULL;
     long threads = 0, lease_s = 0, ttl_s = 0, max_attempts = 0, grace_s = 10;
+    long max_conns = 0, per_client = 0, request_s = 0;
     const char *trust[16];
     int ntrust = 0;
 
@@ -292,6 +301,15 @@ int kg_cli_serve(int argc, char **argv)
         }
         else if (!strcmp(a, "--threads")) {
             if (parse_pos(a, v, 1024, &threads))
+                return 2;
+        } else if (!strcmp(a, "--max-connections")) {
+            if (parse_pos(a, v, 1000000, &max_conns))
+                return 2;
+        } else if (!strcmp(a, "--max-connections-per-client")) {
+            if (parse_pos(a, v, 1000000, &per_client))
+                return 2;
+        } else if (!strcmp(a, "--request-timeout-s")) {
+            if (parse_pos(a, v, 3600, &request_s))
                 return 2;
         } else if (!strcmp(a, "--lease-s")) {
             if (parse_pos(a, v, 86400, &lease_s))
@@ -435,8 +453,12 @@ int kg_cli_serve(int argc, char **argv)
                                 worker_token_file, (int)grace_s))
         goto out;
     kg_api_set_supervisor(api, super);
-    kg_http_config hc = {
-        .listen = listen, .threads = (int)threads, .allow_remote = auth_on};
+    kg_http_config hc = {.listen = listen,
+                         .threads = (int)threads,
+                         .conn_limit = (int)max_conns,
+                         .per_ip_limit = (int)per_client,
+                         .request_timeout_s = (int)request_s,
+                         .allow_remote = auth_on};
     if (kg_http_start(&hc, api, auth, metrics, &http, &err)) {
         fprintf(stderr, "kgym serve: %s\n", err.msg);
         goto out;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,7 +23,10 @@
 #include "server/metrics.h"
 
 #define DEFAULT_CONN_LIMIT 4096
+#define DEFAULT_PER_IP_LIMIT 512
 #define DEFAULT_IDLE_TIMEOUT_S 30
+#define DEFAULT_REQUEST_TIMEOUT_S 30
+#define FD_RESERVE 128 /* descriptors kept for the store, workers, logs */
 #define CONN_MEMORY_LIMIT (64 * 1024) /* request line + headers */
 #define PARK_RECHECK_S 0.2       /* parked polls re-ask the store this often */
 #define DEFAULT_STORE_THREADS 64 /* store jobs (writes) in flight at once */
@@ -62,6 +66,14 @@ struct conn {
                             into it; then the raw path */
 };
 
+/* One connection (socket), from accept to close: its request deadline. */
+struct sconn {
+    int fd;
+    long long deadline_ms; /* monotonic ms the request must be in by; 0:
+                              none (a handler has it, or it is past) */
+    struct sconn *prev, *next;
+};
+
 struct kg_http {
     struct MHD_Daemon *d;
     struct kg_api *api;
@@ -92,6 +104,14 @@ struct kg_http {
 
     int check_nul;            /* libmicrohttpd 0.9.x: see header_nul */
     long long trusted_total;  /* requests let in by a trusted range only */
+
+    /* connections (see on_connection): the list, under clock */
+    pthread_mutex_t clock;
+    struct sconn *sconns;
+    int nconns;          /* open now (atomic reads) */
+    int conn_cap;        /* refused beyond (on_accept) */
+    long long request_ms; /* a request must be in whole within this */
+    long long refused_total, cut_total; /* atomic */
 };
 
 double kg_http_now(void)
@@ -346,9 +366,124 @@ void kg_http_wake(kg_http *h, int n)
     pthread_mutex_unlock(&h->lock);
 }
 
+/* ---- connections: caps and request deadlines ------------------------- */
+
+/*
+ * libmicrohttpd's idle timeout restarts on every byte, so a client that
+ * sends one byte every 10 s holds its connection for ever; and at its
+ * connection limit it stops accepting, so connections beyond it wait in
+ * the listen queue instead of being refused. So the server keeps its own
+ * books: every connection is listed (on_connection) with the monotonic
+ * time its request must be in by, whole (head and body), counted from
+ * the connection's start or the end of its previous request; the ticker
+ * shuts down the socket of one past it (libmicrohttpd then reads the end
+ * and closes it). While a handler has the request (it is in whole) there
+ * is no deadline. Beyond conn_cap connections, on_accept refuses (closes)
+ * new ones at once; libmicrohttpd's own per-address limit refuses those
+ * beyond --max-connections-per-client.
+ */
+static long long now_ms(void)
+{
+    return (long long)(kg_http_now() * 1000.0);
+}
+
+static struct sconn *sconn_of(struct MHD_Connection *mc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Sets the connection's deadline: now + the request timeout, or none. */
+static void request_deadline(kg_http *h, struct MHD_Connection *mc, int on)
+{
+    struct sconn *sc = sconn_of(mc);
+    if (sc)
+        __atomic_store_n(&sc->deadline_ms, on ? now_ms() + h->request_ms : 0,
+                         __ATOMIC_RELAXED);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    kg_http *h = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct sconn *sc = calloc(1, sizeof *sc);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = sc;
+        if (!sc)
+            return;
+        sc->fd = ci ? ci->connect_fd : -1;
+        sc->deadline_ms = now_ms() + h->request_ms;
+        pthread_mutex_lock(&h->clock);
+        sc->next = h->sconns;
+        if (h->sconns)
+            h->sconns->prev = sc;
+        h->sconns = sc;
+        int n = __atomic_add_fetch(&h->nconns, 1, __ATOMIC_RELAXED);
+        if (n > h->conn_cap && sc->fd >= 0) {
+            /* threads accepting at once passed on_accept together: the
+               one over the cap is shut at once (libmicrohttpd then reads
+               its end and closes it) */
+            shutdown(sc->fd, SHUT_RDWR);
+            sc->deadline_ms = 0;
+            __atomic_add_fetch(&h->refused_total, 1, __ATOMIC_RELAXED);
+        }
+        pthread_mutex_unlock(&h->clock);
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        /* before libmicrohttpd closes the descriptor: the sweep, under the
+           same lock, never shuts down a number reused by another socket */
+        struct sconn *sc = *socket_context;
+        *socket_context = NULL;
+        if (!sc)
+            return;
+        pthread_mutex_lock(&h->clock);
+        if (sc->prev)
+            sc->prev->next = sc->next;
+        else
+            h->sconns = sc->next;
+        if (sc->next)
+            sc->next->prev = sc->prev;
+        __atomic_sub_fetch(&h->nconns, 1, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&h->clock);
+        free(sc);
+    }
+}
+
+/* libmicrohttpd's accept policy: refuse beyond the connection cap. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr,
+                                 socklen_t addrlen)
+{
+    kg_http *h = cls;
+    (void)addr;
+    (void)addrlen;
+    if (__atomic_load_n(&h->nconns, __ATOMIC_RELAXED) < h->conn_cap)
+        return MHD_YES;
+    __atomic_add_fetch(&h->refused_total, 1, __ATOMIC_RELAXED);
+    return MHD_NO;
+}
+
+/* Shuts down the sockets whose request is past its deadline. */
+static void sweep_deadlines(kg_http *h)
+{
+    long long now = now_ms();
+    pthread_mutex_lock(&h->clock);
+    for (struct sconn *sc = h->sconns; sc; sc = sc->next) {
+        long long d = __atomic_load_n(&sc->deadline_ms, __ATOMIC_RELAXED);
+        if (d && now > d && sc->fd >= 0) {
+            __atomic_store_n(&sc->deadline_ms, 0, __ATOMIC_RELAXED);
+            shutdown(sc->fd, SHUT_RDWR);
+            __atomic_add_fetch(&h->cut_total, 1, __ATOMIC_RELAXED);
+        }
+    }
+    pthread_mutex_unlock(&h->clock);
+}
+
 /* Re-runs parked polls every PARK_RECHECK_S (a task may have come through
  * another server on a shared store, or been requeued by the scheduler) and
- * at their deadlines. */
+ * at their deadlines; cuts off requests past theirs. */
 static void *ticker_main(void *arg)
 {
     kg_http *h = arg;
@@ -367,6 +502,9 @@ static void *ticker_main(void *arg)
             park_unlink(h, c);
             MHD_resume_connection(c->mc);
         }
+        pthread_mutex_unlock(&h->lock);
+        sweep_deadlines(h);
+        pthread_mutex_lock(&h->lock);
     }
     pthread_mutex_unlock(&h->lock);
     return NULL;
@@ -474,23 +612,41 @@ static int defer_start(kg_http *h)
     return ok;
 }
 
-/* With --trust-clients-from, /metrics also says how many requests came
- * in on a trusted range alone (no token): appended to the registry's
- * text, which knows nothing of ranges. */
-static void add_trusted_metric(kg_http *h, kg_http_reply *rep)
+/* /metrics also shows the HTTP layer's own books (connections, refusals,
+ * requests cut off at their deadline, and with --trust-clients-from the
+ * requests let in by a range alone): appended to the registry's text,
+ * which knows nothing of them. */
+static void add_http_metrics(kg_http *h, kg_http_reply *rep)
 {
-    char line[256];
+    char buf[1536];
     int n = snprintf(
-        line, sizeof line,
-        "# HELP kgym_http_trusted_requests_total Requests let in without a "
-        "token from a --trust-clients-from range.\n"
-        "# TYPE kgym_http_trusted_requests_total counter\n"
-        "kgym_http_trusted_requests_total %lld\n",
-        __atomic_load_n(&h->trusted_total, __ATOMIC_RELAXED));
+        buf, sizeof buf,
+        "# HELP kgym_http_connections Open client connections.\n"
+        "# TYPE kgym_http_connections gauge\n"
+        "kgym_http_connections %d\n"
+        "# HELP kgym_http_connections_refused_total Connections refused at "
+        "once: the server was at --max-connections.\n"
+        "# TYPE kgym_http_connections_refused_total counter\n"
+        "kgym_http_connections_refused_total %lld\n"
+        "# HELP kgym_http_requests_cut_total Connections closed because a "
+        "request was not in whole within --request-timeout-s.\n"
+        "# TYPE kgym_http_requests_cut_total counter\n"
+        "kgym_http_requests_cut_total %lld\n",
+        __atomic_load_n(&h->nconns, __ATOMIC_RELAXED),
+        __atomic_load_n(&h->refused_total, __ATOMIC_RELAXED),
+        __atomic_load_n(&h->cut_total, __ATOMIC_RELAXED));
+    if (kg_auth_trusted(h->auth, NULL) > 0)
+        n += snprintf(
+            buf + n, sizeof buf - (size_t)n,
+            "# HELP kgym_http_trusted_requests_total Requests let in without "
+            "a token from a --trust-clients-from range.\n"
+            "# TYPE kgym_http_trusted_requests_total counter\n"
+            "kgym_http_trusted_requests_total %lld\n",
+            __atomic_load_n(&h->trusted_total, __ATOMIC_RELAXED));
     char *t = realloc(rep->text, rep->text_len + (size_t)n + 1);
     if (!t)
         return;
-    memcpy(t + rep->text_len, line, (size_t)n + 1);
+    memcpy(t + rep->text_len, buf, (size_t)n + 1);
     rep->text = t;
     rep->text_len += (size_t)n;
 }
@@ -510,9 +666,8 @@ static void run_handler(kg_http *h, struct conn *c, kg_http_reply *rep)
         .slot = &c->slot,
     };
     kg_api_dispatch(h->api, &req, rep);
-    if (c->route == KG_ROUTE_METRICS && rep->status == 200 && rep->text &&
-        kg_auth_trusted(h->auth, NULL) > 0)
-        add_trusted_metric(h, rep);
+    if (c->route == KG_ROUTE_METRICS && rep->status == 200 && rep->text)
+        add_http_metrics(h, rep);
 }
 
 static void *job_main(void *arg)
@@ -614,6 +769,8 @@ static int peer_gone(struct conn *c)
 
 static enum MHD_Result dispatch(kg_http *h, struct conn *c, const char *method)
 {
+    if (!c->resumed && !c->job_done)
+        request_deadline(h, c->mc, 0); /* in whole: the handler has it */
     if (c->too_big)
         return send_error(c, 413, "payload_too_large",
                           "request body over 1 MiB", NULL);
@@ -1019,7 +1176,6 @@ static int send_direct(struct conn *c, kg_http_reply *rep)
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)mc;
     kg_http *h = cls;
     struct conn *c = *con_cls;
     if (!c)
@@ -1053,6 +1209,8 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         free(c->rep.text);
     }
     kg_metrics_observe(h->metrics, c->route, c->status, kg_http_now() - c->t0);
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        request_deadline(h, mc, 1); /* the next request on the connection */
     if (c->undo && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         c->undo(h->api, c->undo_arg);
     json_decref(c->undo_arg);
@@ -1141,6 +1299,41 @@ int kg_http_is_loopback(const char *listen)
 
 /* ---- start and stop --------------------------------------------------- */
 
+/*
+ * The connection cap that the process's descriptors allow: the soft
+ * RLIMIT_NOFILE is raised towards the hard one as far as want needs, and
+ * the cap is lowered (with a warning) to what is left after FD_RESERVE.
+ * Running out of descriptors would make libmicrohttpd stop accepting, so
+ * connections beyond would hang rather than be refused.
+ */
+static int conn_cap(int want)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl))
+        return want;
+    rlim_t need = (rlim_t)want * 3 / 2 + FD_RESERVE + 64;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        struct rlimit up = rl;
+        up.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need
+                          ? need
+                          : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl = up;
+    }
+    if (rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)want + FD_RESERVE) {
+        int cap = rl.rlim_cur > FD_RESERVE + 16
+                      ? (int)(rl.rlim_cur - FD_RESERVE)
+                      : 16;
+        fprintf(stderr,
+                "kgym serve: warning: %d connections asked for, but the "
+                "descriptor limit (ulimit -n) is %llu: at most %d\n",
+                want, (unsigned long long)rl.rlim_cur, cap);
+        return cap;
+    }
+    return want;
+}
+
 int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
                   struct kg_auth *auth, struct kg_metrics *metrics,
                   kg_http **out, kg_err *err)
@@ -1164,6 +1357,12 @@ int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
     h->auth = auth;
     h->metrics = metrics;
     h->check_nul = !strncmp(MHD_get_version(), "0.9.", 4);
+    h->conn_cap = conn_cap(cfg->conn_limit > 0 ? cfg->conn_limit
+                                               : DEFAULT_CONN_LIMIT);
+    h->request_ms = 1000LL * (cfg->request_timeout_s > 0
+                                  ? cfg->request_timeout_s
+                                  : DEFAULT_REQUEST_TIMEOUT_S);
+    pthread_mutex_init(&h->clock, NULL);
     pthread_mutex_init(&h->lock, NULL);
     pthread_cond_init(&h->cond, NULL);
 
@@ -1176,11 +1375,19 @@ int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    /* libmicrohttpd's own limit (split among the pool's threads, each of
+       which stops accepting at its share) is kept out of the way: the cap
+       is on_accept's */
+    unsigned mhd_limit = (unsigned)h->conn_cap + (unsigned)h->conn_cap / 2 +
+                         8 * threads;
     h->d = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+        flags, 0, on_accept, h, on_request, h, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE, threads,
-        MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)(cfg->conn_limit > 0 ? cfg->conn_limit : DEFAULT_CONN_LIMIT),
+        MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)(cfg->per_ip_limit > 0 ? cfg->per_ip_limit
+                                         : DEFAULT_PER_IP_LIMIT),
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
         MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)(cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s
                                            : DEFAULT_IDLE_TIMEOUT_S),
@@ -1189,6 +1396,7 @@ int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
         on_completed, h, MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
         MHD_OPTION_END);
     if (!h->d) {
+        pthread_mutex_destroy(&h->clock);
         pthread_mutex_destroy(&h->lock);
         pthread_cond_destroy(&h->cond);
         free(h);
@@ -1266,6 +1474,7 @@ void kg_http_stop(kg_http *h)
     MHD_stop_daemon(h->d);
     if (ls != MHD_INVALID_SOCKET)
         close(ls);
+    pthread_mutex_destroy(&h->clock);
     pthread_mutex_destroy(&h->lock);
     pthread_cond_destroy(&h->cond);
     free(h);

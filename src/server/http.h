@@ -94,8 +94,13 @@ typedef struct kg_http_config {
     const char *listen; /* "HOST:PORT", "[V6]:PORT"; default 127.0.0.1:10907 */
     int threads;        /* thread pool size; 0 = 4 per online CPU */
     int store_threads;  /* threads running writes; 0 = 64 (see http.c) */
-    int conn_limit;     /* simultaneous connections; 0 = default */
+    int conn_limit;     /* simultaneous connections, refused beyond; 0 =
+                           4096 (lowered to fit the descriptor limit) */
+    int per_ip_limit;   /* of them from one client address; 0 = 512 */
     int idle_timeout_s; /* idle connection timeout; 0 = default */
+    int request_timeout_s; /* a request's head and body must be in whole
+                              within this of the connection's start or the
+                              previous request's end; 0 = 30 */
     int allow_remote;   /* 0: refuse an address that is not loopback */
 } kg_http_config;
 

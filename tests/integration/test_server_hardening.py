@@ -435,3 +435,152 @@ def test_half_closed_clients_get_every_reply(server):
     code, _, reply = parse(raw(s, f"DELETE /tasks/{tid} HTTP/1.1\r\nHost: x\r\n".encode() +
                                AUTH + b"\r\n", half_close=True))
     assert code == 200 and reply["status"] == "cancelled", reply
+
+
+# ---- issue 31 items 1-2: slow senders, connection caps ----------------------
+
+class Crowd:
+    """n connections from source address src, each sending the start of a
+    request head; trickle() sends one more byte on each that is open.
+    Tracks when the server closed each (refused or cut off)."""
+
+    def __init__(self, port: int, n: int, src: str):
+        self.t0 = time.monotonic()
+        self.socks: list[socket.socket] = []
+        self.closed_at: dict[int, float] = {}
+        for _ in range(n):
+            c = socket.socket()
+            c.bind((src, 0))
+            c.connect(("127.0.0.1", port))
+            c.setblocking(False)
+            self.socks.append(c)
+            self.send(len(self.socks) - 1,
+                      b"POST /evaluate HTTP/1.1\r\nHost: x\r\n" + AUTH + b"X-Slow: ")
+
+    def send(self, i: int, data: bytes) -> None:
+        if i in self.closed_at:
+            return
+        try:
+            self.socks[i].send(data)
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self.closed_at[i] = time.monotonic() - self.t0
+
+    def poll(self) -> None:
+        """Notes the connections the server has closed."""
+        for i, c in enumerate(self.socks):
+            if i in self.closed_at:
+                continue
+            try:
+                if c.recv(4096) == b"":
+                    self.closed_at[i] = time.monotonic() - self.t0
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                self.closed_at[i] = time.monotonic() - self.t0
+
+    def trickle(self) -> None:
+        for i in range(len(self.socks)):
+            self.send(i, b"a")
+        self.poll()
+
+    def open(self) -> int:
+        self.poll()
+        return len(self.socks) - len(self.closed_at)
+
+    def close(self) -> None:
+        for c in self.socks:
+            c.close()
+
+
+class HealthProbe(threading.Thread):
+    """GET /health from 127.0.0.1 every 0.2 s; keeps each one's outcome."""
+
+    def __init__(self, s: Server):
+        super().__init__(daemon=True)
+        self.s, self.stop, self.results = s, threading.Event(), []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            t = time.monotonic()
+            try:
+                code = parse(raw(self.s, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+                                 timeout=3))[0]
+            except (OSError, AssertionError) as e:
+                code = repr(e)
+            self.results.append((code, time.monotonic() - t))
+            self.stop.wait(0.2)
+
+
+def metric(s: Server, name: str) -> float:
+    _, _, text = request(s, "GET", "/metrics")
+    for ln in text.splitlines():
+        if ln.startswith(name + " "):
+            return float(ln.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_slow_senders_are_capped_and_cut_off(tmp):
+    cf_, wf = write_tokens(tmp)
+    s = start(["--token-file", cf_, "--worker-token-file", wf, "--request-timeout-s", "3",
+               "--max-connections", "250", "--max-connections-per-client", "200"], tmp)
+    probe = HealthProbe(s)
+    crowds = []
+    try:
+        probe.start()
+        # 300 slow senders from one address: 200 held (the per-address
+        # cap), 100 refused at once; each held one sends a byte every
+        # 0.5 s, which used to keep it open for ever
+        slow = Crowd(s.port, 300, "127.0.0.2")
+        crowds.append(slow)
+        time.sleep(0.5)
+        assert slow.open() == 200, slow.open()
+        assert all(t < 1.5 for t in slow.closed_at.values())
+        while time.monotonic() - slow.t0 < 6:
+            slow.trickle()
+            time.sleep(0.5)
+        # cut off at the 3 s request deadline although they kept sending
+        assert slow.open() == 0
+        held = sorted(t for t in slow.closed_at.values() if t > 1.5)
+        assert len(held) == 200 and held[0] > 2.5 and held[-1] < 5, held
+        probe.stop.set()
+        probe.join()
+        # /health answered throughout, promptly
+        assert len(probe.results) >= 15, probe.results
+        assert all(code == 200 and dt < 1 for code, dt in probe.results), probe.results
+        assert metric(s, "kgym_http_requests_cut_total") >= 200
+        # beyond --max-connections, new connections are refused at once
+        # (they used to wait in the listen queue)
+        many = [Crowd(s.port, 100, f"127.0.0.{k}") for k in (3, 4, 5)]
+        crowds += many
+        time.sleep(1)
+        assert sum(c.open() for c in many) == 250
+        refused = [t for c in many for t in c.closed_at.values()]
+        assert len(refused) == 50 and max(refused) < 1.5, refused
+        for c in many:
+            c.close()
+        for _ in range(50):
+            if request(s, "GET", "/health", token=None)[0] == 200:
+                break
+            time.sleep(0.1)
+        assert metric(s, "kgym_http_connections_refused_total") >= 50
+        # a request that is in whole in time is served as before
+        assert request(s, "POST", "/evaluate", task())[0] in ACCEPTED
+    finally:
+        probe.stop.set()
+        for c in crowds:
+            c.close()
+        stop_server(s)
+
+
+def test_one_address_gets_512_connections_by_default(srv):
+    """Defaults: 600 connections from one address, 512 held, the rest
+    refused at once; another address is still served."""
+    crowd = Crowd(srv.port, 600, "127.0.0.6")
+    try:
+        time.sleep(0.5)
+        assert crowd.open() == 512, crowd.open()
+        assert request(srv, "GET", "/health", token=None)[0] == 200
+    finally:
+        crowd.close()
