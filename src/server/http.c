@@ -841,6 +841,8 @@ static enum MHD_Result dispatch(kg_http *h, struct conn *c, const char *method)
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc)
 {
     kg_http *h = cls;
+    if (!uri)
+        uri = "";
     size_t n = strcspn(uri, "?");
     int too_long = n > MAX_RAW_PATH;
     if (too_long)
