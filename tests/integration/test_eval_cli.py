@@ -87,7 +87,7 @@ def test_table_for_several_candidates(tmp_path):
     assert "pass" in rows[1] and "mismatch" in rows[2]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the uid switch happens only as root")
+@pytest.mark.needs_root("the uid switch happens only as root")
 def test_harness_out_of_the_candidates_reach_is_refused(tmp_path):
     """The candidate runs as nobody and imports the harness: a tree it cannot
     enter would fail every candidate with an error blamed on the candidate.
@@ -106,7 +106,7 @@ def test_harness_out_of_the_candidates_reach_is_refused(tmp_path):
     assert "not reachable by uid 65534" in p.stderr and "harness" in p.stderr
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the candidate cache's group needs root")
+@pytest.mark.needs_root("the candidate cache's group needs root")
 def test_cache_entries_made_by_root_do_not_lock_candidates_out(tmp_path):
     """A root process run without the uid switch (the harness's own
     launcher) can leave root-owned entries in the candidate cache; the
