@@ -3,13 +3,14 @@ with blocks) and the per-device lock (shared/exclusive, writer priority)."""
 
 from __future__ import annotations
 
+import fcntl
 import multiprocessing as mp
 import os
 import time
 
 import pytest
 
-from kgym_harness import timing
+from kgym_harness import devlock, timing
 from kgym_harness.devlock import DeviceLock, LockTimeout
 
 
@@ -122,7 +123,36 @@ def test_tamper_bound_with_blocks_and_timed_warmup():
 
 # ---- the device lock ---------------------------------------------------------
 
-def _holder(path, mode, got, release, t_got):
+class _Refusals:
+    """devlock's fcntl in a holder child: each lock attempt the kernel
+    refuses is counted in refused[0] (the turnstile, lockf) or refused[1]
+    (the device lock, flock). The handshake of the exclusion checks: a
+    count that grows says the child has reached the lock and been turned
+    away, so "not acquired" after it means something."""
+
+    def __init__(self, refused):
+        self.refused = refused
+
+    def __getattr__(self, name):
+        return getattr(fcntl, name)
+
+    def _count(self, i, fn, *args):
+        try:
+            return fn(*args)
+        except (BlockingIOError, PermissionError):
+            with self.refused.get_lock():
+                self.refused[i] += 1
+            raise
+
+    def lockf(self, *args):
+        return self._count(0, fcntl.lockf, *args)
+
+    def flock(self, *args):
+        return self._count(1, fcntl.flock, *args)
+
+
+def _holder(path, mode, got, release, t_got, refused):
+    devlock.fcntl = _Refusals(refused)  # this (forked) child's devlock only
     lock = DeviceLock(path)
     getattr(lock, mode)()
     t_got.value = time.monotonic()
@@ -132,10 +162,34 @@ def _holder(path, mode, got, release, t_got):
 
 
 def _start(ctx, path, mode):
+    """(process, got, release, t_got, refused) of a child that takes the
+    lock in mode and holds it until release is set."""
     got, release, t_got = ctx.Event(), ctx.Event(), ctx.Value("d", 0.0)
-    p = ctx.Process(target=_holder, args=(path, mode, got, release, t_got))
+    refused = ctx.Array("i", 2)
+    p = ctx.Process(target=_holder, args=(path, mode, got, release, t_got, refused))
     p.start()
-    return p, got, release, t_got
+    return p, got, release, t_got, refused
+
+
+TURNSTILE, DEVICE = (0,), (1,)
+EITHER = (0, 1)
+
+
+def _refused(h, where) -> int:
+    return sum(h[4][i] for i in where)
+
+
+def _turned_away(h, where, times=3):
+    """Waits until child h's attempts at the turnstile or the device lock
+    (where) have been refused `times` more times from now on: it is blocked
+    there, not still on its way. Fails when that never happens (the lock let
+    it through, or it is stuck elsewhere)."""
+    want = _refused(h, where) + times
+    deadline = time.monotonic() + 10
+    while _refused(h, where) < want:
+        assert not h[1].is_set(), f"acquired instead of being refused {times} times"
+        assert time.monotonic() < deadline, f"never refused {times} times at {where}"
+        time.sleep(0.001)
 
 
 def test_lock_shared_blocks_exclusive_and_writer_goes_before_later_reader(tmp_path):
@@ -148,17 +202,17 @@ def test_lock_shared_blocks_exclusive_and_writer_goes_before_later_reader(tmp_pa
     b[2].set()
     b[0].join(5)
     w = _start(ctx, path, "exclusive")
-    time.sleep(0.3)
+    _turned_away(w, DEVICE)  # through the turnstile, refused by the shared hold
     assert not w[1].is_set()  # the shared holder keeps the writer out
     r = _start(ctx, path, "shared")  # a later reader queues behind the writer
-    time.sleep(0.3)
-    assert not r[1].is_set()
+    _turned_away(r, TURNSTILE)  # the waiting writer holds the turnstile
+    assert not r[1].is_set() and not w[1].is_set()
     a[2].set()
     assert w[1].wait(5)
-    time.sleep(0.2)
+    _turned_away(r, EITHER)  # refused again, now that the writer has the device
     assert not r[1].is_set()  # the writer holds the device alone
     w[2].set()
-    assert r[1].wait(5)
+    assert r[1].wait(5)  # and once it is released the reader does get in
     assert w[3].value < r[3].value
     r[2].set()
     for p in (a, w, r):
