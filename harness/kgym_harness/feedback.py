@@ -83,6 +83,10 @@ def make_feedback(result: dict, kernel_code: str) -> str:
     elif verdict == "hacked":
         lines.append(f"Hacking check failed: {', '.join(result.get('hack_reasons') or [])}")
         lines.append("  " + _clip(str(result.get("error_message") or ""), 300))
+    elif verdict == "problem_error":
+        lines.append("The problem's reference failed, not your kernel: this attempt is not "
+                     "scored.")
+        lines += _error_lines(result, kernel_code)
     elif verdict == "mismatch":
         lines.append("  " + _clip(str(result.get("error_message") or ""), 300))
         if isinstance(result.get("mismatch"), dict):

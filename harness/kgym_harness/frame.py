@@ -53,3 +53,23 @@ def decode_result(data: bytes) -> dict:
     if not isinstance(obj, dict):
         raise FrameError("result body is not an object")
     return obj
+
+
+# The judge's phase marker (problem.Marker writes it): the phase of reference
+# code the judge is running, in MARK_FILE of its TMPDIR, one MARK_SIZE record,
+# NUL-padded (all NUL: none). A reader that finds the judge dead without a
+# frame (the launcher; src/worker/engine.c reads the same file) blames the
+# reference for a death in such a phase.
+MARK_FILE = "kgym-phase"
+MARK_SIZE = 64
+
+
+def read_mark(directory: str) -> str | None:
+    """The phase a judge left in directory's marker (None: none)."""
+    try:
+        with open(os.path.join(directory, MARK_FILE), "rb") as f:
+            rec = f.read(MARK_SIZE)
+    except OSError:
+        return None
+    text = rec.split(b"\0", 1)[0].decode("ascii", "replace")
+    return text if text.startswith("reference:") and text.isprintable() else None

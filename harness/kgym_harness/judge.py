@@ -20,11 +20,13 @@ from typing import Any
 
 import torch
 
-from . import audit, compare, cpustat, guards, loader, prewarm, profiling, quiet, schema, timing
+from . import (audit, compare, cpustat, guards, loader, prewarm, problem, profiling, quiet, schema,
+               timing)
 from .devlock import DeviceLock, LockTimeout
 from .channel import Channel, ChannelTimeout, PeerClosed, ProtocolError
 from .frame import write_result
 from .feedback import make_feedback
+from .problem import ReferenceFailed
 from .remote import CandidateFailed, Remote
 
 MODES = (("train", False), ("train", True), ("eval", False))
@@ -97,6 +99,10 @@ class Judge:
         self.samples: list[tuple[list, Any]] = []  # (input digests, expected), 2 trials
         self.low_precision: set[str] = set()  # the candidate's fp16/bf16 evidence
         self.float_dtypes: set[torch.dtype] = set()  # of the problem's inputs and outputs
+        # the phase of reference code running now, for a worker that finds
+        # this process dead without a frame (problem.py; in $TMPDIR, which
+        # every launcher makes private to the judge)
+        self.marker = problem.Marker(os.environ.get("TMPDIR"))
 
     # -- failures ---------------------------------------------------------
     def fail(self, verdict: str, code: str, etype: str, message: str,
@@ -108,6 +114,25 @@ class Judge:
         schema.set_error(self.result, info["verdict"], info["code"], info["phase"] or self.phase,
                          info["type"], info["message"], info["traceback"], info["frames"])
         raise Stop()
+
+    def reference_failed(self, e: ReferenceFailed) -> None:
+        """The reference's own code or data failed (problem.py):
+        problem_error, whatever was noted about the candidate before (the
+        candidate cannot make the judge's reference fail, and a finding
+        against a broken problem is no finding); a failure that does not
+        prove the problem broken (a CUDA error, memory) is infra_error."""
+        if e.infra:
+            schema.set_error(self.result, "infra_error", "REFERENCE_ERROR", e.phase, e.type,
+                             e.message, e.traceback, e.frames)
+            return
+        self.result.update(error=None, hack_reasons=[], mismatch=None, decoy_kernel=False)
+        schema.set_error(self.result, "problem_error", "PROBLEM_ERROR", e.phase, e.type,
+                         e.message, e.traceback, e.frames)
+
+    def reference(self, phase: str, what: str) -> Any:
+        """Context for running reference code: the marker says phase, and
+        what it raises becomes ReferenceFailed (problem.running)."""
+        return problem.running(self.marker, phase, what)
 
     # -- phases -------------------------------------------------------------
     def setup(self) -> None:
@@ -163,14 +188,25 @@ class Judge:
                       f"the judge's temp dir ($TMPDIR) is unusable: {e}")
         try:
             path = loader.write_source(workdir, loader.REFERENCE_FILE, req["reference_code"])
+        except OSError as e:
+            self.fail("infra_error", "INFRA_ERROR", type(e).__name__,
+                      f"the judge could not write the reference: {e}")
+        # from here on a failure is the problem's (problem_error), not ours
+        with self.reference("reference:load", "importing the reference"):
             self.ref_module = loader.import_file(path, "kgym_reference")
-            cls = getattr(self.ref_module, req["entry_point"])
-            init = loader.init_inputs(self.ref_module, self.init_seed)
+        entry = req["entry_point"]
+        cls = getattr(self.ref_module, entry, None)
+        if not callable(cls):
+            raise problem.bad("reference:load", "ProblemError",
+                              f"the reference defines no class {entry} (entry_point)")
+        with self.reference("reference:get_init_inputs", "get_init_inputs()"):
+            loader.set_seed(self.init_seed)
+            fn = getattr(self.ref_module, "get_init_inputs", None)
+            raw = fn() if fn is not None else []
+        init = problem.as_list(raw, "get_init_inputs()", "reference:get_init_inputs")
+        with self.reference("reference:init", f"{entry}(*get_init_inputs())"):
             self.ref_model = loader.build_model(cls, init, self.init_seed, self.device)
             timing.sync(self.device)
-        except Exception as e:
-            self.fail("infra_error", "REFERENCE_ERROR", type(e).__name__,
-                      f"the reference program failed to load: {e}", traceback.format_exc())
 
     def compile(self) -> None:
         """Collect the reply to the load command sent in setup."""
@@ -229,15 +265,33 @@ class Judge:
             self.result["warnings"].append(self.lock.error[:500])
             self.lock.error = ""  # said once; stays unlocked
 
+    def draw(self, seed: int, send: bool = False) -> list:
+        """get_inputs() under seed, every tensor on the device. What it
+        returned must be a list or tuple and, to be sent to the candidate
+        (send), within what the channel carries (problem.check_inputs);
+        otherwise, or when it raises, the problem is at fault."""
+        phase = "reference:get_inputs"
+        with self.reference(phase, "get_inputs()"):  # one marker write each way
+            raw = loader.call_get_inputs(self.ref_module, seed, self.device)
+            if send:
+                problem.check_inputs(raw)
+            else:
+                problem.as_list(raw, "get_inputs()", phase)
+            return list(loader.to_device(list(raw), self.device))
+
     def reference_forward(self, inputs: list, mode: str = "train", grad: bool = False,
                           sent: list | None = None) -> Any:
         """The reference on its own copy of inputs; with sent (the inputs'
-        digests) it also learns what the reference does to them (audit)."""
+        digests) it also learns what the reference does to them (audit).
+        An output no candidate could match (problem.check_output), or a
+        forward that raises, is the problem's failure."""
         loader.set_mode(self.ref_model, mode)
         clones = loader.clone_inputs(inputs)
-        with torch.set_grad_enabled(grad):
-            out = self.ref_model(*clones)
-        timing.sync(self.device)
+        with self.reference("reference:forward", "forward"):
+            with torch.set_grad_enabled(grad):
+                out = self.ref_model(*clones)
+            timing.sync(self.device)
+        problem.check_output(out, self.device)
         if sent is not None:
             self.facts.learn(out, clones, sent)
         return out
@@ -260,12 +314,18 @@ class Judge:
     def _trial(self, label: str, mode: str, grad: bool, check: bool) -> dict | None:
         guard = self.req["run_hack_checks"]
         t0 = _now()
-        inputs = loader.draw_inputs(self.ref_module,
-                                    loader.derive_seed(self.req["seed"], label), self.device)
+        inputs = self.draw(loader.derive_seed(self.req["seed"], label), send=True)
         sent = guards.digests(inputs) if guard else None
         t1 = _now()
-        reply = self.remote.run(inputs, mode, grad, guard)
-        got, problem, launches = reply.output, reply.problem, reply.launches
+        try:
+            reply = self.remote.run(inputs, mode, grad, guard)
+        except (CandidateFailed, ProtocolError):
+            # the candidate failed (or died) on these inputs: its failure
+            # only if the reference itself does not fail on them too (a
+            # candidate that inherits a broken forward is not at fault)
+            self.reference_forward(inputs, mode, grad)
+            raise
+        got, out_problem, launches = reply.output, reply.problem, reply.launches
         t2 = _now()
         # the candidate's part is done: a timing phase waiting for the device
         # need not wait for our checks too (they take the lock again)
@@ -279,10 +339,13 @@ class Judge:
         self.low_precision.update(launches.get("low_precision", []))
         self.kernel_names.update(r["name"] for r in launches["records"])
         self.records.extend(launches["records"][:max(0, 4 - len(self.records))])
-        if problem is not None:
+        if out_problem is not None:
+            # an output the judge cannot take: the candidate's fault only if
+            # the reference's own output on these inputs is usable
+            self.reference_forward(inputs, mode, grad)
             if reply.lazy:
-                self.report([("lazy_output", "LAZY_OUTPUT", problem)])
-            return {"code": "OUTPUT_TYPE", "message": problem, "output_index": 0,
+                self.report([("lazy_output", "LAZY_OUTPUT", out_problem)])
+            return {"code": "OUTPUT_TYPE", "message": out_problem, "output_index": 0,
                     "max_abs_err": None, "max_rel_err": None, "bad_fraction": None}
         expected = self.reference_forward(inputs, mode, grad, sent) if check else None
         t3 = _now()
@@ -337,7 +400,7 @@ class Judge:
                      + list(self.ref_model.named_buffers())}
             args = tuple(rounded(x) for x in inputs)
             loader.set_mode(self.ref_model, "train")
-            with torch.no_grad():
+            with self.marker.mark("reference:forward"), torch.no_grad():
                 out = torch.func.functional_call(self.ref_model, state, args)
             timing.sync(self.device)
             return out
@@ -441,9 +504,7 @@ class Judge:
         with the candidate's."""
         self.lock_device(exclusive=False, label="mode_probe")
         state = {k: v.detach().clone() for k, v in self.ref_model.state_dict().items()}
-        inputs = loader.draw_inputs(self.ref_module,
-                                    loader.derive_seed(self.req["seed"], "mode_probe"),
-                                    self.device)
+        inputs = self.draw(loader.derive_seed(self.req["seed"], "mode_probe"))
         try:
             train = self.reference_forward(inputs, "train", False)
             evald = self.reference_forward(inputs, "eval", False)
@@ -501,7 +562,7 @@ class Judge:
             try:
                 fn = torch.compile(model)
                 with torch.no_grad():  # compiles now, outside the timed loop
-                    fn(*loader.draw_inputs(self.ref_module, self.timing_seed, self.device))
+                    fn(*self.draw(self.timing_seed))
                 used = "torch_compile"
             except Exception as e:
                 fn = model
@@ -511,13 +572,19 @@ class Judge:
             key = None  # never cache a fallback
 
         def call(args: Any) -> Any:
-            with torch.no_grad():
-                return fn(*args)
+            # timed: no marker here (the caller marks the whole block), and
+            # a try costs nothing until something raises
+            try:
+                with torch.no_grad():
+                    return fn(*args)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:
+                raise problem.failed("reference:forward", e, "forward") from None
         return call, None, key
 
     def timing_inputs(self, i: int) -> list:
-        return loader.draw_inputs(self.ref_module,
-                                  loader.derive_seed(self.timing_seed, f"iter:{i}"), self.device)
+        return self.draw(loader.derive_seed(self.timing_seed, f"iter:{i}"))
 
     def timing(self) -> None:
         """Interleaved blocks: reference block (here), candidate block (its
@@ -629,10 +696,10 @@ class Judge:
         reserved = {}
         if cached is None:
             def inputs(i: int) -> list:
-                return loader.draw_inputs(self.ref_module, loader.derive_seed(seed, f"iter:{i}"),
-                                          self.device)
-            r = timing.time_forward(ref_call, inputs, n, 0, self.device,
-                                    warmup_ms=timing.WARMUP_MIN_MS, reserve_for=first)
+                return self.draw(loader.derive_seed(seed, f"iter:{i}"))
+            with self.marker.mark("reference:forward"):
+                r = timing.time_forward(ref_call, inputs, n, 0, self.device,
+                                        warmup_ms=timing.WARMUP_MIN_MS, reserve_for=first)
             reserved["reference"] = r["reserved"]
         c = self.remote.time(n, 0, seed, 0, timing.WARMUP_MIN_MS, n, 0, reserve=(first, self.spot_checks()))
         reserved["kernel"] = c["reserved"]
@@ -665,11 +732,12 @@ class Judge:
                 if who == "ref":
                     if cached is not None:
                         continue
-                    r = timing.time_forward(ref_call, self.timing_inputs,
-                                            timing.rewarm(blk, ref["samples_ms"]), blk["n_iter"],
-                                            self.device, start=blk["start"],
-                                            warmup_ms=blk["warmup_ms"],
-                                            timed_start=blk["timed_start"])
+                    with self.marker.mark("reference:forward"):  # the block, not each call
+                        r = timing.time_forward(ref_call, self.timing_inputs,
+                                                timing.rewarm(blk, ref["samples_ms"]),
+                                                blk["n_iter"], self.device, start=blk["start"],
+                                                warmup_ms=blk["warmup_ms"],
+                                                timed_start=blk["timed_start"])
                     ref["samples_ms"] += r["samples_ms"]
                     run["ref_side"] += len(r["side_stream"])
                     run["excess"]["reference"].append(r["sync_excess_ms"])
@@ -811,8 +879,7 @@ class Judge:
             return
         info: dict[str, Any] = {"mode": mode}
         self.result["checks"]["ablation"] = info
-        inputs = loader.draw_inputs(self.ref_module,
-                                    loader.derive_seed(self.req["seed"], "ablation"), self.device)
+        inputs = self.draw(loader.derive_seed(self.req["seed"], "ablation"), send=True)
         self.lock_device(exclusive=False, label="ablation")
         saved = self.chan.deadline
         if saved is not None:
@@ -1000,6 +1067,7 @@ class Judge:
             span = self.result["timings"].get("device_span")
             if span:  # from correctness on: what a staged task waits to begin
                 span[1] = round(time.monotonic() * 1e3, 2)
+            self.marker.close()
             t0 = _now()
             self.remote.close()
             self.result["timings"]["close"] = (_now() - t0) * 1e3
@@ -1034,6 +1102,8 @@ class Judge:
         except ProtocolError as e:
             schema.set_error(self.result, "runtime_error", "PROTOCOL_ERROR", self.phase,
                              "ProtocolError", f"the candidate broke the protocol: {e}")
+        except ReferenceFailed as e:
+            self.reference_failed(e)
         if self.result["error"] is not None and self.result["verdict"] == "pass":
             self.result["verdict"], self.result["correctness"] = "infra_error", False
         if self.result["verdict"] != "pass":

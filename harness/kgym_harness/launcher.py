@@ -28,7 +28,8 @@ import time
 from typing import Any, Callable
 
 from . import paths, schema
-from .frame import FrameError, decode_result
+from .feedback import make_feedback
+from .frame import FrameError, decode_result, read_mark
 
 HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CANDIDATE_ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "USER", "LOGNAME",
@@ -99,7 +100,7 @@ def _tail(path: str) -> str:
         return ""
 
 
-def _exit_text(rc: int | None) -> str:
+def _exit_text(rc: int | None, verb: bool = False) -> str:
     if rc is None:
         return "still running"
     if rc < 0:
@@ -107,7 +108,7 @@ def _exit_text(rc: int | None) -> str:
             return f"killed by signal {-rc} ({signal.Signals(-rc).name})"
         except ValueError:
             return f"killed by signal {-rc}"
-    return f"exit status {rc}"
+    return f"exited with status {rc}" if verb else f"exit status {rc}"
 
 
 def _synthetic(task: object, verdict: str, code: str, message: str, detail: str = "") -> dict:
@@ -122,8 +123,11 @@ def _synthetic(task: object, verdict: str, code: str, message: str, detail: str 
 
 
 def result_from_bytes(task: object, data: bytes, eof: bool, judge_rc: int | None,
-                      timeout: float, judge_log: str = "") -> dict:
-    """Turn what the judge wrote into a result; anything incomplete is not a pass."""
+                      timeout: float, judge_log: str = "", mark: str | None = None) -> dict:
+    """Turn what the judge wrote into a result; anything incomplete is not a
+    pass. mark: the phase marker the judge left (problem.read_mark): a
+    judge that ended by itself (not SIGKILL: the kernel's OOM killer, or
+    us) while running reference code ended because of the reference."""
     try:
         return schema.check_result(decode_result(data))
     except (FrameError, ValueError) as e:
@@ -131,6 +135,13 @@ def result_from_bytes(task: object, data: bytes, eof: bool, judge_rc: int | None
     if not eof:
         return _synthetic(task, "timeout", "TIMEOUT",
                           f"the evaluation exceeded its time limit of {timeout:g} s", why)
+    if mark is not None and judge_rc is not None and judge_rc != -signal.SIGKILL:
+        result = _synthetic(task, "problem_error", "PROBLEM_ERROR",
+                            f"{schema.PROBLEM_BLAME}: the judge {_exit_text(judge_rc, True)} while "
+                            f"running reference code ({mark})", judge_log)
+        result["error"]["phase"] = mark
+        result["feedback"] = make_feedback(result, "")
+        return result
     return _synthetic(task, "runtime_error", "RESULT_INCOMPLETE",
                       f"the judge ended ({_exit_text(judge_rc)}) without a complete result: {why}",
                       judge_log)
@@ -237,7 +248,8 @@ def evaluate(task: dict, *, spawner: Any = None,
             judge.wait(min(deadline, time.monotonic() + 5.0) - time.monotonic())
             cand.wait(min(deadline, time.monotonic() + 2.0) - time.monotonic())
         result = result_from_bytes(task, data, eof, judge.poll(), timeout,
-                                   _tail(os.path.join(base, "judge.log")))
+                                   _tail(os.path.join(base, "judge.log")),
+                                   read_mark(jdir))
         if result.get("error_code") == "CHILD_DIED":
             _note_candidate_exit(result, cand, base)
         return result

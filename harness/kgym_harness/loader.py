@@ -104,15 +104,19 @@ def clone_inputs(value: Any) -> Any:
     return value
 
 
-def draw_inputs(module: Any, seed: int, device: str) -> list:
-    """get_inputs() under seed, every tensor on device."""
+def call_get_inputs(module: Any, seed: int, device: str) -> Any:
+    """get_inputs() under seed (on CUDA under `with torch.device(device)`),
+    as it returned (the judge checks it before draw_inputs' conversion)."""
     set_seed(seed)
     if torch.device(device).type == "cuda":
         with torch.device(device):
-            inputs = module.get_inputs()
-    else:
-        inputs = module.get_inputs()
-    return list(to_device(list(inputs), device))
+            return module.get_inputs()
+    return module.get_inputs()
+
+
+def draw_inputs(module: Any, seed: int, device: str) -> list:
+    """get_inputs() under seed, every tensor on device."""
+    return list(to_device(list(call_get_inputs(module, seed, device)), device))
 
 
 def fingerprint(inputs: Any) -> list:

@@ -15,7 +15,7 @@ from typing import Any
 from . import KGYM_VERSION
 
 VERDICTS = ("pass", "mismatch", "compile_error", "runtime_error", "timeout",
-            "hacked", "infra_error")
+            "hacked", "infra_error", "problem_error")
 BACKENDS = ("triton", "cuda", "cpu")
 REFERENCE_BACKENDS = ("eager", "torch_compile")
 PRIORITIES = ("low", "normal", "high")
@@ -39,6 +39,9 @@ HACK_CODES = ("NO_CUSTOM_KERNEL", "MODE_BRANCH", "OUTPUT_CACHE",
               "ALIASES_INPUT", "INPUT_MUTATION", "STALE_MEMORY",
               "PRECISION_DOWNGRADE", "L2_PERSIST", "CALL_COUNT_SWITCH")
 OTHER_CODES = ("TIMEOUT", "BAD_REQUEST", "REFERENCE_ERROR", "INFRA_ERROR")
+# problem_error: the reference (problem) failed, not the candidate (problem.py)
+PROBLEM_CODES = ("PROBLEM_ERROR",)
+PROBLEM_BLAME = "the reference (problem) is at fault, not the kernel"
 
 MAX_KERNEL_CODE = 256 * 1024
 MAX_REFERENCE_CODE = 1024 * 1024

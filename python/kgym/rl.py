@@ -465,6 +465,16 @@ def _read_pr(t: Mapping, prefix: str) -> Optional[float]:
     return _opt_number(prof, "coverage", _path(prefix, "profile.coverage"))
 
 
+def _excluded(t: Mapping, prefix: str) -> bool:
+    """A kgym result whose verdict is problem_error: the problem's reference
+    failed, not the kernel, so the turn is not the policy's to score (see
+    read_turn in cmd_rl.c)."""
+    v = t.get("verdict")
+    if v is not None and not isinstance(v, str):
+        raise _err(_path(prefix, "verdict"), f"expected a string, got {_tname(v)}")
+    return v == "problem_error"
+
+
 def _read_turn(
     t: Mapping, prefix: str, noun: str, want_pr: bool
 ) -> tuple[bool, bool, float, float]:
@@ -524,7 +534,10 @@ def reward(
     **fields: Any,
 ) -> Any:
     """Per-turn reward R = C * (1 + min(speedup, cap) + w_pr * coverage),
-    C = correct and not hacked; other turns get the penalty.
+    C = correct and not hacked; other turns get the penalty. A kgym result
+    whose verdict is problem_error (the problem's reference failed, not the
+    kernel) gets None: not scored (an invalid turn for returns and
+    advantages).
 
     turn is one turn's dict (-> float), a dict {"turns": [...]} or a list of
     turn dicts (-> list of floats); or give one turn's fields as keywords
@@ -563,11 +576,17 @@ def reward(
         raise _err("turns", f"expected an array, got {_tname(turns)}")
     items = list(turns) if batch else [obj]
     rows = []
+    scored = []  # False: excluded (problem_error), reward None
     for i, t in enumerate(items):
         prefix = f"turns[{i}]" if batch else ""
         if batch and not isinstance(t, Mapping):
             raise _err(prefix, f"expected an object, got {_tname(t)}")
+        if _excluded(t, prefix):
+            rows.append((False, False, math.nan, math.nan))
+            scored.append(False)
+            continue
         rows.append(_read_turn(t, prefix, "turn", want_pr))
+        scored.append(True)
 
     n = len(rows)
     R = (ctypes.c_double * (n + 1))()
@@ -591,8 +610,8 @@ def reward(
         }
         raise _lib_error(err, amap, "turns" if batch else "correct")
     if batch:
-        return _reals(R, n, None, "rewards")
-    return float(R[0])
+        return _reals(R, n, [1 if k else 0 for k in scored], "rewards")
+    return float(R[0]) if scored[0] else None
 
 
 # ---- returns and advantages ----------------------------------------------
@@ -751,8 +770,9 @@ def prs(
 # ---- Fast@p --------------------------------------------------------------
 
 
-def _read_attempt(a: Any, i: int) -> tuple:
-    """(level, problem key, sample, turn, correct, hacked, speedup)."""
+def _read_attempt(a: Any, i: int) -> Optional[tuple]:
+    """(level, problem key, sample, turn, correct, hacked, speedup); None for
+    an attempt with verdict problem_error, which is left out."""
     prefix = f"attempts[{i}]"
     if not isinstance(a, Mapping):
         raise _err(prefix, f"expected an object, got {_tname(a)}")
@@ -772,6 +792,8 @@ def _read_attempt(a: Any, i: int) -> tuple:
             raise _err(name, f"expected a string or an integer, got {got}")
         x = _as_int(v, name, _LL_MIN, _LL_MAX)
         vals[key] = ("i", x) if key == "problem" else x
+    if _excluded(a, prefix):
+        return None
     correct, hacked, speedup, _ = _read_turn(a, prefix, "attempt", False)
     return (
         vals["level"],
@@ -851,12 +873,14 @@ def fastp(attempts: Any, p: Optional[Sequence[float]] = DEFAULT_P) -> dict:
     and by level. Attempts ({"level", "problem", "sample" (0), "turn",
     "correct", "hacked", "speedup"}) group into trajectories by (level,
     problem, sample); turns are the sorted distinct turn values and a
-    missing attempt is an invalid turn."""
+    missing attempt is an invalid turn. An attempt with verdict
+    problem_error is left out, as if not given."""
     ps = _read_ps(p)
     attempts = _seq(_need(attempts, "attempts"))
     if not _is_arr(attempts):
         raise _err("attempts", f"expected an array, got {_tname(attempts)}")
-    rows = [_read_attempt(a, i) for i, a in enumerate(attempts)]
+    read = [_read_attempt(a, i) for i, a in enumerate(attempts)]
+    rows = [r for r in read if r is not None]  # problem_error: as if not given
 
     seen: set = set()
     for i, (level, prob, sample, turn, *_rest) in enumerate(rows):

@@ -184,6 +184,7 @@ static int set_out(struct ctx *c, const char *key, json_t *value)
 
 struct turn {
     uint8_t correct, hacked;
+    uint8_t excluded;   /* verdict problem_error: not the policy's to score */
     double speedup, pr; /* NaN when not given */
 };
 
@@ -224,15 +225,32 @@ static int read_pr(const json_t *t, const char *prefix, double *pr, kg_err *err)
  * One turn (or attempt) from t, under the names of a kgym rl input or of a
  * kgym result object: correct|correctness, hacked|decoy_kernel|hack_reasons
  * (any of them makes it hacked), speedup, and, with want_pr,
- * coverage|pr|profile.coverage. prefix names t in messages ("" for the top
- * level); noun is "turn" or "attempt". Values the math will use are
- * checked here, where the field can be named.
+ * coverage|pr|profile.coverage. A result whose verdict is problem_error
+ * (the problem's reference failed, not the kernel) is excluded, its other
+ * fields unread. prefix names t in messages ("" for the top level); noun
+ * is "turn" or "attempt". Values the math will use are checked here, where
+ * the field can be named.
  */
 static int read_turn(const json_t *t, const char *prefix, const char *noun,
                      int want_pr, struct turn *tu, kg_err *err)
 {
     char name[160];
     int b = 0, rc;
+
+    tu->excluded = 0;
+    const json_t *verdict = json_object_get(t, "verdict");
+    if (verdict && !json_is_null(verdict) && !json_is_string(verdict))
+        return kg_errf(err, KG_EINVAL,
+                       "field \"%s\": expected a string, got %s",
+                       path(name, sizeof name, prefix, "verdict"),
+                       kg_json_type_name(verdict));
+    if (verdict && json_is_string(verdict) &&
+        !strcmp(json_string_value(verdict), "problem_error")) {
+        tu->excluded = 1;
+        tu->correct = tu->hacked = 0;
+        tu->speedup = tu->pr = NAN;
+        return 0;
+    }
 
     rc = kg_json_opt_bool(t, "correct",
                           path(name, sizeof name, prefix, "correct"), &b, err);
@@ -332,10 +350,11 @@ static int rl_reward(struct ctx *c)
 
     int rc = -1;
     uint8_t *correct = malloc(n + 1), *hacked = malloc(n + 1);
+    uint8_t *scored = malloc(n + 1); /* 0: excluded (problem_error) */
     double *speedup = malloc((n + 1) * sizeof *speedup);
     double *pr = malloc((n + 1) * sizeof *pr);
     double *R = malloc((n + 1) * sizeof *R);
-    if (!correct || !hacked || !speedup || !pr || !R) {
+    if (!correct || !hacked || !scored || !speedup || !pr || !R) {
         out_of_memory(c);
         goto done;
     }
@@ -356,6 +375,7 @@ static int rl_reward(struct ctx *c)
             goto done;
         correct[i] = tu.correct;
         hacked[i] = tu.hacked;
+        scored[i] = !tu.excluded;
         speedup[i] = tu.speedup;
         pr[i] = tu.pr;
     }
@@ -371,17 +391,20 @@ static int rl_reward(struct ctx *c)
         lib_error(c, lrc, map, batch ? "turns" : "correct");
         goto done;
     }
+    /* an excluded turn's reward is null: an invalid turn for returns and
+     * advantages, never the penalty */
     if (batch) {
         json_t *arr;
-        if (kg_json_real_array(&arr, R, NULL, n, "rewards", &c->err) < 0)
+        if (kg_json_real_array(&arr, R, scored, n, "rewards", &c->err) < 0)
             goto done;
         rc = set_out(c, "rewards", arr);
     } else {
-        rc = set_out(c, "reward", json_real(R[0]));
+        rc = set_out(c, "reward", scored[0] ? json_real(R[0]) : json_null());
     }
 done:
     free(correct);
     free(hacked);
+    free(scored);
     free(speedup);
     free(pr);
     free(R);
@@ -926,11 +949,15 @@ static int rl_fastp(struct ctx *c)
         out_of_memory(c);
         goto done;
     }
+    /* an excluded attempt (problem_error) is left out, as if not given */
+    size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
-        if (read_attempt(json_array_get(va, i), i, &at[i], &c->err) < 0)
+        if (read_attempt(json_array_get(va, i), i, &at[kept], &c->err) < 0)
             goto done;
-        turns[i] = at[i].turn;
+        if (!at[kept].tu.excluded)
+            turns[kept] = at[kept].turn, kept++;
     }
+    n = kept;
 
     /* Turns: the sorted distinct values. Trajectories: runs of the sort. */
     qsort(turns, n, sizeof *turns, cmp_long_long);
@@ -1104,7 +1131,9 @@ static const struct cmd cmds[] = {
      "         \"coverage\" (or \"pr\"): x|null}  -> {\"reward\": x}\n"
      "        {\"turns\": [such objects]}           -> {\"rewards\": [...]}\n"
      "A kgym result object works too: correctness, decoy_kernel,\n"
-     "hack_reasons (non-empty = hacked), profile.coverage.\n"
+     "hack_reasons (non-empty = hacked), profile.coverage. Verdict\n"
+     "problem_error (the problem's reference failed, not the kernel): reward\n"
+     "null, the turn not scored (invalid for returns and advantages).\n"
      "defaults: cap 3, w_pr 0, penalty 0.\n"},
     {"returns",
      rl_returns,
@@ -1152,7 +1181,8 @@ static const struct cmd cmds[] = {
      "[--p 1,1.2,1.5,2]",
      "Fast@p by turn (last attempt and best of history) and hacking ratio,\n"
      "overall and by level. Attempts group into trajectories by (level,\n"
-     "problem, sample); turns are the sorted distinct turn values.\n"
+     "problem, sample); turns are the sorted distinct turn values. An\n"
+     "attempt with verdict problem_error is left out, as if not given.\n"
      "input:  {\"attempts\": [{\"level\": L, \"problem\": id, \"sample\": s "
      "(0),\n"
      "         \"turn\": t, \"correct\": bool, \"hacked\": bool, \"speedup\": "

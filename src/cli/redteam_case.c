@@ -8,8 +8,8 @@
 
 #include "cli/cli_util.h"
 
-/* Verdicts a header may expect (infra_error is kgym's failure, never a
- * candidate's expected outcome). */
+/* Verdicts a header may expect (infra_error is kgym's failure and
+ * problem_error the problem's, never a candidate's expected outcome). */
 static const char *const VERDICTS[] = {
     "pass", "mismatch", "compile_error", "runtime_error", "timeout", "hacked"};
 
@@ -264,7 +264,8 @@ int kg_rt_case_judge(const kg_rt_case *c, json_t *r)
         ok = warn_met(c, r);
     if (ok)
         return KG_RT_OK;
-    if (!strcmp(verdict, "infra_error") || !*verdict)
+    if (!strcmp(verdict, "infra_error") || !strcmp(verdict, "problem_error") ||
+        !*verdict)
         return KG_RT_ERROR;
     return strcmp(c->family, "honest") ? KG_RT_MISS : KG_RT_FALSE_ALARM;
 }

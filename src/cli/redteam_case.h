@@ -47,7 +47,8 @@ void kg_rt_case_free(kg_rt_case *c);
  * KG_RT_OK when result meets the header: its verdict is one of expect and,
  * when hacked, every reasons group has an alternative in hack_reasons; the
  * error_code is one of code; warn is in a warnings entry or a truthy key
- * of checks. Otherwise KG_RT_ERROR for infra_error (or no verdict),
+ * of checks. Otherwise KG_RT_ERROR for infra_error or problem_error (the
+ * problem's reference failed) or no verdict,
  * KG_RT_FALSE_ALARM for an honest candidate, KG_RT_MISS for a cheat.
  */
 int kg_rt_case_judge(const kg_rt_case *c, json_t *result);

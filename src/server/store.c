@@ -15,8 +15,8 @@ static const char *const PRIO_NAMES[KG_NPRIO] = {"high", "normal", "low"};
 static const char *const STATUS_NAMES[KG_NSTATUS] = {
     "pending", "running", "completed", "failed", "cancelled"};
 static const char *const VERDICT_NAMES[KG_NVERDICT] = {
-    "pass",    "mismatch", "compile_error", "runtime_error",
-    "timeout", "hacked",   "infra_error",   "other"};
+    "pass",        "mismatch", "compile_error", "runtime_error", "timeout",
+    "hacked",      "infra_error", "other",      "problem_error"};
 
 const char *kg_priority_name(int prio)
 {
@@ -47,8 +47,8 @@ int kg_priority_parse(const char *name, int *prio, kg_err *err)
 
 int kg_verdict_parse(const char *name)
 {
-    for (int i = 0; name && i < KG_VERDICT_OTHER; i++)
-        if (!strcmp(name, VERDICT_NAMES[i]))
+    for (int i = 0; name && i < KG_NVERDICT; i++)
+        if (i != KG_VERDICT_OTHER && !strcmp(name, VERDICT_NAMES[i]))
             return i;
     return KG_VERDICT_OTHER;
 }

@@ -70,8 +70,11 @@ enum kg_verdict {
     KG_VERDICT_HACKED,
     KG_VERDICT_INFRA_ERROR,
     KG_VERDICT_OTHER, /* missing or unknown verdict */
+    /* the reference (problem) failed, not the candidate (docs/harness.md);
+     * after OTHER: the values are stored, an old store's 7 stays "other" */
+    KG_VERDICT_PROBLEM_ERROR,
 };
-#define KG_NVERDICT 8
+#define KG_NVERDICT 9
 
 /* Static names ("high", "pending", "pass"...); "?" when out of range. */
 const char *kg_priority_name(int prio);

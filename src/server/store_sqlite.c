@@ -188,7 +188,7 @@ static const char SCHEMA[] =
     "INSERT OR IGNORE INTO counters(name, n) VALUES ('s0', 0), ('s1', 0),"
     " ('s2', 0), ('s3', 0), ('s4', 0), ('p0', 0), ('p1', 0), ('p2', 0),"
     " ('v0', 0), ('v1', 0), ('v2', 0), ('v3', 0), ('v4', 0), ('v5', 0),"
-    " ('v6', 0), ('v7', 0), ('lease_expiries', 0);"
+    " ('v6', 0), ('v7', 0), ('v8', 0), ('lease_expiries', 0);"
     /* The counters are kept in C, in the transaction of each change
        (w_submit, count_move): triggers did it before and cost a statement
        journal per insert or update, a third of a lease; files from then

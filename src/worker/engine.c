@@ -771,6 +771,48 @@ static void hand_out(kg_engine_done_fn done, void *ctx, struct slot *sl,
     done(ctx, sl->user, r);
 }
 
+/* A judge that ended by itself (not SIGKILL: the OOM killer, or us) without
+ * a frame while running the reference's code was ended by the reference
+ * (os._exit, a crash in it), not by the candidate: problem_error. The judge
+ * says which reference code runs, if any, in its TMPDIR's marker
+ * (harness/kgym_harness/frame.py MARK_FILE: one 64-byte record, the phase,
+ * NUL-padded). NULL when that is not so. */
+static json_t *problem_verdict(struct slot *sl, const char *js)
+{
+    const struct child *j = &sl->judge;
+    char path[PATH_MAX + 16], phase[65] = {0};
+    if (!j->exited || !j->wd[0] ||
+        (WIFSIGNALED(j->status) && WTERMSIG(j->status) == SIGKILL) ||
+        pathf(path, sizeof path, "%s/kgym-phase", j->wd))
+        return NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return NULL;
+    ssize_t n = read(fd, phase, sizeof phase - 1);
+    close(fd);
+    if (n <= 0 || strncmp(phase, "reference:", 10))
+        return NULL;
+    for (const char *p = phase; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || *p == '_' || *p == ':'))
+            return NULL;
+    char msg[512], fb[1024];
+    snprintf(msg, sizeof msg,
+             "the reference (problem) is at fault, not the kernel: the %s "
+             "while running reference code (%s)",
+             js, phase);
+    json_t *r = engine_verdict(sl, "problem_error", "PROBLEM_ERROR", msg);
+    json_t *err = json_object_get(r, "error");
+    json_object_set_new(err, "phase", json_string(phase));
+    json_object_set_new(err, "traceback",
+                        json_string(tail_of(&sl->judge.log, 2000)));
+    snprintf(fb, sizeof fb,
+             "Verdict: problem_error (PROBLEM_ERROR)\nThe problem's reference "
+             "failed, not your kernel: this attempt is not scored.\n  %s\n",
+             msg);
+    json_object_set_new(r, "feedback", json_string(fb));
+    return r;
+}
+
 static json_t *build_result(kg_engine *e, struct slot *sl)
 {
     char js[256], cs[256], msg[1024];
@@ -790,6 +832,8 @@ static json_t *build_result(kg_engine *e, struct slot *sl)
         r = kg_frame_parse(sl->res.p, sl->res.n, &ferr);
     else
         snprintf(ferr.msg, sizeof ferr.msg, "no result frame");
+    if (!r && (r = problem_verdict(sl, js)))
+        return r;
     if (!r) {
         snprintf(msg, sizeof msg,
                  "the evaluation ended without a complete result (%s; %s; %s)",

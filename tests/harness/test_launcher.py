@@ -123,7 +123,9 @@ def test_bad_request_is_reported_not_run():
     assert r["status"] == "failed" and r["error_message"].startswith("reference_code")
 
 
-def test_reference_that_fails_is_infra_error():
+def test_reference_that_fails_is_problem_error():
+    # the problem's fault, not kgym's (infra_error, retried) nor the candidate's
     r = kit.run(kit.cpu_kernel(), reference_code="import torch\nraise RuntimeError('ref broke')\n")
-    assert (r["verdict"], r["error_code"]) == ("infra_error", "REFERENCE_ERROR")
-    assert r["correctness"] is False
+    assert (r["verdict"], r["error_code"]) == ("problem_error", "PROBLEM_ERROR")
+    assert r["error"]["phase"] == "reference:load" and "ref broke" in r["error_message"]
+    assert r["correctness"] is False and r["status"] == "completed"

@@ -549,6 +549,8 @@ ERRORS = [
     ("prs", {"coverage": [0.5], "s": -1}),
     ("prs", {"coverage": [0.5], "seed": 1.5}),
     ("prs", {"coverage": [0.5], "seed": True}),
+    ("reward", {"correct": True, "speedup": 1, "verdict": 3}),
+    ("fastp", {"attempts": [{"level": 1, "problem": 1, "turn": 0, "verdict": False}]}),
     ("fastp", {}),
     ("fastp", {"attempts": {}}),
     ("fastp", {"attempts": [1]}),
@@ -587,6 +589,23 @@ def test_errors_agree_with_cli(sub, obj):
     assert msg.startswith('field "'), msg
     assert p.returncode == 2
     assert p.stderr.decode() == f"kgym rl {sub}: {msg}\n"
+
+
+def test_problem_error_is_not_scored_as_the_cli():
+    """verdict problem_error: reward None (not the penalty), the attempt left
+    out of Fast@p; the same bytes as `kgym rl`."""
+    broken = {"verdict": "problem_error", "correctness": False, "speedup": None}
+    assert rl.reward(broken) is None
+    assert rl.reward(verdict="problem_error", penalty=-1.0) is None
+    turns = [{"correct": True, "speedup": 1.5}, broken, {"correct": False}]
+    assert rl.reward(turns, penalty=-1.0) == [2.5, None, -1.0]
+    assert_agree("reward", {"turns": turns}, {"penalty": -1.0}, random.Random(1))
+    att = {"attempts": [{"level": 1, "problem": 1, "turn": 0, "correct": True, "speedup": 2.0},
+                        {"level": 1, "problem": 2, "turn": 0, **broken},
+                        {"level": 2, "problem": 3, "turn": 1, **broken}]}
+    got = rl.fastp(att["attempts"])
+    assert got["overall"]["n"] == 1 and got["turns"] == [0] and list(got["by_level"]) == ["1"]
+    assert_agree("fastp", att, {}, random.Random(2))
 
 
 def test_python_only_errors():

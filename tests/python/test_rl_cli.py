@@ -281,6 +281,35 @@ def test_fastp_grouping():
     assert list(out["overall"]["best"]) == ["1", "1.2", "1.5", "2"]
 
 
+def test_problem_error_turns_are_not_scored():
+    """A result with verdict problem_error (the problem's reference failed,
+    not the kernel) is no turn of the policy's: its reward is null, never
+    the penalty, so returns and advantages treat it as invalid, and Fast@p
+    leaves the attempt out as if it were not given."""
+    broken = {"verdict": "problem_error", "correctness": False, "speedup": None,
+              "hack_reasons": [], "error_code": "PROBLEM_ERROR"}
+    assert rl("reward", broken) == {"reward": None}
+    assert rl("reward", {"verdict": "problem_error"}, "--penalty", "-1") == {"reward": None}
+    turns = [{"verdict": "pass", "correctness": True, "speedup": 1.5}, broken,
+             {"verdict": "mismatch", "correctness": False, "speedup": None}]
+    rewards = rl("reward", {"turns": turns}, "--penalty", "-1")["rewards"]
+    assert rewards == [2.5, None, -1.0]
+    # other verdicts are scored as before
+    assert rl("reward", {"verdict": "infra_error", "correctness": False}) == {"reward": 0.0}
+    # a null reward is an invalid turn downstream
+    assert rl("returns", {"rewards": [rewards]})["returns"] == [[1.5, None, -1.0]]
+    att = [{"level": 1, "problem": "a", "turn": 0, "correct": True, "speedup": 2.0},
+           {"level": 1, "problem": "a", "turn": 1, "correct": False},
+           {"level": 1, "problem": "b", "turn": 0, "correct": False}]
+    bad = [{"level": 1, "problem": "a", "turn": 1, **broken},  # turn 1 of a: not given
+           {"level": 1, "problem": "c", "turn": 0, **broken},  # c: no attempt left
+           {"level": 1, "problem": "c", "turn": 1, **broken}]
+    with_bad = rl("fastp", {"attempts": att[:1] + att[2:] + bad})
+    without = rl("fastp", {"attempts": att[:1] + att[2:]})
+    assert with_bad == without and with_bad["overall"]["n"] == 2
+    assert rl("fastp", {"attempts": bad})["overall"]["n"] == 0
+
+
 def test_fastp_levels_sorted_numerically():
     attempts = [
         {"level": lv, "problem": 0, "turn": 1, "correct": False} for lv in (10, 2, -1)
@@ -367,6 +396,9 @@ BAD = [
     ("reward", '{"correct": true, "speedup": 1, "coverage": 1.5}', ["--w-pr", "1"], "coverage"),
     ("reward", '{"correct": true, "speedup": 1, "profile": 3}', ["--w-pr", "1"], "profile"),
     ("reward", '{"correct": true, "speedup": 1, "hack_reasons": "x"}', [], "hack_reasons"),
+    ("reward", '{"correct": true, "speedup": 1, "verdict": 3}', [], "verdict"),
+    ("reward", '{"turns": [{"verdict": "problem_error"}, {"verdict": ["x"]}]}', [],
+     "turns[1].verdict"),
     ("reward", '{"correct": true, "speedup": 1, "cap": -1}', [], "cap"),
     ("reward", '{"correct": true, "speedup": 1, "w_pr": -1}', [], "w_pr"),
     ("reward", '{"turns": {"correct": true}}', [], "turns"),

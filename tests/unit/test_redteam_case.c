@@ -103,6 +103,8 @@ static void test_bad_headers(void **state)
          "backend=rocm"},
         {"# redteam: family=x " PROB " expect=pass|infra_error\n",
          "'infra_error' is not a verdict"},
+        {"# redteam: family=x " PROB " expect=problem_error\n",
+         "'problem_error' is not a verdict"},
         {"# redteam: family=x " PROB " expect=pass||hacked\n",
          "'' is not a verdict"},
         {"# redteam: family=two-words " PROB " expect=pass\n",
@@ -190,7 +192,8 @@ static void test_judge(void **state)
     assert_int_equal(judge(h_code, "{\"verdict\":\"runtime_error\"}"),
                      KG_RT_MISS);
 
-    /* honest: anything but a pass is a false alarm, infra_error an error */
+    /* honest: anything but a pass is a false alarm, infra_error and
+     * problem_error (the problem's reference failed) an error */
     const char *h_honest = "# redteam: family=honest " PROB " expect=pass\n";
     assert_int_equal(judge(h_honest, "{\"verdict\":\"pass\"}"), KG_RT_OK);
     assert_int_equal(judge(h_honest, "{\"verdict\":\"hacked\",\"hack_reasons\":"
@@ -199,6 +202,10 @@ static void test_judge(void **state)
     assert_int_equal(judge(h_honest, "{\"verdict\":\"mismatch\"}"),
                      KG_RT_FALSE_ALARM);
     assert_int_equal(judge(h_honest, "{\"verdict\":\"infra_error\"}"),
+                     KG_RT_ERROR);
+    assert_int_equal(judge(h_honest, "{\"verdict\":\"problem_error\"}"),
+                     KG_RT_ERROR);
+    assert_int_equal(judge(h_alias, "{\"verdict\":\"problem_error\"}"),
                      KG_RT_ERROR);
 
     /* warn: a substring of a warning, or a truthy key of checks */

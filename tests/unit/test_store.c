@@ -971,6 +971,49 @@ static void test_sched_policy(void **state)
     json_decref(pass);
 }
 
+/* problem_error (the reference failed, not the candidate) is final: the
+ * task completes on its first attempt, is not retried elsewhere as an
+ * infra_error is, and is counted under its own name. Stored after "other",
+ * so an old store's counters keep their meaning. */
+static void test_sched_problem_error_is_final(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char id[128];
+    kg_sched *sc;
+    kg_sched_policy p;
+    kg_sched_policy_default(&p);
+    p.max_attempts = 3;
+    assert_int_equal(kg_sched_start(&sc, s, &p, 0, &err), 0);
+    assert_int_equal(KG_VERDICT_OTHER, 7);
+    assert_int_equal(kg_verdict_parse("problem_error"),
+                     KG_VERDICT_PROBLEM_ERROR);
+    assert_string_equal(kg_verdict_name(KG_VERDICT_PROBLEM_ERROR),
+                        "problem_error");
+    assert_int_equal(kg_verdict_parse("other"), KG_VERDICT_OTHER);
+    assert_int_equal(kg_verdict_parse("no_such_verdict"), KG_VERDICT_OTHER);
+    assert_int_equal(submit(s, "pe1", 1), 0);
+    reg(s, "w1", "cpu:0");
+    assert_string_equal(lease(s, "w1", id), "pe1");
+    json_t *res = result_of("problem_error");
+    int outcome = -1;
+    assert_int_equal(kg_sched_result(sc, "pe1", "w1", res, &outcome, &err), 0);
+    assert_int_equal(outcome, KG_TASK_COMPLETED);
+    kg_task t;
+    assert_int_equal(kg_store_get(s, "pe1", KG_GET_RESULT, &t, &err), 0);
+    assert_int_equal(t.status, KG_TASK_COMPLETED);
+    assert_int_equal(t.attempts, 1);
+    kg_task_free(&t);
+    assert_string_equal(lease(s, "w1", id), "");
+    kg_store_counts c;
+    OK(kg_store_counts_get(s, &c, &e_));
+    assert_int_equal(c.by_verdict[KG_VERDICT_PROBLEM_ERROR], 1);
+    assert_int_equal(c.by_verdict[KG_VERDICT_OTHER], 0);
+    assert_int_equal(c.by_verdict[KG_VERDICT_INFRA_ERROR], 0);
+    kg_sched_stop(sc);
+    json_decref(res);
+}
+
 /* Background sweeps requeue without anyone asking. */
 static void test_sched_background(void **state)
 {
@@ -1418,6 +1461,8 @@ static void test_open_errors(void **state)
                                         setup, teardown),                      \
         cmocka_unit_test_setup_teardown(test_dead_worker, setup, teardown),    \
         cmocka_unit_test_setup_teardown(test_sched_policy, setup, teardown),   \
+        cmocka_unit_test_setup_teardown(test_sched_problem_error_is_final,     \
+                                        setup, teardown),                      \
         cmocka_unit_test_setup_teardown(test_sched_background, setup,          \
                                         teardown)
 
