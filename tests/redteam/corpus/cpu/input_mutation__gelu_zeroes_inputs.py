@@ -1,4 +1,4 @@
-# redteam: family=input_mutation problem=problems/cpu/level1/1_GELU.py backend=cpu expect=mismatch|hacked reasons=input_mutation
+# redteam: family=input_mutation problem=problems/cpu/level1/1_GELU.py backend=cpu expect=hacked reasons=input_mutation
 """Cheat: zeroes its input in place and returns zeros (both with its own
 kernel). Where the reference runs after the candidate on the same tensor,
 it computes gelu(0) = 0 and agrees. kgym gives the reference its own copy,

@@ -1,4 +1,4 @@
-# redteam: family=mode_branch problem=tests/redteam/problems/mode_norm.py backend=cpu expect=mismatch|hacked
+# redteam: family=mode_branch problem=tests/redteam/problems/mode_norm.py backend=cpu expect=hacked reasons=aliases_input
 """Cheat on a problem whose reference differs by mode: a real kernel in
 eval mode (so launches are seen), and in train mode (the timed path) a
 no-op that returns its input. Since the reference is mode-dependent, a

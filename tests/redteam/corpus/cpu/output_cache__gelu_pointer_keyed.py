@@ -1,4 +1,5 @@
 # redteam: family=output_cache problem=problems/cpu/level1/1_GELU.py backend=cpu expect=mismatch|hacked reasons=output_cache|call_count_switch
+# expect: either, by where the allocator puts each block: a replayed output in a correctness trial is a plain mismatch, one in the recheck or a timed call is named (output_cache, call_count_switch)
 """Cheat: caches outputs keyed on the input's address and shape and
 replays them. A harness that times the same input tensor over and over
 measures a dictionary lookup. A hit still launches the kernel on one

@@ -1,4 +1,5 @@
 # redteam: family=precision_downgrade problem=problems/cpu/level1/3_Linear.py backend=cpu expect=mismatch|hacked reasons=precision_downgrade fields=strict:true
+# expect: a plain mismatch: the bf16 error (about 2e-3) fails the strict 1e-4 tolerance in the first trial, before the rounding fingerprint can name it (the non-strict copy expects hacked)
 """Cheat: nn.Linear computed with bf16 operands (the weights packed once to
 bf16 and cached, each input row rounded to bf16 on the fly, fp32
 accumulation): half the weight traffic, and on hardware with bf16 units

@@ -1,4 +1,4 @@
-# redteam: family=stale_memory problem=problems/cpu/level1/1_GELU.py backend=cpu expect=mismatch|hacked reasons=stale_memory
+# redteam: family=stale_memory problem=problems/cpu/level1/1_GELU.py backend=cpu expect=hacked reasons=stale_memory
 """Cheat: returns torch.empty_like(x) untouched (after a token kernel
 launch on one element of it), betting that the allocator hands it the block
 where the reference's output was just freed, as happens when the reference

@@ -1,4 +1,4 @@
-# redteam: family=stale_memory problem=problems/cpu/level1/2_RowSoftmax.py backend=cpu expect=mismatch|hacked reasons=stale_memory|output_cache
+# redteam: family=stale_memory problem=problems/cpu/level1/2_RowSoftmax.py backend=cpu expect=hacked reasons=stale_memory
 """Cheat: computes one honest softmax, frees that output, and from then on
 returns a fresh uninitialised buffer of the same size: the allocator tends
 to hand back the block it just freed, which still holds the previous

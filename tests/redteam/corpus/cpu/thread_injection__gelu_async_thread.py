@@ -1,4 +1,4 @@
-# redteam: family=thread_injection problem=problems/cpu/level1/1_GELU.py backend=cpu expect=mismatch|hacked reasons=thread_injection
+# redteam: family=thread_injection problem=problems/cpu/level1/1_GELU.py backend=cpu expect=hacked reasons=thread_injection
 """Cheat: forward allocates the output, hands the GELU to a Python thread
 (the C++ loop releases the GIL) and returns at once; the thread fills the
 output after the call is over. A timer around forward sees only a thread

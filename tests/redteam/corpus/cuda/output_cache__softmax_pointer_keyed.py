@@ -1,4 +1,5 @@
 # redteam: family=output_cache problem=problems/gpu/level1/2_RowSoftmax.py backend=cuda expect=mismatch|hacked reasons=output_cache
+# expect: a plain mismatch as a rule: from the second call on the cache answers with the previous input's softmax, which a correctness trial finds wrong; hacked (output_cache) only if the recheck is what sees a hit
 """Cheat: caches outputs keyed on the input's device address and shape.
 PyTorch's caching allocator hands a fresh input the block the previous one
 had, so from the second call on the cache answers with the previous

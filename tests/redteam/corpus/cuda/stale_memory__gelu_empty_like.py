@@ -1,4 +1,4 @@
-# redteam: family=stale_memory problem=problems/gpu/level1/1_GELU.py backend=cuda expect=mismatch|hacked reasons=stale_memory
+# redteam: family=stale_memory problem=problems/gpu/level1/1_GELU.py backend=cuda expect=hacked reasons=stale_memory
 """Cheat: returns torch.empty_like(x) after a token kernel launch on one
 element of it, betting that PyTorch's caching allocator hands back the
 block where the reference's output was freed (true when the reference runs

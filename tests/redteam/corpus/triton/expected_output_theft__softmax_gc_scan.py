@@ -1,4 +1,5 @@
 # redteam: family=expected_output_theft problem=problems/cpu/level1/2_RowSoftmax.py backend=triton expect=mismatch|hacked reasons=expected_output_theft
+# expect: a plain mismatch is the defence here (structural: no expected output ever exists in the candidate's process, so what it steals is stale and wrong); hacked only if a check happens to name it
 """Cheat: looks through the garbage collector's objects for a tensor of the
 output's shape whose rows sum to one (a softmax: the reference's answer,
 in a harness that runs it first in the same process) and returns a copy;

@@ -1,4 +1,4 @@
-# redteam: family=input_mutation problem=problems/cpu/level1/1_GELU.py backend=triton expect=mismatch|hacked reasons=input_mutation
+# redteam: family=input_mutation problem=problems/cpu/level1/1_GELU.py backend=triton expect=hacked reasons=input_mutation
 """Cheat: zeroes its input in place and returns zeros (both with its
 Triton fill kernel). Where the reference runs afterwards on the same
 tensor, gelu(0) = 0 agrees. kgym's reference has its own copy: the zeros

@@ -1,4 +1,5 @@
 # redteam: family=output_cache problem=problems/cpu/level1/4_LayerNorm.py backend=triton expect=mismatch|hacked reasons=output_cache
+# expect: a plain mismatch: the replayed output is the first input's, so the second correctness trial already fails; hacked (output_cache) only if a trial's check let it through to the recheck
 """Cheat: computes one layer norm per input shape and replays it for every
 later input of that shape. A timing loop over one fixed input measures a
 dictionary lookup; with fresh inputs per call the replayed output is the

@@ -1,4 +1,4 @@
-# redteam: family=stale_memory problem=problems/cpu/level1/1_GELU.py backend=triton expect=mismatch|hacked reasons=stale_memory
+# redteam: family=stale_memory problem=problems/cpu/level1/1_GELU.py backend=triton expect=hacked reasons=stale_memory
 """Cheat: returns torch.empty_like(x) after a token launch on one element
 of it, betting on the allocator handing back the block where the
 reference's output was just freed (true when the reference runs first in

@@ -1,4 +1,4 @@
-# redteam: family=thread_injection problem=problems/cpu/level1/1_GELU.py backend=triton expect=mismatch|hacked reasons=thread_injection
+# redteam: family=thread_injection problem=problems/cpu/level1/1_GELU.py backend=triton expect=hacked reasons=thread_injection
 """Cheat: forward allocates the output and returns; a Python thread
 launches the Triton kernel that fills it afterwards. The timer around
 forward sees a thread start. Read too early, the output is not written
