@@ -2,6 +2,7 @@
 #   make            libkgym.a, libkgym.so and the kgym command (in build/)
 #   make test       every CPU test: C unit tests, then pytest
 #   make asan       the C tests under AddressSanitizer + UBSan
+#   make fuzz       the request fuzzer (tests/fuzz) for FUZZ_SECONDS, ASan + UBSan
 #   make test-gpu   GPU timing/profiling tests (run on a GPU machine)
 #   make bench      CPU benchmarks, printed
 #   make mutate     each defence's deliberate bug must fail a test (tests/mutations.py)
@@ -70,10 +71,56 @@ unit: $(TESTS) all
 pytest: all
 	PYTHONPATH=$(CURDIR)/harness:$(CURDIR)/python KGYM_LIB=$(CURDIR)/$(BUILD)/libkgym.so KGYM_BIN=$(CURDIR)/$(BUILD)/kgym $(PYTHON) -m pytest -q tests/python tests/harness tests/problems tests/faults tests/integration
 
-test: unit pytest
+test: unit pytest fuzz
 
 asan:
 	$(MAKE) BUILD=build-asan CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" unit
+
+# The request fuzzer (tests/fuzz/fuzz_request.c) under ASan + UBSan, run for
+# FUZZ_SECONDS from the seeds in tests/fuzz/corpus (new inputs it finds go
+# to $(BUILD)-fuzz-*/corpus, not the tree); a crash, a leak or a sanitizer
+# report fails it and leaves the input in $(BUILD)-fuzz-*/crash-*. With
+# clang's libFuzzer where it links (scripts/install-deps installs clang),
+# else gcc with tests/fuzz/driver.c (the seeds, then random mutations of
+# them, no coverage feedback), said on the first line.
+FUZZ_SECONDS ?= 30
+FUZZ_ARGS ?= -max_len=16384 -rss_limit_mb=2048 -timeout=20
+fuzz:
+	@t=$$(mktemp -d); \
+	printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' > $$t/t.c; \
+	if clang -fsanitize=fuzzer $$t/t.c -o $$t/t >/dev/null 2>&1; then kind=libfuzzer; cc=clang; \
+	else kind=driver; cc=gcc; echo "fuzz: no clang with libFuzzer (scripts/install-deps installs it): gcc and tests/fuzz/driver.c instead"; fi; \
+	rm -rf $$t; \
+	$(MAKE) --no-print-directory fuzz-run FUZZ_KIND=$$kind FUZZ_CC=$$cc
+
+FUZZ_DIR = $(BUILD)-fuzz-$(FUZZ_KIND)
+FUZZ_SRCS := $(wildcard src/server/*.c src/common/*.c lib/*.c)
+FUZZ_OBJS = $(FUZZ_SRCS:%.c=$(FUZZ_DIR)/%.o)
+FUZZ_SAN = -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_CFLAGS = -std=c11 -Wall -Wextra -g -O1 -fno-omit-frame-pointer -D_GNU_SOURCE \
+	-Iinclude -Isrc $(shell pkg-config --cflags $(PKGS) 2>/dev/null) \
+	$(if $(filter libfuzzer,$(FUZZ_KIND)),-fsanitize=fuzzer-no-link) $(FUZZ_SAN)
+
+$(FUZZ_DIR)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_DIR)/fuzz_request: $(FUZZ_DIR)/tests/fuzz/fuzz_request.o $(FUZZ_OBJS) \
+		$(if $(filter driver,$(FUZZ_KIND)),$(FUZZ_DIR)/tests/fuzz/driver.o)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(if $(filter libfuzzer,$(FUZZ_KIND)),-fsanitize=fuzzer) \
+		-o $@ $^ $(LDLIBS)
+
+fuzz-run: $(FUZZ_DIR)/fuzz_request
+	@rm -rf $(FUZZ_DIR)/corpus $(FUZZ_DIR)/crash-*; mkdir -p $(FUZZ_DIR)/corpus
+	@echo "fuzz: $(FUZZ_DIR)/fuzz_request ($(FUZZ_KIND)) for $(FUZZ_SECONDS) s, log in $(FUZZ_DIR)/fuzz.log"
+	@if $(FUZZ_DIR)/fuzz_request -max_total_time=$(FUZZ_SECONDS) $(FUZZ_ARGS) \
+		-artifact_prefix=$(FUZZ_DIR)/ $(FUZZ_DIR)/corpus tests/fuzz/corpus \
+		>$(FUZZ_DIR)/fuzz.log 2>&1; then \
+	    grep -E "DONE|^Done|seed input|no crash" $(FUZZ_DIR)/fuzz.log; \
+	else \
+	    tail -n 60 $(FUZZ_DIR)/fuzz.log; \
+	    echo "fuzz: FAILED; the input that failed: $$(ls $(FUZZ_DIR)/crash-* 2>/dev/null)"; exit 1; \
+	fi
 
 test-gpu: all
 	scripts/test-gpu
@@ -89,8 +136,11 @@ format:
 	clang-format -i $(wildcard include/kgym/*.h lib/*.c lib/*.h src/*/*.c src/*/*.h tests/unit/*.c tests/unit/*.h bench/*.c)
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz-*
 
 .PHONY: all unit pytest test asan test-gpu bench mutate format clean
 .SECONDARY:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+ifneq ($(FUZZ_KIND),)
+-include $(shell find $(FUZZ_DIR) -name '*.d' 2>/dev/null)
+endif

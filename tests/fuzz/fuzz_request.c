@@ -4,16 +4,13 @@
  * checking an Authorization header, parsing a body, validating a task
  * request (and each task of a batch) and hashing it into a cache key.
  *
- * Build and run (from the repository root; not part of the Makefile):
- *
- *   clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
- *       -Iinclude -Isrc tests/fuzz/fuzz_request.c src/server/[a-z]*.c \
- *       src/common/[a-z]*.c lib/[a-z]*.c \
- *       $(pkg-config --cflags --libs jansson libmicrohttpd sqlite3 hiredis) \
- *       -lm -lpthread -o build/fuzz_request
- *   mkdir -p build/fuzz-corpus
- *   build/fuzz_request -max_total_time=600 -max_len=65536 -rss_limit_mb=2048 \
- *       build/fuzz-corpus
+ * Built and run by `make fuzz` (part of `make test`): under ASan + UBSan,
+ * FUZZ_SECONDS (default 30) from the seeds in tests/fuzz/corpus, with
+ * clang's libFuzzer (scripts/install-deps installs clang), else with gcc
+ * and driver.c (the seeds, then random mutations). A crash, a leak or a
+ * sanitizer report fails it, and leaves the input as crash-... in the
+ * build directory (build-fuzz-libfuzzer or build-fuzz-driver).
+ * A longer run: make fuzz FUZZ_SECONDS=600.
  *
  * Input layout: byte 0 picks the method, then the path up to the first
  * newline, then the Authorization header up to the next newline, then the
