@@ -24,6 +24,7 @@ class Mutation:
 
 CPU_VERDICTS = "tests/harness/test_cpu_verdicts.py"
 COMPAT = "tests/integration/test_kernelgym_compat.py"
+CONTRACT = "tests/integration/test_contract.py"
 
 MUTATIONS = [
     # ---- RL math (libkgym) ----------------------------------------------
@@ -54,7 +55,14 @@ MUTATIONS = [
              "(void)0;", [f"{COMPAT} -k 'not real_workers'"]),
     Mutation("result-coverage-on-failure", "no coverage figure on a result that did not pass",
              "src/common/result.c", "    if (pass)\n        f = read_profile(",
-             "    if (1)\n        f = read_profile(", [f"{COMPAT} -k 'not real_workers'"]),
+             "    if (pass || 1)\n        f = read_profile(", [f"{COMPAT} -k 'not real_workers'"]),
+
+    Mutation("result-new-incomplete", "a result kgym writes itself has every contract field",
+             "src/common/result.c", '    json_object_set_new(r, "checks", json_object());\n', "",
+             [f"{CONTRACT} -k written_results"]),
+    Mutation("python-timeout-bound", "the harness bounds timeout as the contract says",
+             "harness/kgym_harness/schema.py", "MAX_TIMEOUT = 3600.0", "MAX_TIMEOUT = 86400.0",
+             [f"{CONTRACT} -k 'python_limits and timeout'"]),
 
     # ---- durability and the server ------------------------------------------
     Mutation("sqlite-no-fdatasync", "group commit fsyncs the WAL before a write returns",
@@ -68,7 +76,7 @@ MUTATIONS = [
              ["tests/integration/test_server_api.py -k test_auth"]),
     Mutation("request-trials-unbounded", "num_perf_trials is bounded (1..10000)",
              "src/common/request.c", '{"num_perf_trials", F_INT, 0, 1, 10000,',
-             '{"num_perf_trials", F_INT, 0, 1, 1e12,', ["unit:test_request"]),
+             '{"num_perf_trials", F_INT, 0, 1, 1e12,', [f"{CONTRACT} -k num_perf_trials"]),
     Mutation("cache-key-ignores-atol", "the result cache key covers the tolerance",
              "src/common/request.c", '{"atol", F_NUM, 0, 0, 1e6, NULL, 1e-2, 0, NULL, 1},',
              '{"atol", F_NUM, 0, 0, 1e6, NULL, 1e-2, 0, NULL, 0},', ["unit:test_request"]),
@@ -99,7 +107,7 @@ MUTATIONS = [
              [f"{CPU_VERDICTS} -k test_output_cache_caught_by_recheck"]),
     Mutation("judge-no-unexplained-time", "time the claims leave unexplained is timer_tamper",
              "harness/kgym_harness/judge.py", "        if unexplained > 0:\n",
-             "        if False:\n", [f"{CPU_VERDICTS} -k forged_timing_reply"]),
+             "        if False:\n", [f"{CPU_VERDICTS} -k stalling_every_timing_phase"]),
     Mutation("judge-no-input-fingerprint", "timing on other inputs than the judge's is "
              "timer_tamper", "harness/kgym_harness/judge.py",
              "if not loader.fingerprints_match(mine, claim):", "if False:",

@@ -1,4 +1,4 @@
-"""Request validation and the result skeleton (shared/DESIGN.md is the contract).
+"""Request validation and the result skeleton (docs/design.md is the contract).
 
 normalize_request() never trusts its input: every field is type- and
 range-checked, defaults are applied, and unknown fields are dropped.
@@ -44,12 +44,14 @@ PROBLEM_CODES = ("PROBLEM_ERROR",)
 PROBLEM_BLAME = "the reference (problem) is at fault, not the kernel"
 
 MAX_KERNEL_CODE = 256 * 1024
-MAX_REFERENCE_CODE = 1024 * 1024
+MAX_REFERENCE_CODE = 512 * 1024
 MAX_TASK_ID = 100
+MAX_SEED = 2**53 - 1  # exact in a JSON number (a double)
 STRICT_TOL = 1e-4
 DEFAULT_TOL = 1e-2
-MAX_TIMEOUT = 24 * 3600.0
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+MAX_TIMEOUT = 3600.0
+_TASK_ID = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _DEVICE = re.compile(r"^(cpu|cuda(:[0-9]{1,2})?)$")
 
 
@@ -118,11 +120,14 @@ def normalize_request(d: Any) -> dict:
         raise ValueError("request: expected a JSON object")
     out: dict[str, Any] = {}
     task_id = _str(d, "task_id", MAX_TASK_ID, False)
-    out["task_id"] = task_id if task_id else uuid.uuid4().hex
+    if task_id is not None and not _TASK_ID.match(task_id):
+        raise ValueError("task_id: use 1..100 characters of [A-Za-z0-9._:-]")
+    out["task_id"] = task_id if task_id is not None else uuid.uuid4().hex
     out["reference_code"] = _str(d, "reference_code", MAX_REFERENCE_CODE, True)
     out["kernel_code"] = _str(d, "kernel_code", MAX_KERNEL_CODE, True)
     out["backend"] = _choice(d, "backend", "triton", BACKENDS)
-    entry = d.get("entry_point", "Model") or "Model"
+    entry = d.get("entry_point")
+    entry = "Model" if entry is None else entry
     if not isinstance(entry, str) or not _IDENT.match(entry):
         raise ValueError(f"entry_point: not a Python identifier: {entry!r}")
     out["entry_point"] = entry
@@ -141,8 +146,8 @@ def normalize_request(d: Any) -> dict:
     out["run_hack_checks"] = _bool(d, "run_hack_checks", True)
     seed = d.get("seed")
     if seed is None:
-        seed = secrets.randbits(63)
-    out["seed"] = _int({"seed": seed}, "seed", 0, 0, 2**63 - 1)
+        seed = secrets.randbits(53)
+    out["seed"] = _int({"seed": seed}, "seed", 0, 0, MAX_SEED)
     out["force_refresh"] = _bool(d, "force_refresh", False)
     # A speedup above this is evaluated again before it is reported.
     out["speedup_recheck_bound"] = _num(d, "speedup_recheck_bound", 10.0, 1.0, 1e6)
@@ -161,7 +166,7 @@ def normalize_request(d: Any) -> dict:
 
 
 def new_result(task_id: str | None, backend: str | None) -> dict:
-    """A result object with every DESIGN.md field present and nothing decided.
+    """A result object with every docs/design.md field present and nothing decided.
 
     The verdict starts as infra_error so that a result nobody finished is
     never a pass.

@@ -17,6 +17,7 @@
 #include "cli/cli_util.h"
 #include "common/http_client.h"
 #include "common/request.h"
+#include "common/result.h"
 #include "worker/engine.h"
 
 #define BACKOFF_MIN_MS 250.0
@@ -390,10 +391,7 @@ static void on_done(void *ctx, void *user, json_t *result)
 static void reject_task(struct worker *w, const char *task_id, const char *msg)
 {
     logf_(w, "task %s: bad request from the server: %s", task_id, msg);
-    json_t *r =
-        json_pack("{s:s, s:s, s:b, s:b, s:s, s:s}", "task_id", task_id,
-                  "verdict", "infra_error", "compiled", 0, "correctness", 0,
-                  "error_code", "BAD_TASK", "error_message", msg);
+    json_t *r = kg_result_new(task_id, "infra_error", "BAD_TASK", "worker", msg);
     push_result(w, task_id, r);
     json_decref(r);
 }

@@ -1,4 +1,4 @@
-/* request.c - validation and defaults of the task request (DESIGN.md). */
+/* request.c - validation and defaults of the task request (docs/design.md). */
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
@@ -40,7 +40,7 @@ static const char *enum_alias(const struct field *f, const char *s)
     return s;
 }
 
-/* The request table of DESIGN.md, in one place. */
+/* The request table of docs/design.md, in one place. */
 static const struct field FIELDS[] = {
     {"task_id", F_STR, 0, 1, KG_MAX_TASK_ID, NULL, 0, 0, NULL, 0},
     {"reference_code", F_STR, 1, 1, KG_MAX_REFERENCE_CODE, NULL, 0, 0, NULL, 1},

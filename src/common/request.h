@@ -1,5 +1,5 @@
 /*
- * request.h - the task request of DESIGN.md: validation and defaults.
+ * request.h - the task request of docs/design.md: validation and defaults.
  *
  * Shared by the server (POST /evaluate), the worker and `kgym eval`, so a
  * request means the same thing wherever it enters.
@@ -19,7 +19,7 @@
 
 /*
  * Validates a request object and returns a new object (caller owns the
- * reference) with every field of DESIGN.md's table present: defaults
+ * reference) with every field of docs/design.md's table present: defaults
  * filled, unknown fields dropped, "seed" drawn when absent. On error
  * returns NULL, sets *code (KG_EINVAL) and writes a message that names the
  * field into err; *field (if non-NULL) receives the field's name (static).

@@ -1,8 +1,10 @@
 /* result.c - reward-bearing fields and KernelGym's names (result.h). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/result.h"
+#include "kgym/kgym.h"
 
 /* Figures a client may turn into a reward; null unless the verdict is pass. */
 static const char *const REWARD_FIGURES[] = {"speedup", "kernel_runtime"};
@@ -118,4 +120,46 @@ void kg_result_finalize(json_t *r)
             json_object_set_new(r, "decoy_kernel", json_true());
     }
     kernelgym_fields(r, pass);
+}
+
+json_t *kg_result_new(const char *task_id, const char *verdict,
+                      const char *code, const char *phase, const char *message)
+{
+    json_t *r = json_object();
+    json_object_set_new(r, "task_id",
+                        task_id ? json_string(task_id) : json_null());
+    json_object_set_new(r, "status", json_string("completed"));
+    json_object_set_new(r, "verdict", json_string(verdict));
+    json_object_set_new(r, "compiled", json_false());
+    json_object_set_new(r, "correctness", json_false());
+    json_object_set_new(r, "decoy_kernel", json_false());
+    json_object_set_new(r, "hack_reasons", json_array());
+    json_object_set_new(r, "speedup", json_null());
+    json_object_set_new(r, "kernel_runtime", json_null());
+    json_object_set_new(r, "reference_runtime", json_null());
+    json_object_set_new(r, "runtime_stats",
+                        json_pack("{s:n, s:n}", "kernel", "reference"));
+    json_object_set_new(r, "profile", json_null());
+    json_object_set_new(r, "error_message", json_string(message));
+    json_object_set_new(r, "error_code", json_string(code));
+    json_object_set_new(r, "error",
+                        json_pack("{s:s, s:s, s:s, s:s, s:[]}", "phase", phase,
+                                  "type", code, "message", message,
+                                  "traceback", "", "frames"));
+    json_object_set_new(r, "mismatch", json_null());
+    size_t n = strlen(verdict) + strlen(message) + 16;
+    char *fb = malloc(n);
+    if (fb)
+        snprintf(fb, n, "Verdict: %s\n%s\n", verdict, message);
+    json_object_set_new(r, "feedback", json_string(fb ? fb : message));
+    free(fb);
+    json_object_set_new(r, "device",
+                        json_pack("{s:n, s:n, s:n, s:n}", "worker_id", "name",
+                                  "backend", "device"));
+    json_object_set_new(r, "timings", json_object());
+    json_object_set_new(r, "checks", json_object());
+    json_object_set_new(r, "warnings", json_array());
+    json_object_set_new(r, "kgym_version", json_string(KG_VERSION));
+    kg_result_finalize(r);
+    return r;
 }

@@ -23,4 +23,15 @@
  */
 void kg_result_finalize(json_t *result);
 
+/*
+ * A new result (caller owns it) with every field of docs/design.md's result
+ * table, nothing measured: the given verdict, error_code and error_message,
+ * error {phase, type: code, message, traceback: ""}, feedback naming the
+ * verdict and the message, status "completed" (the server's scheduler
+ * decides "failed"). task_id may be NULL. For results kgym writes itself (the
+ * engine, the worker, the store), so they are as complete as the judge's.
+ */
+json_t *kg_result_new(const char *task_id, const char *verdict,
+                      const char *code, const char *phase, const char *message);
+
 #endif

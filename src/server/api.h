@@ -72,7 +72,7 @@ int kg_api_parse_body(const char *body, size_t len, json_t **out,
                       kg_api_error *e);
 
 /*
- * Validates one task request (DESIGN.md's table) and returns its
+ * Validates one task request (docs/design.md's table) and returns its
  * normalized form in *norm (caller owns it), or -1 with e filled: 413 for
  * a code field over its size limit, else 400 or 422 as above, naming the
  * field. Pure: also the fuzz harness's entry point.

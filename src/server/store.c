@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/result.h"
 #include "server/sqldb.h"
 #include "server/store_impl.h"
 
@@ -272,9 +273,10 @@ json_t *kg_store_expired_result(const char *id, int attempts,
              "the task's lease expired or its worker died %d time%s (last "
              "holder %s); not retried again",
              attempts, attempts == 1 ? "" : "s", worker[0] ? worker : "?");
-    return json_pack("{s:s, s:s, s:s, s:s, s:s}", "task_id", id, "status",
-                     "failed", "verdict", "infra_error", "error_code",
-                     "LEASE_EXPIRED_TOO_OFTEN", "error_message", msg);
+    json_t *r = kg_result_new(id, "infra_error", "LEASE_EXPIRED_TOO_OFTEN",
+                              "server", msg);
+    json_object_set_new(r, "status", json_string("failed"));
+    return r;
 }
 
 /* sqlite:PATH[?sync=full|normal] and redis://HOST:PORT[/DB]. */

@@ -50,7 +50,7 @@
 enum kg_priority { KG_PRIO_HIGH = 0, KG_PRIO_NORMAL = 1, KG_PRIO_LOW = 2 };
 #define KG_NPRIO 3
 
-/* Task lifecycle (DESIGN.md's `status`). */
+/* Task lifecycle (docs/design.md's `status`). */
 enum kg_task_status {
     KG_TASK_PENDING = 0,
     KG_TASK_RUNNING = 1,
@@ -60,7 +60,7 @@ enum kg_task_status {
 };
 #define KG_NSTATUS 5
 
-/* Verdicts counted by kg_store_counts (DESIGN.md's result object). */
+/* Verdicts counted by kg_store_counts (docs/design.md's result object). */
 enum kg_verdict {
     KG_VERDICT_PASS = 0,
     KG_VERDICT_MISMATCH,

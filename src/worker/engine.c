@@ -32,7 +32,6 @@
 #define MAX_STALE 64 /* task cgroups still emptying after their task */
 #define KILL_GRACE_MS                                                          \
     5000 /* a judge that finished its frame gets this long to exit */
-#define VERSION_FIELD "kgym_version"
 
 enum slot_state { S_FREE, S_RUNNING, S_HELD, S_SPARE, S_DYING };
 
@@ -732,32 +731,10 @@ static void describe_status(char *out, size_t n, const char *who,
 static json_t *engine_verdict(struct slot *sl, const char *verdict,
                               const char *code, const char *msg)
 {
-    json_t *r = json_object();
-    json_t *tid = json_object_get(sl->task, "task_id");
-    if (tid)
-        json_object_set(r, "task_id", tid);
-    json_object_set_new(r, "status", json_string("completed"));
-    json_object_set_new(r, "verdict", json_string(verdict));
-    json_object_set_new(r, "compiled", json_boolean(0));
-    json_object_set_new(r, "correctness", json_boolean(0));
-    json_object_set_new(r, "decoy_kernel", json_boolean(0));
-    json_object_set_new(r, "hack_reasons", json_array());
-    json_object_set_new(r, "speedup", json_null());
-    json_object_set_new(r, "kernel_runtime", json_null());
-    json_object_set_new(r, "reference_runtime", json_null());
-    json_object_set_new(r, "error_message", json_string(msg));
-    json_object_set_new(r, "error_code", json_string(code));
-    json_t *err = json_object();
-    json_object_set_new(err, "phase", json_string("worker"));
-    json_object_set_new(err, "type", json_string(code));
-    json_object_set_new(err, "message", json_string(msg));
-    json_object_set_new(err, "traceback",
+    const char *tid = json_string_value(json_object_get(sl->task, "task_id"));
+    json_t *r = kg_result_new(tid, verdict, code, "worker", msg);
+    json_object_set_new(json_object_get(r, "error"), "traceback",
                         json_string(tail_of(&sl->cand.log, 2000)));
-    json_object_set_new(r, "error", err);
-    char fb[1024];
-    snprintf(fb, sizeof fb, "Verdict: %s\n%s\n", verdict, msg);
-    json_object_set_new(r, "feedback", json_string(fb));
-    json_object_set_new(r, VERSION_FIELD, json_string(KG_VERSION));
     return r;
 }
 
