@@ -1308,7 +1308,7 @@ int kg_http_is_loopback(const char *listen)
  * Running out of descriptors would make libmicrohttpd stop accepting, so
  * connections beyond would hang rather than be refused.
  */
-static int conn_cap(int want)
+static int fit_conn_cap(int want)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl))
@@ -1359,7 +1359,7 @@ int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
     h->auth = auth;
     h->metrics = metrics;
     h->check_nul = !strncmp(MHD_get_version(), "0.9.", 4);
-    h->conn_cap = conn_cap(cfg->conn_limit > 0 ? cfg->conn_limit
+    h->conn_cap = fit_conn_cap(cfg->conn_limit > 0 ? cfg->conn_limit
                                                : DEFAULT_CONN_LIMIT);
     h->request_ms = 1000LL * (cfg->request_timeout_s > 0
                                   ? cfg->request_timeout_s
