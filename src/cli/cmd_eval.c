@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,9 @@ static void usage(FILE *f)
                "(no zygote)\n"
                "  --no-sandbox                skip namespaces, seccomp and "
                "limits (debugging only)\n"
+               "  --no-cgroups                no per-task cgroup (tests: the "
+               "process-group\n"
+               "                              kill on its own)\n"
                "  --python PATH               interpreter with torch (default: "
                "KGYM_PYTHON, .venv, python3)\n"
                "  --verbose                   show the children's output\n"
@@ -261,6 +265,16 @@ static void on_done(void *ctx, void *user, json_t *result)
     }
 }
 
+/* SIGINT/SIGTERM: the loop stops and kg_engine_free ends the tasks in
+ * flight with their process groups and cgroups (killed at once, kgym would
+ * leave what a candidate started behind); a second signal ends kgym. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
+}
+
 /* The value of a 0..32 count option (--prewarm, --stage), or -1 after
  * saying why on stderr. */
 static int count_0_32(const char *opt, const char *v)
@@ -299,6 +313,8 @@ int kg_cli_eval(int argc, char **argv)
             cfg.fresh = 1;
         } else if (!strcmp(a, "--no-sandbox")) {
             cfg.no_sandbox = 1;
+        } else if (!strcmp(a, "--no-cgroups")) {
+            cfg.no_cgroups = 1;
         } else if (!strcmp(a, "--verbose")) {
             cfg.verbose = 1;
         } else if (strncmp(a, "--", 2) || !v) {
@@ -401,7 +417,18 @@ int kg_cli_eval(int argc, char **argv)
         json_decref(tasks[i]);
     }
     rc = 0;
+    struct sigaction sa = {.sa_handler = on_stop_signal,
+                           .sa_flags = SA_RESTART | SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     for (;;) {
+        if (stop_signal) {
+            fprintf(stderr, "kgym eval: %s: stopping the tasks in flight\n",
+                    strsignal(stop_signal));
+            rc = 128 + stop_signal;
+            break;
+        }
         int busy = kg_engine_step(e, 1000, on_done, &run, &err);
         if (busy < 0) {
             fprintf(stderr, "kgym eval: %s\n", err.msg);

@@ -1895,7 +1895,9 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
         e->mem_cap = (uint64_t)pages * (uint64_t)psz / 2;
     if (!rc && !cfg->no_sandbox) {
         kg_err cgerr;
-        if (kg_sandbox_cgroup_probe(&e->cgroups, &cgerr) && cfg->verbose)
+        /* no_cgroups: e->cgroups stays empty, as on a host without them */
+        if (!cfg->no_cgroups && kg_sandbox_cgroup_probe(&e->cgroups, &cgerr) &&
+            cfg->verbose)
             fprintf(stderr, "kgym worker: %s\n",
                     kg_sandbox_cgroup_reason(&e->cgroups));
         if (!e->drop_uid)

@@ -29,6 +29,8 @@ typedef struct kg_engine_cfg {
         *cache_dir; /* extension/Triton caches (NULL: <tmp_base>/kgym-cache) */
     int fresh;      /* 1: a fresh interpreter per child, no zygote */
     int no_sandbox; /* 1: skip namespaces/seccomp/rlimits (debugging) */
+    int no_cgroups; /* 1: no per-task cgroup even where one could be made
+                     * (tests: the process-group kill shown on its own) */
     const char *worker_id; /* reported in results */
     /* Warm spares: judge+candidate pairs forked before their task, which
      * initialise CUDA, cuBLAS and the profiler while other tasks run, then
