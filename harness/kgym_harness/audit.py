@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from . import guards
+from . import guards, quiet
 from .compare import flatten
 from .remote import Remote, RunReply
 
@@ -143,9 +143,11 @@ def downgrade(expected: Any, got: Any) -> list[Finding]:
 
 def watched(remote: Remote) -> list[Finding]:
     """The judge's own look at the candidate's process between commands,
-    and the candidate's thread ledger."""
+    and the candidate's thread ledger (each unless KGYM_THREAD_CHECKS
+    leaves it out: quiet.thread_checks)."""
     out = []
-    w = remote.watch
+    on = quiet.thread_checks()
+    w = remote.watch if "watch" in on else None
     if w is not None and w.findings:
         f = max(w.findings, key=lambda x: x["busy_ms"])
         if f["what"] == "new threads":
@@ -157,7 +159,7 @@ def watched(remote: Remote) -> list[Finding]:
                     f"{f['window_ms']:.0f} ms in which they had nothing to do (after "
                     f"the {f['phase']} command)")
         out.append(("thread_injection", "THREAD_INJECTION", what))
-    if remote.late_threads or remote.thread_busy_ms > 1.0:
+    if "ledger" in on and (remote.late_threads or remote.thread_busy_ms > 1.0):
         out.append(("thread_injection", "THREAD_INJECTION",
                     f"threads started inside forward outlived it ({remote.late_threads} "
                     f"ended after forward returned; {remote.thread_busy_ms:.1f} ms of CPU in "

@@ -55,6 +55,26 @@ MIN_FRESH_S = 0.0005   # a gap shorter than this leaves new threads unjudged
 LATE_LOOK_S = 0.002    # candidate: look at forward-started threads still alive
 MAX_PROCS = 64
 MAX_LEDGER = 4096
+THREAD_CHECKS = ("watch", "ledger")
+
+
+def thread_checks() -> frozenset[str]:
+    """Which of the judge's two later looks count in the verdict: "watch"
+    (ProcWatch, its own look at the candidate's process) and "ledger" (the
+    candidate's ThreadLedger reports). Both, unless KGYM_THREAD_CHECKS
+    (the judge's environment) names some (comma-separated; "none" or
+    empty: neither): for tests that show each look catches the cheats
+    on its own (tests/harness/test_integrity_threads.py). The worker
+    passes no such variable to its children: in production both count."""
+    raw = os.environ.get("KGYM_THREAD_CHECKS")
+    if raw is None:
+        return frozenset(THREAD_CHECKS)
+    words = {w.strip() for w in raw.split(",")} - {"", "none"}
+    bad = words - set(THREAD_CHECKS)
+    if bad:
+        raise ValueError(f"KGYM_THREAD_CHECKS={raw!r}: not one of {', '.join(THREAD_CHECKS)}: "
+                         + ", ".join(sorted(bad)))
+    return frozenset(words)
 
 
 # ---- /proc readers -------------------------------------------------------------

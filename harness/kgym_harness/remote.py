@@ -287,7 +287,8 @@ class Remote:
         reply, _ = self._reply(allow_infra=True)
         if pid is not None and quiet.proc_stat(pid) is not None:
             self.pid = pid
-            self.watch = quiet.ProcWatch(pid)
+            if "watch" in quiet.thread_checks():  # KGYM_THREAD_CHECKS, for tests
+                self.watch = quiet.ProcWatch(pid)
         a = reply.get("ahead")
         if isinstance(a, dict):
             self.ahead = {"outcome": _text(a.get("outcome"), 200), "ms": _num(a.get("ms")),

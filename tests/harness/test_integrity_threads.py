@@ -7,6 +7,7 @@ forward returns and OpenMP kernels pass."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -74,11 +75,7 @@ def work(out, a, b, s):
 '''
 
 
-def test_threads_left_running_only_in_timed_calls():
-    # Honest (joins its thread) whenever it is not being timed, so every
-    # checked output is right and CallWatch sees nothing; the ledger sees
-    # threads outlive their timed calls.
-    body = """
+LATE_OUTPUT = """
     out = torch.empty_like(a)
     t = threading.Thread(target=work, args=(out, a, b, float(self.scale)), daemon=True)
     t.start()
@@ -88,14 +85,121 @@ def test_threads_left_running_only_in_timed_calls():
         t.join()
     return out
     """
-    r = kit.run(kit.cpu_kernel(kit.model_new(body, "self.pending = []"), top=HIDDEN),
+
+# The judge's two later looks (quiet.thread_checks), each by its message
+WATCH_SAYS = r"were still busy after the timing command returned|in which they had nothing to do"
+LEDGER_SAYS = r"threads started inside forward outlived it \(\d+ ended after forward returned"
+
+
+def thread_checks(monkeypatch, layers: str | None) -> None:
+    """KGYM_THREAD_CHECKS for the judges kit.run starts (None: both looks)."""
+    if layers is None:
+        monkeypatch.delenv("KGYM_THREAD_CHECKS", raising=False)
+    else:
+        monkeypatch.setenv("KGYM_THREAD_CHECKS", layers)
+
+
+@pytest.mark.parametrize("layers", [None, "ledger"], ids=["both", "ledger_alone"])
+def test_threads_left_running_only_in_timed_calls(monkeypatch, layers):
+    # Honest (joins its thread) whenever it is not being timed, so every
+    # checked output is right and CallWatch sees nothing; the ledger sees
+    # threads outlive their timed calls (the judge's watch, not always:
+    # the work is short). A timed output is copied for the spot checks as
+    # soon as its call returns, before the thread filled it: that finding
+    # comes first (timing phase) and its message is the one reported.
+    # ledger_alone: the judge's watch off, the ledger alone adds
+    # thread_injection.
+    thread_checks(monkeypatch, layers)
+    r = kit.run(kit.cpu_kernel(kit.model_new(LATE_OUTPUT, "self.pending = []"), top=HIDDEN),
                 num_perf_trials=20)
-    hacked(r, "thread_injection")
-    # a timed output the thread had not finished may also fail a spot check
-    # (found first, in the timing phase: then the message is that one's)
-    assert set(r["hack_reasons"]) <= {"thread_injection", "call_count_switch"}
-    assert ("outlived it" in r["error_message"] or "still busy" in r["error_message"]
-            or r["error_code"] == "CALL_COUNT_SWITCH")
+    assert r["hack_reasons"] == ["call_count_switch", "thread_injection"], (
+        r["hack_reasons"], r["error_message"])
+    assert r["error_code"] == "CALL_COUNT_SWITCH", r["error_message"]
+    assert "(a spot check drawn after it returned) is wrong" in r["error_message"]
+    if layers == "ledger":
+        assert r["checks"]["idle_watch"] is None  # the watch was off
+
+
+BUSY_AFTER = kit.BEING_TIMED + '''import threading
+import time
+
+
+def burn(stop, seconds):
+    end = time.monotonic() + seconds
+    m = torch.ones(64, 64)
+    while time.monotonic() < end and not stop.is_set():
+        m = torch.mm(m, m).clamp_(max=1.0)
+
+
+'''
+
+
+# kit.REF, slow: the judge's reference blocks, during which the candidate
+# has nothing to do, are long enough for the watch to measure (SETTLE_S
+# and a window after each time reply)
+SLOW_REF = kit.REF.replace("        return torch.relu(a + b) * self.scale",
+                           "        time.sleep(0.05)\n"
+                           "        return torch.relu(a + b) * self.scale").replace(
+    "import torch\n", "import time\n\nimport torch\n", 1)
+
+
+def busy_after_timed_calls() -> str:
+    """Right outputs, returned when computed; but a timed call leaves a
+    thread working after it returned (one at a time, up to 1 s; a call
+    that is not timed stops it first, so no checked call sees it): it
+    stands for work moved past the clock (a thread that computes the
+    output itself is caught by the spot checks first, above), so the
+    thread_injection finding is the first one and its message names the
+    look that made it."""
+    body = """
+    if not being_timed() and self.t is not None:
+        self.stop.set()
+        self.t.join()
+    out = add_relu_scale(a, b, self.scale)
+    if being_timed() and (self.t is None or not self.t.is_alive()):
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=burn, args=(self.stop, 1.0), daemon=True)
+        self.t.start()
+    return out
+    """
+    return kit.cpu_kernel(kit.model_new(body, "self.t = None"), top=BUSY_AFTER)
+
+
+@pytest.mark.parametrize("layers, says", [(None, WATCH_SAYS), ("watch", WATCH_SAYS),
+                                          ("ledger", LEDGER_SAYS)],
+                         ids=["both", "watch_alone", "ledger_alone"])
+def test_threads_busy_after_timed_calls_each_look_alone(monkeypatch, layers, says):
+    """KGYM_THREAD_CHECKS=watch: the judge's ProcWatch alone flags it;
+    =ledger: the candidate's ThreadLedger alone (no watch at all); both:
+    the watch's finding is the one reported (audit.watched)."""
+    thread_checks(monkeypatch, layers)
+    r = kit.run(busy_after_timed_calls(), num_perf_trials=5, reference_code=SLOW_REF)
+    assert r["hack_reasons"] == ["thread_injection"], (r["hack_reasons"], r["error_message"])
+    assert r["error_code"] == "THREAD_INJECTION"
+    assert re.search(says, r["error_message"]), r["error_message"]
+    assert (r["checks"]["idle_watch"] is None) == (layers == "ledger"), r["checks"]["idle_watch"]
+
+
+def test_threads_busy_after_timed_calls_pass_with_both_looks_off(monkeypatch):
+    """Nothing else catches that candidate (CallWatch looks at checked
+    calls only, the spot checks see right outputs): the two tests above
+    each show one look on its own."""
+    thread_checks(monkeypatch, "none")
+    r = kit.run(busy_after_timed_calls(), num_perf_trials=5, reference_code=SLOW_REF)
+    assert r["verdict"] == "pass", (r["hack_reasons"], r["error_message"])
+    assert r["checks"]["idle_watch"] is None
+
+
+def test_thread_checks_knob(monkeypatch):
+    monkeypatch.delenv("KGYM_THREAD_CHECKS", raising=False)
+    assert quiet.thread_checks() == {"watch", "ledger"}
+    for raw, want in (("ledger", {"ledger"}), ("watch, ledger", {"watch", "ledger"}),
+                      ("none", set()), ("", set())):
+        monkeypatch.setenv("KGYM_THREAD_CHECKS", raw)
+        assert quiet.thread_checks() == want, raw
+    monkeypatch.setenv("KGYM_THREAD_CHECKS", "ledgr")
+    with pytest.raises(ValueError, match="ledgr"):
+        quiet.thread_checks()
 
 
 SPINNER_C = r'''
