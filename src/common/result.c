@@ -35,6 +35,15 @@ static double num_or(const json_t *o, const char *k, double def)
     return json_is_number(v) ? json_number_value(v) : def;
 }
 
+/* A kernel count: a number in 0..1e15 (else def), as an integer. */
+static long long count_or(const json_t *o, const char *k, double def)
+{
+    double v = num_or(o, k, def);
+    if (!(v >= 0 && v <= 1e15))
+        v = def;
+    return (long long)v;
+}
+
 /* The profile's counts and device times; all zero without a profile. */
 struct prof_figures {
     long long n_custom, n_total;
@@ -59,11 +68,10 @@ static struct prof_figures read_profile(const json_t *prof)
     for (size_t i = 0; json_is_array(rows) && i < json_array_size(rows); i++)
         custom_rows +=
             json_is_true(json_object_get(json_array_get(rows, i), "custom"));
-    f.n_custom = (long long)num_or(prof, "num_custom_kernels",
-                                   (double)custom_rows);
-    f.n_total = (long long)num_or(
-        prof, "num_total_kernels",
-        json_is_array(rows) ? (double)json_array_size(rows) : 0);
+    f.n_custom = count_or(prof, "num_custom_kernels", (double)custom_rows);
+    f.n_total = count_or(prof, "num_total_kernels",
+                         json_is_array(rows) ? (double)json_array_size(rows)
+                                             : 0);
     return f;
 }
 

@@ -1,6 +1,7 @@
 /*
  * fuzz_request.c - libFuzzer harness for what kgym serve does with
- * untrusted bytes before the store sees them: routing a method and path,
+ * untrusted bytes before the store sees them: cleaning a raw path (only
+ * unreserved characters decoded) and routing a method and path,
  * checking an Authorization header, parsing a body, validating a task
  * request (and each task of a batch) and hashing it into a cache key.
  *
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include "common/request.h"
+#include "common/result.h"
 #include "server/api.h"
 #include "server/auth.h"
 #include "server/http.h"
@@ -93,6 +95,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *path = take_line(&p, end);
     char *authz = take_line(&p, end);
 
+    /* the raw path as sent: only a path that cleans is routed; what it
+       cleans to holds no byte a proxy would read differently (no NUL, no
+       '%', no space or control byte) and is never longer than the raw one */
+    char clean[256];
+    size_t rawn = strlen(path);
+    if (kg_http_clean_path(path, rawn, clean, sizeof clean) == 0) {
+        size_t cn = strlen(clean);
+        if (cn > rawn)
+            abort();
+        for (size_t i = 0; i < cn; i++)
+            if (clean[i] == '%' || (unsigned char)clean[i] <= ' ' ||
+                clean[i] == 0x7f)
+                abort();
+        int croute, crole;
+        const char *cparam;
+        (void)kg_http_route(method, clean, &croute, &crole, &cparam);
+    }
+
     int route, role;
     const char *param;
     int rc = kg_http_route(method, path, &route, &role, &param);
@@ -107,6 +127,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kg_api_error e;
     if (kg_api_parse_body((const char *)p, (size_t)(end - p), &body, &e) == 0) {
         check_task(body);
+        /* a worker's result as any view sends it: finalizing twice changes
+           nothing more, and no verdict but pass keeps a speedup */
+        json_t *r = json_deep_copy(body);
+        kg_result_finalize(r);
+        char *once = json_dumps(r, JSON_SORT_KEYS);
+        kg_result_finalize(r);
+        char *twice = json_dumps(r, JSON_SORT_KEYS);
+        if ((once || twice) && (!once || !twice || strcmp(once, twice)))
+            abort();
+        const char *v = json_string_value(json_object_get(r, "verdict"));
+        if (v && strcmp(v, "pass") && !json_is_null(json_object_get(r, "speedup")))
+            abort();
+        free(once);
+        free(twice);
+        json_decref(r);
         json_t *tasks = json_object_get(body, "tasks");
         size_t i;
         json_t *t;

@@ -744,6 +744,18 @@ def test_survives_garbage(sqlite_server):
         b"POST /evaluate HTTP/1.1\r\nHost: x\r\n" + auth + b"Content-Length: 4000\r\n\r\n" +
         b"[" * 4000,
         b"GET /status/%00%ff HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n",
+        # encoded separators, NULs and control bytes in paths and headers
+        b"DELETE /tasks%2fx%00.html HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n",
+        b"POST /evaluate%00.png HTTP/1.1\r\nHost: x\r\n" + auth + b"Content-Length: 2\r\n\r\n{}",
+        b"GET /status%2F%2e%2e%2fhealth HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n",
+        b"GET /status/a\x00b HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + CLIENT_TOKENS[0].encode() + b"\x00junk\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\x01\x7fb\r\n\r\n",
+        b"POST /evaluate HTTP/1.1\r\nHost: x\r\n" + auth +
+        b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+        b"POST /evaluate HTTP/1.1\r\nHost: x\r\n" + auth +
+        b"Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}",
         b"\r\n\r\n\r\n",
         b"GET /health HTTP/9.9\r\n\r\n",
         b"BREW /coffee HTCPCP/1.0\r\n\r\n",
