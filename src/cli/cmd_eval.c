@@ -273,6 +273,8 @@ static volatile sig_atomic_t stop_signal;
 static void on_stop_signal(int sig)
 {
     stop_signal = sig;
+    signal(SIGINT, SIG_DFL); /* async-signal-safe: the next one ends kgym */
+    signal(SIGTERM, SIG_DFL);
 }
 
 /* The value of a 0..32 count option (--prewarm, --stage), or -1 after
@@ -418,7 +420,7 @@ int kg_cli_eval(int argc, char **argv)
     }
     rc = 0;
     struct sigaction sa = {.sa_handler = on_stop_signal,
-                           .sa_flags = SA_RESTART | SA_RESETHAND};
+                           .sa_flags = SA_RESTART};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
