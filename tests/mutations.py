@@ -25,6 +25,8 @@ class Mutation:
 CPU_VERDICTS = "tests/harness/test_cpu_verdicts.py"
 COMPAT = "tests/integration/test_kernelgym_compat.py"
 CONTRACT = "tests/integration/test_contract.py"
+HARDENING = "tests/integration/test_server_hardening.py"
+CODE_FILES = "tests/integration/test_cli_code_files.py"
 
 MUTATIONS = [
     # ---- RL math (libkgym) ----------------------------------------------
@@ -80,6 +82,39 @@ MUTATIONS = [
     Mutation("cache-key-ignores-atol", "the result cache key covers the tolerance",
              "src/common/request.c", '{"atol", F_NUM, 0, 0, 1e6, NULL, 1e-2, 0, NULL, 1},',
              '{"atol", F_NUM, 0, 0, 1e6, NULL, 1e-2, 0, NULL, 0},', ["unit:test_request"]),
+
+    # ---- the server's edge (issue 31) --------------------------------------------
+    Mutation("http-trust-any-peer", "only peers inside --trust-clients-from skip the token",
+             "src/server/auth.c", "        if (kg_cidr_match(&a->trusted[i], sa))",
+             "        if (kg_cidr_match(&a->trusted[i], sa) || 1)", [f"{HARDENING} -k outside_the_ranges"]),
+    Mutation("http-trust-worker-endpoints", "worker endpoints always need a worker token",
+             "src/server/http.c",
+             "if (authz || !(c->role == KG_AUTH_CLIENT || c->role == KG_AUTH_ANY) ||",
+             "if (authz || 0 ||", [f"{HARDENING} -k trusted_range_needs_no_client_token"]),
+    Mutation("http-encoded-slash", "an encoded '/' or NUL never routes to another path",
+             "src/server/http.c",
+             "            if (!path_char(ch))\n                return -1; /* an encoded",
+             "            if (0)\n                return -1; /* an encoded",
+             [f"{HARDENING} -k encoded_slash"]),
+    Mutation("http-duplicate-content-length", "two Content-Length headers are refused",
+             "src/server/http.c", "    if (hs.n_cl > 1)\n", "    if (0)\n",
+             [f"{HARDENING} -k duplicate_content_length"]),
+    Mutation("cli-nul-in-code", "a code file with a NUL byte is refused, not cut",
+             "src/cli/cli_util.c", "const char *why = NULL, *nul = memchr(b, 0, n);",
+             "const char *why = NULL, *nul = NULL;", [f"{CODE_FILES} -k nul_byte"]),
+    Mutation("cli-size-before-read", "a code file's size is checked before it is read",
+             "src/cli/cli_util.c", "    if ((unsigned long long)st.st_size > limit) {",
+             "    if (0) {", [f"{CODE_FILES} -k huge_sparse"]),
+
+    # ---- a broken problem is not the candidate's (issue 31) ------------------------
+    Mutation("problem-blamed-on-candidate", "the reference's own failure is problem_error",
+             "harness/kgym_harness/judge.py",
+             'schema.set_error(self.result, "problem_error", "PROBLEM_ERROR", e.phase, e.type,',
+             'schema.set_error(self.result, "runtime_error", "FORWARD_EXCEPTION", e.phase, e.type,',
+             ["tests/harness/test_problem_error.py -k broken_reference"]),
+    Mutation("rl-problem-error-scored", "a problem_error turn gets no reward",
+             "src/cli/cmd_rl.c", "        tu->excluded = 1;\n", "        tu->excluded = 0;\n",
+             ["tests/python/test_rl_cli.py -k problem_error"]),
 
     # ---- the judge's checks (harness) ------------------------------------------
     Mutation("judge-no-launch-decoy", "no custom launch in any mode is no_custom_kernel",
