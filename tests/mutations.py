@@ -116,6 +116,28 @@ MUTATIONS = [
              "src/cli/cmd_rl.c", "        tu->excluded = 1;\n", "        tu->excluded = 0;\n",
              ["tests/python/test_rl_cli.py -k problem_error"]),
 
+    # ---- the kill layers and the thread looks (issue 32's audit) ----------------------
+    Mutation("engine-kill-leader-only", "the engine kills a child with its process group",
+             "src/worker/engine.c", "        kg_sandbox_kill_group(c->pid, 2000, &st, NULL);",
+             "        kill(c->pid, SIGKILL);",
+             ["tests/faults/test_kill_layers.py -k group_kill_alone"]),
+    Mutation("cgroup-close-no-kill", "closing a task's cgroup kills what is left in it (v1)",
+             "src/worker/sandbox.c", "            int c = procs_scan(g->dir[i], 1);",
+             "            int c = procs_scan(g->dir[i], 0);",
+             ["tests/faults/test_kill_layers.py -k cgroup_alone"]),
+    Mutation("thread-ledger-ignored", "the thread ledger alone flags work left after return",
+             "harness/kgym_harness/audit.py",
+             '    if "ledger" in on and (remote.late_threads or remote.thread_busy_ms > 1.0):',
+             "    if False and (remote.late_threads or remote.thread_busy_ms > 1.0):",
+             ["tests/harness/test_integrity_threads.py -k ledger_alone"]),
+    Mutation("process-watch-ignored", "the process watch alone flags work left after return",
+             "harness/kgym_harness/audit.py",
+             '    w = remote.watch if "watch" in on else None', "    w = None",
+             ["tests/harness/test_integrity_threads.py -k watch_alone"]),
+    Mutation("timing-stream-sample", "a timed call's sample includes side-stream work",
+             "harness/kgym_harness/timing.py", "            samples.append(ms)",
+             "            samples.append(t_s)", ["tests/harness/test_timing_side_stream.py"]),
+
     # ---- the judge's checks (harness) ------------------------------------------
     Mutation("judge-no-launch-decoy", "no custom launch in any mode is no_custom_kernel",
              "harness/kgym_harness/judge.py", "        if not any(counts):\n",
