@@ -27,8 +27,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from test_server_api import (KGYM, ROOT, Server, free_port, lease_task, register,
-                             start_server, stop_server, uid, write_tokens)
+from test_server_api import (KGYM, ROOT, Server, lease_task, register, serve_store,
+                             start_server, stop_server, uid)
 
 CORPUS = os.path.join(ROOT, "tests", "redteam", "corpus")
 HEADER = re.compile(r"^# redteam: (.*)$")
@@ -104,31 +104,7 @@ def submit_and_poll(s: Server, payload: dict, timeout: float = 300) -> dict:
 
 @pytest.fixture(scope="module", params=["sqlite", "redis"])
 def server(request) -> Iterator[Server]:
-    tmp = tempfile.mkdtemp(prefix="kgym-kg-")
-    redis = None
-    try:
-        cf, wf = write_tokens(tmp)
-        store = f"sqlite:{tmp}/kgym.db"
-        if request.param == "redis":
-            exe = shutil.which("redis-server")
-            if not exe:
-                pytest.skip("redis-server not installed")
-            rport = free_port()
-            redis = subprocess.Popen([exe, "--port", str(rport), "--bind", "127.0.0.1",
-                                      "--dir", tmp, "--save", ""],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            store = f"redis://127.0.0.1:{rport}/0"
-            time.sleep(0.3)
-        s = start_server(["--store", store, "--token-file", cf, "--worker-token-file", wf,
-                          "--max-attempts", "1"], tmp)
-        yield s
-        assert s.proc.poll() is None, "the server died during the tests"
-        stop_server(s)
-    finally:
-        if redis:
-            redis.terminate()
-            redis.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+    yield from serve_store(request, request.param, "--max-attempts", "1")
 
 
 REF = "import torch\nclass Model(torch.nn.Module):\n    pass\n"

@@ -113,13 +113,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module", params=["sqlite", "redis"])
-def server(request) -> Iterator[Server]:
+def serve_store(request, kind: str, *extra: str) -> Iterator[Server]:
+    """A kgym serve with client and worker tokens over a store of kind
+    "sqlite" or "redis" (a real redis-server of its own, AOF always), for
+    a module fixture to yield from."""
     tmp = tempfile.mkdtemp(prefix="kgym-serve-")
     redis = None
     try:
         cf, wf = write_tokens(tmp)
-        if request.param == "sqlite":
+        if kind == "sqlite":
             store = f"sqlite:{tmp}/kgym.db"
         else:
             # not installed: a skip, or a failure under KGYM_REQUIRE_REDIS=1
@@ -142,7 +144,7 @@ def server(request) -> Iterator[Server]:
         # a store that does not open fails the tests (never a skip: it is
         # what they are here to catch)
         s = start_server(["--store", store, "--token-file", cf,
-                          "--worker-token-file", wf], tmp)
+                          "--worker-token-file", wf, *extra], tmp)
         s.redis = redis
         yield s
         assert s.proc.poll() is None, "the server died during the tests"
@@ -152,6 +154,11 @@ def server(request) -> Iterator[Server]:
             redis.terminate()
             redis.wait()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "redis"])
+def server(request) -> Iterator[Server]:
+    yield from serve_store(request, request.param)
 
 
 @pytest.fixture(scope="module")
