@@ -72,19 +72,23 @@ class Server:
         return self.request("POST", path, body, token=WORKER_TOKEN, **kw)
 
 
-def start_server(args: list[str], tmp: str) -> Server:
+def start_server(args: list[str], tmp: str, listen: str = "127.0.0.1:0") -> Server:
+    """kgym serve on listen (port 0: a free one), its stderr in
+    tmp/serve.log; s.host is the address to reach it on."""
     log = open(os.path.join(tmp, "serve.log"), "w+")
-    p = subprocess.Popen([KGYM, "serve", "--listen", "127.0.0.1:0", *args],
+    p = subprocess.Popen([KGYM, "serve", "--listen", listen, *args],
                          stdout=subprocess.PIPE, stderr=log, text=True)
     line = p.stdout.readline()
-    if "listening on http://127.0.0.1:" not in line:
+    if "listening on http://" not in line:
         p.kill()
         p.wait()
         log.seek(0)
         raise RuntimeError(f"kgym serve did not start: {line!r} {log.read()}")
     port = int(line.rsplit(":", 1)[1])
     threading.Thread(target=p.stdout.read, daemon=True).start()  # drain
-    return Server(p, port, tmp)
+    s = Server(p, port, tmp)
+    s.host = "::1" if listen.startswith("[::1]") else "127.0.0.1"
+    return s
 
 
 def stop_server(s: Server) -> None:

@@ -12,7 +12,6 @@ import concurrent.futures as cf
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -23,7 +22,8 @@ from typing import Any, Iterator
 import pytest
 
 from test_server_api import (CLIENT_TOKENS, KGYM, WORKER_TOKEN, Server,  # noqa: F401
-                             assert_error, server, stop_server, task, uid, write_tokens)
+                             assert_error, server, start_server, stop_server, task, uid,
+                             write_tokens)
 
 TOKEN = CLIENT_TOKENS[0]
 ACCEPTED = (200, 202)  # POST /evaluate: 200 since KernelGym compatibility
@@ -31,23 +31,8 @@ AUTH = f"Authorization: Bearer {TOKEN}\r\n".encode()
 
 
 def start(args: list[str], tmp: str, listen: str = "127.0.0.1:0") -> Server:
-    """`kgym serve` with a SQLite store in tmp; its stderr goes to
-    tmp/serve.log. The Server talks to it over 127.0.0.1 (or ::1)."""
-    log = open(os.path.join(tmp, "serve.log"), "w+")
-    p = subprocess.Popen([KGYM, "serve", "--listen", listen,
-                          "--store", f"sqlite:{tmp}/kgym.db", *args],
-                         stdout=subprocess.PIPE, stderr=log, text=True)
-    line = p.stdout.readline()
-    if "listening on http://" not in line:
-        p.kill()
-        p.wait()
-        log.seek(0)
-        raise RuntimeError(f"kgym serve did not start: {line!r} {log.read()}")
-    port = int(line.rsplit(":", 1)[1])
-    threading.Thread(target=p.stdout.read, daemon=True).start()  # drain
-    s = Server(p, port, tmp)
-    s.host = "::1" if listen.startswith("[::1]") else "127.0.0.1"
-    return s
+    """`kgym serve` with a SQLite store in tmp (its stderr in tmp/serve.log)."""
+    return start_server(["--store", f"sqlite:{tmp}/kgym.db", *args], tmp, listen)
 
 
 def log_of(s: Server) -> str:
