@@ -54,9 +54,8 @@ GPU = os.path.join(ROOT, "problems", "gpu")
 CANDS = os.path.join(ROOT, "tests", "gpu", "candidates")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import variants  # noqa: E402  (bench/variants.py)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "diag"))
-import lock_timeline  # noqa: E402  (bench/diag/lock_timeline.py)
-import sched_report  # noqa: E402  (bench/diag/sched_report.py)
+import lock_timeline  # noqa: E402  (bench/lock_timeline.py)
+import sched_report  # noqa: E402  (bench/sched_report.py)
 
 lines: list[str] = []
 failures: list[str] = []

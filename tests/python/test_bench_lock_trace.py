@@ -25,11 +25,10 @@ def test_the_last_shared_hold_before_an_exclusive_one_is_named():
 
 
 def test_lock_timeline_splits_the_steady_state_by_what_the_lock_was_doing():
-    """bench/diag/lock_timeline.py on a made-up engine of 2 tasks (the
+    """bench/lock_timeline.py on a made-up engine of 2 tasks (the
     second is the steady state): its exclusive hold 100-200 ms, asked at
     80 while a shared hold ran 50-90 and a spare's 85-95; another shared
     hold 150-300 overlaps the exclusive one, then runs alone to the end."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "diag"))
     import lock_timeline
     res = [{"task_id": "a", "_t": 1.0,
             "timings": {"lock_trace": [["trial:0/checks", "s", 40.0, 50.0, 90.0]]}},
@@ -48,10 +47,10 @@ def test_lock_timeline_splits_the_steady_state_by_what_the_lock_was_doing():
 
 
 def test_sched_report_gives_each_part_its_own_cpu_and_run_queue():
-    """bench/diag/sched_report.py: cumulative samples turned into each
+    """bench/sched_report.py: cumulative samples turned into each
     part's own CPU, run-queue time and modules (the later half of an
     engine's results counted), and the judge's task from its start."""
-    import sched_report  # bench/diag, on the path through gpu_suite
+    import sched_report  # bench/, on the path through gpu_suite
     warm = {"prep_ms": 900.0, "preload_ms": 500.0, "device_ms": 100.0, "idle_ms": 5.0,
             "sched": {"prep": {"judge": [300.0, 10.0, 1.0], "candidate": [800.0, 20.0, 150.0]},
                       "preload": {"judge": [500.0, 15.0, 1.0],
@@ -140,7 +139,6 @@ def test_concurrency_rounds_and_windows():
 def test_lock_timeline_window_is_the_results_given():
     """timeline(results, window): the steady state is that of the window's
     results, not the later half's."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "diag"))
     import lock_timeline
     res = [{"task_id": "a", "_t": 1.0, "timings": {"lock_trace": [["timing", "e", 0.0, 10.0, 30.0]]}},
            {"task_id": "b", "_t": 2.0, "timings": {"lock_trace": [["timing", "e", 40.0, 50.0, 60.0]]}}]
@@ -175,24 +173,6 @@ def test_ab_specs_become_engines():
             raise AssertionError(f"{bad!r} accepted")
 
 
-def test_scaling_configs_become_env_and_flags():
-    """bench/diag/scaling.py's LABEL=ITEM,... configs: VAR:VALUE items go to
-    the engines' environment, --flag:value items to kgym eval; an empty
-    list is the defaults; anything else is refused."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "diag"))
-    import scaling
-    assert scaling.parse_config("defaults=") == ("defaults", {}, ())
-    assert scaling.parse_config("t=--num-perf-trials:1,KGYM_SPARE_PRELOAD:0") == \
-        ("t", {"KGYM_SPARE_PRELOAD": "0"}, ("--num-perf-trials", "1"))
-    for bad in ("nolabel", "=x:1", "t=KGYM_X"):
-        try:
-            scaling.parse_config(bad)
-        except SystemExit as e:
-            assert "config" in str(e)
-        else:
-            raise AssertionError(f"{bad!r} accepted")
-
-
 def test_unaccounted_is_total_less_the_phases():
     """gpu_suite.unaccounted: what of timings.total no phase accounts for,
     and a staged task's gate wait (a phase, counted apart)."""
@@ -210,7 +190,7 @@ def test_steady_window_is_the_second_round_of_three():
     """lock_timeline.steady_window: of 48 results the 17th to the 32nd by
     arrival (what gpu_suite measures and sched_report counts), of other
     counts the later half."""
-    import lock_timeline  # bench/diag, on the path through gpu_suite
+    import lock_timeline  # bench/, on the path through gpu_suite
     res = [{"_t": float(47 - i), "k": 47 - i} for i in range(48)]
     assert [r["k"] for r in lock_timeline.steady_window(res)] == list(range(16, 32))
     assert [r["k"] for r in lock_timeline.steady_window(res[:32])] == list(range(32, 48))
@@ -235,14 +215,13 @@ def test_matched_ratio_weighs_the_4_way_window_by_the_serial_time_of_its_tasks()
     assert gpu_suite.matched_ratio(per, window, float("inf")) is None
 
 
-def test_the_diag_readers_take_the_kept_gzipped_results_and_plain_ones(tmp_path):
-    """bench/results keeps each call's result objects as FILE.jsonl.gz;
-    lock_timeline.read_results (which drain_report and sched_report use)
-    reads those and a device run's plain gpu_results.jsonl alike, skipping
-    lines that are not objects."""
+def test_the_readers_take_the_kept_gzipped_results_and_plain_ones(tmp_path):
+    """bench/results keeps a run's result objects as FILE.jsonl.gz;
+    lock_timeline.read_results (which sched_report uses too) reads those
+    and a device run's plain gpu_results.jsonl alike, skipping lines that
+    are not objects."""
     import gzip
     import json
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "diag"))
     import lock_timeline
     rows = [{"task_id": "a", "timings": {}}, {"task_id": "b", "timings": {"total": 1.0}}]
     text = "# header\n" + "".join(json.dumps(r) + "\n" for r in rows) + "\n"

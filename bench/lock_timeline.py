@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Where a concurrency run's time went, by the device lock (issue 4).
+"""Where a concurrency run's time went, by the device lock.
 
 Reads the result objects a `make test-gpu` concurrency step wrote (its
-gpu_results.jsonl, or a copy in bench/results/: 4 engines of 32 results,
+gpu_results.jsonl, or a gzipped copy in bench/results/: 4 engines,
 repeated c1, repeated c4, distinct c1, distinct c4, each run with
 KGYM_LOCK_TRACE=1) and splits each engine's steady state (from the first
 exclusive hold of its last 16 tasks to the last one's end) into: an
@@ -11,10 +11,11 @@ takers or for shared holders to drain), with how many shared holds were
 in progress; and free (no exclusive taker), with how many shared holds.
 Holds of the tasks and of their warm spares both count.
 
-    bench/diag/lock_timeline.py FILE.jsonl[.gz] [--per-engine 32|48] [--names A,B,...]
+    bench/lock_timeline.py FILE.jsonl[.gz] [--per-engine 32|48] [--names A,B,...]
 
-(--per-engine 48: files since session 10, three rounds of 16 per engine,
-the steady window from the 17th result to the 32nd.)
+(--per-engine 48: the concurrency step's engines, three rounds of 16,
+the steady window from the 17th result to the 32nd; 32: the older files
+in bench/results, the later half counted.)
 (--names: the engines' names in order, for the files of an A/B step,
 whose engines are distinct c1, c4 of one value, then of the next.)
 """
@@ -58,7 +59,7 @@ def steady_window(results: list[dict]) -> list[dict]:
     """One engine's results of its steady window, by arrival: the 17th to
     the 32nd of 48 (three rounds of 16, the third keeping the queue full:
     bench/gpu_suite.py, concurrency_windows); of any other number, the
-    later half (the files before session 10: 32 per engine)."""
+    later half (older files in bench/results: 32 per engine)."""
     by_arrival = sorted(results, key=lambda r: r.get("_t", 0))
     return by_arrival[16:32] if len(results) == 48 else by_arrival[len(results) // 2:]
 

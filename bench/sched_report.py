@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where the warm spares' and tasks' time went: on a CPU, waiting for one,
-or blocked (issue 4).
+or blocked.
 
 Reads result objects with cpustat samples (timings.warm_spare.sched: both
 processes' [CPU ms, run-queue ms, modules imported] at the end of each
@@ -11,7 +11,7 @@ window), the median of each part's wall, CPU and run-queue
 time in each process and the modules each imported. Wall minus CPU minus
 run queue is the time the process was blocked (a lock, the driver).
 
-    bench/diag/sched_report.py FILE.jsonl[.gz] [NAME,NAME,...]
+    bench/sched_report.py FILE.jsonl[.gz] [NAME,NAME,...]
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lock_timeline import read_results, steady_window  # noqa: E402  (bench/diag/lock_timeline.py, next to it)
+from lock_timeline import read_results, steady_window  # noqa: E402  (bench/lock_timeline.py, next to it)
 
 PER_ENGINE = 32
 PARTS = ("prep", "profiler", "preload", "device", "task")
@@ -91,7 +91,7 @@ def report(results: list[dict], window: list[dict] | None = None) -> list[str]:
 def prep_steps(results: list[dict]) -> str:
     """The median of each step of the spares' prep part, in ms: the
     judge's own part (timings.warm_spare.prep_judge_ms), its CUDA context
-    and preload set-up in it (prep_judge_parts_ms, since session 11), the
+    and preload set-up in it (prep_judge_parts_ms), the
     candidate's CUDA start (made before the part began), warm prep and
     set-up (prep_candidate_ms, its claim). "" when no result has them."""
     found: dict[str, dict[str, list[float]]] = {"judge": {}, "candidate": {}}
@@ -116,7 +116,7 @@ def main() -> None:
     ap.add_argument("file")
     ap.add_argument("names", nargs="?", default="")
     ap.add_argument("--per-engine", type=int, default=PER_ENGINE,
-                    help="results per engine: 32 (files before 2026-12-01 s10), 48 since")
+                    help="results per engine: 48 (the concurrency step's), 32 (older files in bench/results)")
     args = ap.parse_args()
     results = read_results(args.file)
     names = args.names.split(",") if args.names else []
