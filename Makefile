@@ -43,7 +43,7 @@ $(BUILD)/libkgym.so: $(LIB_OBJS)
 	$(CC) $(CFLAGS) -shared -o $@ $^ -lm
 
 # the sandbox as a shared object, for the Python zygote's children (ctypes)
-SANDBOX_OBJS := $(BUILD)/src/worker/sandbox.o $(BUILD)/src/worker/sandbox_json.o
+SANDBOX_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/worker/sandbox*.c))
 $(BUILD)/libkgym_sandbox.so: $(SANDBOX_OBJS) $(LIB_OBJS)
 	$(CC) $(CFLAGS) -shared -o $@ $^ -lseccomp -ljansson
 
