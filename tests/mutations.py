@@ -122,7 +122,7 @@ MUTATIONS = [
              "        kill(c->pid, SIGKILL);",
              ["tests/faults/test_kill_layers.py -k group_kill_alone"]),
     Mutation("cgroup-close-no-kill", "closing a task's cgroup kills what is left in it (v1)",
-             "src/worker/sandbox.c", "            int c = procs_scan(g->dir[i], 1);",
+             "src/worker/sandbox_cgroup.c", "            int c = procs_scan(g->dir[i], 1);",
              "            int c = procs_scan(g->dir[i], 0);",
              ["tests/faults/test_kill_layers.py -k cgroup_alone"]),
     Mutation("thread-ledger-ignored", "the thread ledger alone flags work left after return",
