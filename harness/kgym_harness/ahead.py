@@ -6,7 +6,7 @@ timing phase elsewhere waits for the compile (under 4-way concurrency on
 the H200 the first call of a fresh source held the lock 424 ms on average
 and was the last shared hold before an exclusive one in 7-8 of 16 tasks,
 the only holder left for 1.6-2.0 s of an 11.4-13.5 s run: bench/results/
-2026-12-01-gpu-h200-s7.txt, runs 1 and 2). Compiling needs no device, only
+2026-12-01-gpu-h200-s7.txt). Compiling needs no device, only
 the kernel's specialisation: the
 argument dtypes, the pointers' alignment and the integer values, which one
 forward on meta tensors of the problem's input shapes reproduces.
@@ -28,13 +28,13 @@ child's exit take 5-26 ms on the H200; the dry run imports torch's
 symbolic shapes, sympy and torch._dynamo at first use (meta torch.randn,
 a scalar product on meta tensors: 1.6-3.3 s per load there), so the
 zygote runs warm_meta() first when compile ahead is on, after which
-RowSoftmax's dry run took 37 ms and imported nothing (2026-12-01,
-bench/results/2026-12-01-gpu-h200-s8.txt); through the worker a load
+RowSoftmax's dry run took 37 ms and imported nothing
+(bench/results/2026-12-01-gpu-h200-s8.txt); through the worker a load
 that compiles takes 0.2-0.3 s (0.6-0.9 s for Linear+ReLU), the compile
-now outside the first call. Four at a time that call held the device
-lock shared for the compile and every timing phase waited for it
-(distinct candidates, 4-way: 13.2 -> 11.6 s for 16 tasks); one at a time
-the fork only adds to each task (20.0 -> 21.3 s).
+outside the first call, which would otherwise hold the device lock
+shared for it while every timing phase waits (distinct candidates,
+4-way: 11.6 s for 16 tasks against 13.2 s); one at a time the fork only
+adds to each task (21.3 s against 20.0 s).
 
 Nothing the child does decides anything: a forward that does not run on
 meta tensors (a read back, an autotuner's benchmark, an explicit CUDA

@@ -45,11 +45,11 @@ def _within_fast(exp: torch.Tensor, got: torch.Tensor, atol: float, rtol: float)
     in the outputs' own float type (fp16/bf16 widened to fp32, exactly) in
     a few passes and one read back, with the tolerance shrunk by
     FAST_MARGIN; False sends the comparison to the exact float64 path,
-    which decides every case as before. A pass here is a pass there: the
+    which decides every case. A pass here is a pass there: the
     margin covers this path's roundings, so the outcome never depends on
     which path decided it. The float64 path writes 8 bytes per element
     into each of its temporaries: 2.1 ms per 256 MB fp32 output on the
-    H200, in every trial (bench/diag/eval_profile.py, session 13). Integer,
+    H200, in every trial (bench/results/2026-12-02-gpu-h200-s13.txt). Integer,
     boolean and complex outputs, and a tolerance below the type's smallest
     normal number (an exact comparison, atol 0), take the exact path."""
     wide = _FAST_TYPES.get(exp.dtype)

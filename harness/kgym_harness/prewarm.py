@@ -177,8 +177,8 @@ def _common_ops(dev: Any, made: list | None = None) -> dict[str, tuple[Callable[
 # the Triton launch (warm_device runs both for real right after, under the
 # same lock), nor the usual reference operations (_common_ops): with them
 # and cuBLAS, 19 families under the lock, a spare held the device 1.0-1.7 s
-# in all and 4-way throughput did not improve (H200, 2026-12-01,
-# bench/results/2026-12-01-gpu-h200-s6-*).
+# in all and 4-way throughput did not improve (H200:
+# bench/results/2026-12-01-gpu-h200-s6-concurrency.txt).
 SPARE_FAMILIES = ("arith", "compare", "logic", "unary", "where", "reduce", "shape", "fill",
                   "copy", "index", "arange", "random")
 
@@ -263,16 +263,17 @@ def preload(device: str, names: Any = None, took: dict | None = None) -> dict:
     everything when names is None), once per process, each by running its
     operation once on the table's small zeroed tensors (a few microseconds
     of device work; the launch loads the module) and waiting for it, so
-    that a unit's device work ends inside its hold. Until session 11 each
-    unit was captured into a CUDA graph that was never launched: every
-    capture took a 2 MiB segment of a private pool from the driver
-    (cudaMalloc, 80 per process, kept to its exit) and the 78 units took
-    520-1240 ms, against 296-422 ms run (H200, alone and 8 processes at
-    once: bench/results/2026-12-01-gpu-h200-s11.txt). Loading a module is
-    device activity: with another process's timing phase running it made 4
-    of 4 honest Linear+ReLU evaluations side_stream (H200, 2026-12-01), so
-    a spare runs it under the device lock, one unit per hold. Returns what
-    failed, by unit; took gets the time (ms)."""
+    that a unit's device work ends inside its hold. Run, not captured into
+    a CUDA graph never launched: a capture takes a 2 MiB segment of a
+    private pool from the driver (cudaMalloc, 80 per process, kept to its
+    exit), and the 78 units take 296-422 ms run against 520-1240 ms
+    captured (H200, alone and 8 processes at once:
+    bench/results/2026-12-01-gpu-h200-s11.txt). Loading a module is device
+    activity: with another process's timing phase running it made 4 of 4
+    honest Linear+ReLU evaluations side_stream (H200:
+    bench/results/2026-12-01-gpu-h200-s6-concurrency.txt), so a spare runs
+    it under the device lock, one unit per hold. Returns what failed, by
+    unit; took gets the time (ms)."""
     t0 = time.perf_counter()
     errors: dict[str, str] = {}
     dev = torch.device(device)

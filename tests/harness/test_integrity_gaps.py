@@ -1,10 +1,10 @@
-"""Reward integrity, the gaps closed in session 3 (issue 5): spot checks of
+"""Reward integrity beyond the guarded call (issue 5): spot checks of
 timed outputs (call_count_switch), the ablation forward (no_custom_kernel
 when custom kernels run but contribute nothing), the rounding fingerprint
 and direct evidence of fp16/bf16 compute (precision_downgrade), and the
 persisting-L2 guard (l2_persist; its CUDA calls run on a GPU only, the
-decision logic here). Each end-to-end cheat here passed before these
-checks existed; honest look-alikes pass."""
+decision logic here). Each end-to-end cheat here passes without its
+check; honest look-alikes pass."""
 
 from __future__ import annotations
 

@@ -104,7 +104,7 @@ def test_half_output_on_cuda_is_precision_downgrade():
     assert r["verdict"] == "hacked" and r["hack_reasons"] == ["precision_downgrade"]
 
 
-# ---- session 3: spot checks, ablation, persisting L2 on a real device ----------------
+# ---- spot checks, ablation, persisting L2 on a real device -----------------------------
 
 def test_honest_kernel_on_cuda_passes_spot_checks_ablation_and_l2_guard():
     r = run("return add_relu_scale(a, b, self.scale)", num_perf_trials=10)

@@ -1,9 +1,9 @@
 """prewarm.warm_device: a warm spare's device warm-up must run, not raise.
 
-Session 2's version bound `torch` as a local name of warm_device (an
-`import torch.utils.cpp_extension` statement in its body), so its first line
-raised UnboundLocalError; the spare reported a warm_error and every task
-paid the cpp_extension import and Triton's start-up again. On the CPU the
+Regression: an `import torch.utils.cpp_extension` statement in its body
+made `torch` a local name, so its first line raised UnboundLocalError; the
+spare reported a warm_error and every task paid the cpp_extension import
+and Triton's start-up again. On the CPU the
 same function runs up to its Triton part, which needs a GPU (or the
 interpreter) and is reported, not raised.
 """

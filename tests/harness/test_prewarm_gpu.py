@@ -60,9 +60,10 @@ def test_preload_loads_without_running_and_first_calls_are_then_cheap():
     print(out)  # preload's time and the 1024x1024 matmul's first call, for the log
     assert out["setup"] == {} and out["made"] is True, out
     assert out["errors"] == {} and out["untouched"] is True, out
-    # a graph capture per unit took a 2 MiB segment each (80 in all)
+    # a graph capture per unit would take a 2 MiB segment each (80 in all)
     assert out["segments"] <= 4, out
-    # without it each first use costs 15-25 ms (bench/diag/first_use.py)
+    # without it each first use costs 15-25 ms
+    # (bench/results/2026-12-01-gpu-h200-s6-concurrency.txt)
     assert all(v < 10.0 for v in out["ms"].values()), out["ms"]
     # and what the harness computes afterwards is what it computes without it
     from kgym_harness import guards

@@ -1,11 +1,12 @@
 """Code files given to `kgym eval`, `kgym submit` and `kgym redteam` are read
 without trusting them (cli_util.c, kg_cli_read_code): anything that is not
-a regular file is refused without being read (a FIFO used to block forever,
-/dev/zero to grow without end), the size is checked against the field's
-limit before reading, and an empty file, a NUL byte (the old reader cut the
-text there and went on) or bytes that are not strict UTF-8 are refused with
-the byte offset. Every refusal is exit status 2, before an engine starts or
-a server is asked (submit is pointed at a port nothing listens on). Fast:
+a regular file is refused without being read (a FIFO would block forever,
+/dev/zero grow without end), the size is checked against the field's
+limit before reading, and an empty file, a NUL byte (a C-string reader
+would cut the text there and go on) or bytes that are not strict UTF-8 are
+refused with the byte offset. Every refusal is exit status 2, before an
+engine starts or a server is asked (submit is pointed at a port nothing
+listens on). Fast:
 one real evaluation (the non-ASCII case), the rest refusals."""
 from __future__ import annotations
 

@@ -221,7 +221,7 @@ def test_cuda_ipc_switch_reaches_both_children(tmp_path):
 
 
 def test_children_use_their_own_temp_dir_even_when_the_zygote_cached_one(tmp_path):
-    """Regression (H200, session 8): with compile ahead on, the zygote's
+    """Regression (H200): with compile ahead on, the zygote's
     ahead.warm_meta() makes tempfile cache the zygote's own TMPDIR, and
     every forked child inherited it; a Triton candidate's compile (ptxas's
     temp files) then failed with EACCES in a directory its uid may not
@@ -256,7 +256,7 @@ _os.unlink(_p)
 def test_cpu_children_see_no_gpu(tmp_path):
     """A cpu evaluation must not compute on a GPU of the host (and CUDA's
     start-up under the CPU sandbox's address-space limit fails, as on the
-    H200 in session 8): the engine hides every GPU from a CPU worker's
+    H200): the engine hides every GPU from a CPU worker's
     children. The candidate refuses to load if it can see one."""
     with open(SOL) as f:
         src = f.read()

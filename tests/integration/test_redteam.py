@@ -214,11 +214,11 @@ def test_usage_errors(tmp_path):
 
 # Cheats kgym does not catch yet, each with why (issue 5's open items).
 # Exactly these may MISS: a new miss fails the test, and so does a gap that
-# starts being caught (then it leaves this list). Empty since session 3:
-# the timed-output spot checks (call_count_switch__layernorm_skips_when_timed),
-# the ablation forward (no_custom_kernel__layernorm_token_launch) and the
-# rounding fingerprint (precision_downgrade__linear_bf16_weights) closed the
-# last three.
+# starts being caught (then it leaves this list). Empty: the timed-output
+# spot checks, the ablation forward and the rounding fingerprint catch
+# call_count_switch__layernorm_skips_when_timed,
+# no_custom_kernel__layernorm_token_launch and
+# precision_downgrade__linear_bf16_weights.
 KNOWN_GAPS: set[str] = set()
 
 

@@ -516,7 +516,7 @@ def test_slow_senders_are_capped_and_cut_off(tmp):
         probe.start()
         # 300 slow senders from one address: 200 held (the per-address
         # cap), 100 refused at once; each held one sends a byte every
-        # 0.5 s, which used to keep it open for ever
+        # 0.5 s, which libmicrohttpd's idle timer alone lets hold it for ever
         slow = Crowd(s.port, 300, "127.0.0.2")
         crowds.append(slow)
         time.sleep(0.5)
@@ -536,7 +536,7 @@ def test_slow_senders_are_capped_and_cut_off(tmp):
         assert all(code == 200 and dt < 1 for code, dt in probe.results), probe.results
         assert metric(s, "kgym_http_requests_cut_total") >= 200
         # beyond --max-connections, new connections are refused at once
-        # (they used to wait in the listen queue)
+        # (not left waiting in the listen queue)
         many = [Crowd(s.port, 100, f"127.0.0.{k}") for k in (3, 4, 5)]
         crowds += many
         time.sleep(1)
