@@ -245,3 +245,34 @@ int kg_cli_connect(kg_client **out, const char *server, const char *token_file,
     }
     return rc;
 }
+
+int kg_cli_exe_path(char *buf, size_t n)
+{
+    ssize_t k = readlink("/proc/self/exe", buf, n - 1);
+    if (k <= 0) {
+        if (k == 0)
+            errno = ENOENT;
+        return -1;
+    }
+    buf[k] = 0;
+    return 0;
+}
+
+const char *kg_cli_root(char *buf, size_t n)
+{
+    const char *env = getenv("KGYM_ROOT");
+    if (env && *env) {
+        snprintf(buf, n, "%s", env);
+        return buf;
+    }
+    if (kg_cli_exe_path(buf, n)) {
+        snprintf(buf, n, ".");
+        return buf;
+    }
+    for (int up = 0; up < 2; up++) { /* <root>/build/kgym */
+        char *s = strrchr(buf, '/');
+        if (s)
+            *s = 0;
+    }
+    return buf;
+}

@@ -1,5 +1,6 @@
 /* cli_util.h - helpers shared by the kgym subcommands: files, request
- * fields given as flags, and the server connection of client commands. */
+ * fields given as flags, the server connection of client commands, and
+ * where kgym itself is. */
 #ifndef KGYM_CLI_UTIL_H
 #define KGYM_CLI_UTIL_H
 
@@ -45,5 +46,16 @@ int kg_cli_request_flag(json_t *fields, const char *flag, const char *v,
  */
 int kg_cli_connect(kg_client **out, const char *server, const char *token_file,
                    kg_err *err);
+
+/* The path of this kgym executable (/proc/self/exe) in buf: 0, or -1 with
+ * errno set. */
+int kg_cli_exe_path(char *buf, size_t n);
+
+/*
+ * The kgym tree (holding harness/ and tests/): $KGYM_ROOT, else two levels
+ * above this executable (<root>/build/kgym), else ".". Written into buf
+ * (n bytes), which is returned.
+ */
+const char *kg_cli_root(char *buf, size_t n);
 
 #endif
