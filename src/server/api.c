@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "common/json_util.h"
+#include "common/log.h"
 #include "common/request.h"
 #include "common/result.h"
 #include "server/api.h"
@@ -1085,10 +1086,8 @@ static int release_unknown(kg_api *api, const char *wid, int held)
             continue;
         if (kg_store_worker_register(api->store, wid, w[i].device, w[i].host,
                                      &err) == 0) {
-            fprintf(stderr,
-                    "kgym serve: worker %s holds %d task(s) in the store but "
-                    "reports %d: a lease reply was lost; its tasks are "
-                    "pending again\n",
+            kg_warn("worker %s holds %d task(s) in the store but reports %d: "
+                    "a lease reply was lost; its tasks are pending again",
                     wid, w[i].running, held);
             kg_http_wake(api->http, -1);
             done = 1;

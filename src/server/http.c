@@ -16,7 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/json_util.h"
+#include "common/log.h"
 #include "server/api.h"
 #include "server/auth.h"
 #include "server/http.h"
@@ -116,9 +118,7 @@ struct kg_http {
 
 double kg_http_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return kg_now_ms() / 1e3;
 }
 
 void kg_http_error(kg_http_reply *rep, int status, const char *code,
@@ -382,11 +382,6 @@ void kg_http_wake(kg_http *h, int n)
  * new ones at once; libmicrohttpd's own per-address limit refuses those
  * beyond --max-connections-per-client.
  */
-static long long now_ms(void)
-{
-    return (long long)(kg_http_now() * 1000.0);
-}
-
 static struct sconn *sconn_of(struct MHD_Connection *mc)
 {
     const union MHD_ConnectionInfo *ci =
@@ -399,7 +394,8 @@ static void request_deadline(kg_http *h, struct MHD_Connection *mc, int on)
 {
     struct sconn *sc = sconn_of(mc);
     if (sc)
-        __atomic_store_n(&sc->deadline_ms, on ? now_ms() + h->request_ms : 0,
+        __atomic_store_n(&sc->deadline_ms,
+                         on ? (long long)kg_now_ms() + h->request_ms : 0,
                          __ATOMIC_RELAXED);
 }
 
@@ -416,7 +412,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc,
         if (!sc)
             return;
         sc->fd = ci ? ci->connect_fd : -1;
-        sc->deadline_ms = now_ms() + h->request_ms;
+        sc->deadline_ms = (long long)kg_now_ms() + h->request_ms;
         pthread_mutex_lock(&h->clock);
         sc->next = h->sconns;
         if (h->sconns)
@@ -468,7 +464,7 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr,
 /* Shuts down the sockets whose request is past its deadline. */
 static void sweep_deadlines(kg_http *h)
 {
-    long long now = now_ms();
+    long long now = (long long)kg_now_ms();
     pthread_mutex_lock(&h->clock);
     for (struct sconn *sc = h->sconns; sc; sc = sc->next) {
         long long d = __atomic_load_n(&sc->deadline_ms, __ATOMIC_RELAXED);
@@ -1327,9 +1323,8 @@ static int fit_conn_cap(int want)
         int cap = rl.rlim_cur > FD_RESERVE + 16
                       ? (int)(rl.rlim_cur - FD_RESERVE)
                       : 16;
-        fprintf(stderr,
-                "kgym serve: warning: %d connections asked for, but the "
-                "descriptor limit (ulimit -n) is %llu: at most %d\n",
+        kg_warn("warning: %d connections asked for, but the descriptor "
+                "limit (ulimit -n) is %llu: at most %d",
                 want, (unsigned long long)rl.rlim_cur, cap);
         return cap;
     }

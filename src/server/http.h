@@ -66,7 +66,7 @@ void kg_http_error(kg_http_reply *rep, int status, const char *code,
 #endif
     ;
 
-/* Monotonic seconds. */
+/* Monotonic seconds (kg_now_ms / 1000). */
 double kg_http_now(void);
 
 /*

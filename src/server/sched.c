@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/log.h"
 #include "server/sched.h"
 
 struct kg_sched {
@@ -77,14 +78,12 @@ static void *sweep_main(void *arg)
         kg_requeue_counts c;
         int rc = kg_sched_sweep(sc, &c, &err);
         if (rc < 0 && !failing)
-            fprintf(stderr, "kgym sched: sweep failed (%s): %s\n",
-                    kg_strerror(rc), err.msg);
+            kg_error("sched: sweep failed (%s): %s", kg_strerror(rc), err.msg);
         else if (rc == 0 && failing)
-            fprintf(stderr, "kgym sched: sweeps work again\n");
+            kg_info("sched: sweeps work again");
         else if (rc == 0 && (c.requeued || c.failed))
-            fprintf(stderr,
-                    "kgym sched: %d lease(s) requeued, %d task(s) failed, "
-                    "%d dead worker(s)\n",
+            kg_info("sched: %d lease(s) requeued, %d task(s) failed, %d dead "
+                    "worker(s)",
                     c.requeued, c.failed, c.dead_workers);
         failing = rc < 0;
         pthread_mutex_lock(&sc->mu);

@@ -7,7 +7,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/log.h"
 #include "server/supervise.h"
 
 #define TICK_MS 100
@@ -187,30 +188,6 @@ struct kg_super {
     long long restarts;
 };
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-/* One line on f: "<time> kgym serve: <message>". */
-static void logf_(FILE *f, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void logf_(FILE *f, const char *fmt, ...)
-{
-    char ts[32], msg[1024];
-    time_t t = time(NULL);
-    struct tm tm;
-    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", localtime_r(&t, &tm));
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(f, "%s kgym serve: %s\n", ts, msg);
-    fflush(f);
-}
-
 static void describe_exit(char *out, size_t n, int st)
 {
     if (WIFSIGNALED(st))
@@ -333,7 +310,7 @@ static int spawn(kg_super *s, struct slot *sl, kg_err *err)
     if (pid < 0)
         return kg_errf(err, KG_EIO, "fork: %s", strerror(fork_errno));
     sl->pid = pid;
-    sl->started_ms = now_ms();
+    sl->started_ms = kg_now_ms();
     sl->starts++;
     memcpy(sl->id, id, sizeof id);
     return 0;
@@ -354,7 +331,7 @@ static void notify_exit(kg_super *s, const char *id)
 /* A worker died while the server runs: decide when (whether) to restart. */
 static void on_death(kg_super *s, struct slot *sl, int st)
 {
-    double ran = now_ms() - sl->started_ms;
+    double ran = kg_now_ms() - sl->started_ms;
     char how[96];
     describe_exit(how, sizeof how, st);
     sl->pid = 0;
@@ -365,29 +342,28 @@ static void on_death(kg_super *s, struct slot *sl, int st)
         sl->fast = 0;
     if (code == 2 || code == 127) {
         sl->given_up = 1;
-        logf_(stderr,
-              "worker %s (id %s) %s after %.1f s: it would fail the same way "
-              "again (%s); not restarting it",
-              sl->device, sl->id, how, ran / 1e3,
-              code == 2 ? "bad usage" : "could not run kgym worker");
+        kg_error(
+            "worker %s (id %s) %s after %.1f s: it would fail the same way "
+            "again (%s); not restarting it",
+            sl->device, sl->id, how, ran / 1e3,
+            code == 2 ? "bad usage" : "could not run kgym worker");
     } else if (sl->fast >= s->cfg.max_fast) {
         sl->given_up = 1;
-        logf_(stderr,
-              "worker %s (id %s) %s after %.1f s: %d crashes in a row within "
-              "%.0f s of starting; giving up on it (the server goes on "
-              "without it; its log lines above say why)",
-              sl->device, sl->id, how, ran / 1e3, sl->fast,
-              s->cfg.stable_ms / 1e3);
+        kg_error(
+            "worker %s (id %s) %s after %.1f s: %d crashes in a row within "
+            "%.0f s of starting; giving up on it (the server goes on "
+            "without it; its log lines above say why)",
+            sl->device, sl->id, how, ran / 1e3, sl->fast,
+            s->cfg.stable_ms / 1e3);
     } else {
         double delay = s->cfg.backoff_min_ms;
         for (int i = 1; i < sl->fast && delay < s->cfg.backoff_max_ms; i++)
             delay *= 2;
         if (delay > s->cfg.backoff_max_ms)
             delay = s->cfg.backoff_max_ms;
-        sl->next_ms = now_ms() + delay;
-        logf_(stderr,
-              "worker %s (id %s) %s after %.1f s; restarting it in %.1f s",
-              sl->device, sl->id, how, ran / 1e3, delay / 1e3);
+        sl->next_ms = kg_now_ms() + delay;
+        kg_warn("worker %s (id %s) %s after %.1f s; restarting it in %.1f s",
+                sl->device, sl->id, how, ran / 1e3, delay / 1e3);
     }
     notify_exit(s, sl->id);
 }
@@ -403,13 +379,13 @@ static void stop_all(kg_super *s)
             live++;
         }
     if (live)
-        logf_(stderr, "stopping %d local worker(s) (SIGTERM; SIGKILL after "
-                      "%.1f s)",
-              live, s->cfg.grace_ms / 1e3);
-    double deadline = now_ms() + s->cfg.grace_ms;
+        kg_info("stopping %d local worker(s) (SIGTERM; SIGKILL after "
+                "%.1f s)",
+                live, s->cfg.grace_ms / 1e3);
+    double deadline = kg_now_ms() + s->cfg.grace_ms;
     int killed = 0;
     for (;;) {
-        if (!killed && now_ms() >= deadline) {
+        if (!killed && kg_now_ms() >= deadline) {
             killed = 1;
             for (int i = 0; i < s->cfg.n; i++)
                 if (s->slots[i].pid > 0) {
@@ -428,8 +404,8 @@ static void stop_all(kg_super *s)
                 char how[96] = "is gone";
                 if (r == sl->pid)
                     describe_exit(how, sizeof how, st);
-                logf_(stderr, "worker %s (id %s) %s%s", sl->device, sl->id,
-                      how, killed ? " (after the grace period)" : "");
+                kg_info("worker %s (id %s) %s%s", sl->device, sl->id, how,
+                        killed ? " (after the grace period)" : "");
                 sl->pid = 0;
                 notify_exit(s, sl->id);
             } else {
@@ -438,9 +414,8 @@ static void stop_all(kg_super *s)
         }
         if (!live)
             return;
-        if (killed && now_ms() >= deadline + 5000) {
-            logf_(stderr, "%d local worker(s) did not exit after SIGKILL",
-                  live);
+        if (killed && kg_now_ms() >= deadline + 5000) {
+            kg_error("%d local worker(s) did not exit after SIGKILL", live);
             return;
         }
         pthread_mutex_unlock(&s->lock);
@@ -460,8 +435,8 @@ static void *watch(void *arg)
         struct slot *sl = &s->slots[i];
         kg_err err;
         if (spawn(s, sl, &err)) {
-            logf_(stderr, "worker %s: %s; retrying", sl->device, err.msg);
-            sl->next_ms = now_ms() + s->cfg.backoff_min_ms;
+            kg_warn("worker %s: %s; retrying", sl->device, err.msg);
+            sl->next_ms = kg_now_ms() + s->cfg.backoff_min_ms;
             continue;
         }
         printf("kgym serve: worker %d/%d on %s started (pid %d, id %s)\n",
@@ -475,19 +450,18 @@ static void *watch(void *arg)
             if (sl->pid > 0) {
                 if (waitpid(sl->pid, &st, WNOHANG) == sl->pid)
                     on_death(s, sl, st);
-            } else if (!sl->given_up && now_ms() >= sl->next_ms) {
+            } else if (!sl->given_up && kg_now_ms() >= sl->next_ms) {
                 kg_err err;
                 if (spawn(s, sl, &err)) {
-                    logf_(stderr, "worker %s: %s; retrying", sl->device,
-                          err.msg);
-                    sl->next_ms = now_ms() + s->cfg.backoff_max_ms;
+                    kg_warn("worker %s: %s; retrying", sl->device, err.msg);
+                    sl->next_ms = kg_now_ms() + s->cfg.backoff_max_ms;
                     continue;
                 }
                 if (sl->starts > 1)
                     s->restarts++;
-                logf_(stderr, "worker %s %s (pid %d, id %s)", sl->device,
-                      sl->starts > 1 ? "restarted" : "started", (int)sl->pid,
-                      sl->id);
+                kg_info("worker %s %s (pid %d, id %s)", sl->device,
+                        sl->starts > 1 ? "restarted" : "started", (int)sl->pid,
+                        sl->id);
             }
         }
         if (s->stopping)
