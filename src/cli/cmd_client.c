@@ -13,7 +13,9 @@
 
 #include "cli/cli.h"
 #include "cli/cli_util.h"
+#include "common/clock.h"
 #include "common/http_client.h"
+#include "common/log.h"
 #include "common/request.h"
 
 #define REQ_TIMEOUT_MS 30000L
@@ -30,13 +32,6 @@ static const char COMMON_HELP[] =
     "  --server URL        default $KGYM_SERVER, else " KG_CLI_DEFAULT_SERVER
     "\n"
     "  --token-file F      client token (default $KGYM_TOKEN_FILE)\n";
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void sleep_s(double s)
 {
@@ -94,13 +89,13 @@ static void print_result(const json_t *r, int as_json)
 
 /* Reports a reply that is not what the command wanted; returns the exit
  * code (2 for a 4xx, else 1). */
-static int refused(const char *cmd, const kg_client_resp *r)
+static int refused(const kg_client_resp *r)
 {
     char e[400];
-    fprintf(stderr, "kgym %s: %s\n", cmd, kg_client_error_text(r, e, sizeof e));
+    kg_error("%s", kg_client_error_text(r, e, sizeof e));
     json_t *f = json_object_get(json_object_get(r->json, "error"), "field");
     if (json_is_string(f))
-        fprintf(stderr, "kgym %s: field: %s\n", cmd, json_string_value(f));
+        kg_error("field: %s", json_string_value(f));
     return r->status >= 400 && r->status < 500 ? 2 : 1;
 }
 
@@ -108,12 +103,12 @@ static int refused(const char *cmd, const kg_client_resp *r)
  * Polls GET /results/ID until it is 200 (prints it, 0), refused (2), or
  * timeout_s passes (1). Network errors are retried until the timeout.
  */
-static int wait_result(kg_client *c, const char *cmd, const char *id,
-                       double timeout_s, int as_json)
+static int wait_result(kg_client *c, const char *id, double timeout_s,
+                       int as_json)
 {
     char path[160];
     snprintf(path, sizeof path, "/results/%s", id);
-    double t0 = now_s(), pause = 0.1;
+    double t0 = kg_now_ms() / 1e3, pause = 0.1;
     for (;;) {
         kg_client_resp r;
         kg_err err = {{0}};
@@ -125,16 +120,15 @@ static int wait_result(kg_client *c, const char *cmd, const char *id,
             return 0;
         }
         if (rc == 0 && r.status != 202 && r.status < 500) {
-            int code = refused(cmd, &r);
+            int code = refused(&r);
             kg_client_resp_free(&r);
             return code;
         }
         if (rc)
-            fprintf(stderr, "kgym %s: %s (retrying)\n", cmd, err.msg);
+            kg_warn("%s (retrying)", err.msg);
         kg_client_resp_free(&r);
-        if (timeout_s > 0 && now_s() - t0 + pause > timeout_s) {
-            fprintf(stderr, "kgym %s: %s not finished after %.0f s\n", cmd, id,
-                    timeout_s);
+        if (timeout_s > 0 && kg_now_ms() / 1e3 - t0 + pause > timeout_s) {
+            kg_error("%s not finished after %.0f s", id, timeout_s);
             return 1;
         }
         sleep_s(pause);
@@ -162,13 +156,13 @@ static int parse_common(const char *cmd, int argc, char **argv, struct copts *o,
             char *end;
             o->timeout_s = strtod(argv[++i], &end);
             if (*end || o->timeout_s < 0) {
-                fprintf(stderr, "kgym %s: --timeout: expected seconds\n", cmd);
+                kg_error("--timeout: expected seconds");
                 return -1;
             }
         } else if (a[0] != '-' && !o->id) {
             o->id = a;
         } else {
-            fprintf(stderr, "kgym %s: %s: unexpected argument\n", cmd, a);
+            kg_error("%s: unexpected argument", a);
             return -1;
         }
     }
@@ -178,21 +172,28 @@ static int parse_common(const char *cmd, int argc, char **argv, struct copts *o,
         return -1;
     }
     if (!kg_task_id_valid(o->id)) {
-        fprintf(stderr, "kgym %s: %s: not a task id\n", cmd, o->id);
+        kg_error("%s: not a task id", o->id);
         return -1;
     }
     return 0;
 }
 
-static int connect_or_fail(const char *cmd, const struct copts *o,
-                           kg_client **c)
+static int connect_or_fail(const struct copts *o, kg_client **c)
 {
     kg_err err = {{0}};
     if (kg_cli_connect(c, o->server, o->token_file, &err)) {
-        fprintf(stderr, "kgym %s: %s\n", cmd, err.msg);
+        kg_error("%s", err.msg);
         return -1;
     }
     return 0;
+}
+
+/* The log's name for a client command: "kgym status"... */
+static void log_init(const char *cmd)
+{
+    char program[32];
+    snprintf(program, sizeof program, "kgym %s", cmd);
+    kg_log_init(program, NULL, 0);
 }
 
 /* One GET or DELETE whose 200 reply is printed. */
@@ -201,7 +202,8 @@ static int simple_call(const char *cmd, int argc, char **argv,
 {
     struct copts o = {0};
     kg_client *c;
-    if (parse_common(cmd, argc, argv, &o, 0) || connect_or_fail(cmd, &o, &c))
+    log_init(cmd);
+    if (parse_common(cmd, argc, argv, &o, 0) || connect_or_fail(&o, &c))
         return 2;
     char path[160];
     snprintf(path, sizeof path, "%s%s", prefix, o.id);
@@ -209,7 +211,7 @@ static int simple_call(const char *cmd, int argc, char **argv,
     kg_err err = {{0}};
     int code;
     if (kg_client_request(c, method, path, NULL, REQ_TIMEOUT_MS, &r, &err)) {
-        fprintf(stderr, "kgym %s: %s\n", cmd, err.msg);
+        kg_error("%s", err.msg);
         code = 1;
     } else if (r.status == 200 && r.json) {
         if (!strcmp(cmd, "result"))
@@ -225,11 +227,11 @@ static int simple_call(const char *cmd, int argc, char **argv,
         }
         code = 0;
     } else if (r.status == 202) {
-        fprintf(stderr, "kgym %s: %s is %s (not finished)\n", cmd, o.id,
-                json_string_value(json_object_get(r.json, "status")));
+        kg_error("%s is %s (not finished)", o.id,
+                 json_string_value(json_object_get(r.json, "status")));
         code = 1;
     } else {
-        code = refused(cmd, &r);
+        code = refused(&r);
     }
     kg_client_resp_free(&r);
     kg_client_free(c);
@@ -255,10 +257,10 @@ int kg_cli_wait(int argc, char **argv)
 {
     struct copts o = {0};
     kg_client *c;
-    if (parse_common("wait", argc, argv, &o, 1) ||
-        connect_or_fail("wait", &o, &c))
+    log_init("wait");
+    if (parse_common("wait", argc, argv, &o, 1) || connect_or_fail(&o, &c))
         return 2;
-    int code = wait_result(c, "wait", o.id, o.timeout_s, o.json);
+    int code = wait_result(c, o.id, o.timeout_s, o.json);
     kg_client_free(c);
     return code;
 }
@@ -424,7 +426,7 @@ static void print_table(const char *ref, struct cand *cs, int n)
  */
 static int wait_all(kg_client *c, struct cand *cs, int n, double timeout_s)
 {
-    double t0 = now_s(), pause = 0.1;
+    double t0 = kg_now_ms() / 1e3, pause = 0.1;
     for (;;) {
         int left = 0;
         for (int i = 0; i < n; i++) {
@@ -444,15 +446,14 @@ static int wait_all(kg_client *c, struct cand *cs, int n, double timeout_s)
             } else {
                 left++;
                 if (rc)
-                    fprintf(stderr, "kgym submit: %s (retrying)\n", err.msg);
+                    kg_warn("%s (retrying)", err.msg);
             }
             kg_client_resp_free(&r);
         }
         if (!left)
             return 0;
-        if (timeout_s > 0 && now_s() - t0 + pause > timeout_s) {
-            fprintf(stderr, "kgym submit: %d task(s) not finished after %.0f s\n",
-                    left, timeout_s);
+        if (timeout_s > 0 && kg_now_ms() / 1e3 - t0 + pause > timeout_s) {
+            kg_error("%d task(s) not finished after %.0f s", left, timeout_s);
             return 1;
         }
         sleep_s(pause);
@@ -474,7 +475,7 @@ static int submit_one(kg_client *c, const json_t *fields, struct cand *cd,
     *reply = NULL;
     if (kg_client_request(c, "POST", "/evaluate", fields, REQ_TIMEOUT_MS, &r,
                           &err)) {
-        fprintf(stderr, "kgym submit: %s\n", err.msg);
+        kg_error("%s", err.msg);
         return 1;
     }
     int code = 0;
@@ -482,7 +483,7 @@ static int submit_one(kg_client *c, const json_t *fields, struct cand *cd,
     json_t *res = json_object_get(r.json, "result");
     if ((r.status != 200 && r.status != 202) || !id) {
         char e[400];
-        code = refused("submit", &r);
+        code = refused(&r);
         cd->error = strdup(kg_client_error_text(&r, e, sizeof e));
     } else {
         snprintf(cd->id, sizeof cd->id, "%s", id);
@@ -507,6 +508,7 @@ int kg_cli_submit(int argc, char **argv)
     kg_err err = {{0}};
     kg_client *c = NULL;
     memset(cs, 0, sizeof cs);
+    log_init("submit");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -521,9 +523,9 @@ int kg_cli_submit(int argc, char **argv)
         } else if (!strcmp(a, "--table")) {
             table = 1;
         } else if (strncmp(a, "--", 2) || !v) {
-            fprintf(stderr, "kgym submit: %s: %s\n", a,
-                    strncmp(a, "--", 2) ? "unexpected argument"
-                                        : "needs a value");
+            kg_error("%s: %s", a,
+                     strncmp(a, "--", 2) ? "unexpected argument"
+                                         : "needs a value");
             goto out;
         } else {
             i++;
@@ -531,7 +533,7 @@ int kg_cli_submit(int argc, char **argv)
                 ref = v;
             else if (!strcmp(a, "--cand")) {
                 if (add_cands(cs, &n, v, &err)) {
-                    fprintf(stderr, "kgym submit: %s\n", err.msg);
+                    kg_error("%s", err.msg);
                     goto out;
                 }
             } else if (!strcmp(a, "--server"))
@@ -541,7 +543,7 @@ int kg_cli_submit(int argc, char **argv)
             else if (!strcmp(a, "--wait-timeout"))
                 o.timeout_s = atof(v);
             else if (kg_cli_request_flag(fields, a, v, &err)) {
-                fprintf(stderr, "kgym submit: %s\n", err.msg);
+                kg_error("%s", err.msg);
                 goto out;
             }
         }
@@ -552,20 +554,19 @@ int kg_cli_submit(int argc, char **argv)
     }
     int several = n > 1 || table;
     if (several && json_object_get(fields, "task_id")) {
-        fprintf(stderr, "kgym submit: --task-id names one task; give one "
-                        "--cand with it\n");
+        kg_error("--task-id names one task; give one --cand with it");
         goto out;
     }
     size_t len;
     char *ref_text = kg_cli_read_code(ref, "reference_code", &len, &err);
     if (!ref_text) {
-        fprintf(stderr, "kgym submit: --ref %s\n", err.msg);
+        kg_error("--ref %s", err.msg);
         goto out;
     }
     json_object_set_new(fields, "reference_code", json_stringn(ref_text, len));
     free(ref_text);
     if (!json_object_get(fields, "reference_code")) {
-        fprintf(stderr, "kgym submit: out of memory\n");
+        kg_error("out of memory");
         goto out;
     }
     /* read and check every candidate before anything is sent: the server
@@ -581,11 +582,11 @@ int kg_cli_submit(int argc, char **argv)
         int vcode;
         json_t *norm = NULL;
         if (!text)
-            fprintf(stderr, "kgym submit: --cand %s\n", err.msg);
+            kg_error("--cand %s", err.msg);
         else if (!json_object_get(req, "kernel_code"))
-            fprintf(stderr, "kgym submit: out of memory\n");
+            kg_error("out of memory");
         else if (!(norm = kg_request_normalize(req, &vcode, NULL, &err)))
-            fprintf(stderr, "kgym submit: %s\n", err.msg);
+            kg_error("%s", err.msg);
         json_decref(norm);
         if (!norm) {
             json_decref(req);
@@ -595,7 +596,7 @@ int kg_cli_submit(int argc, char **argv)
         }
         reqs[nreq++] = req;
     }
-    if (connect_or_fail("submit", &o, &c)) {
+    if (connect_or_fail(&o, &c)) {
         for (int j = 0; j < nreq; j++)
             json_decref(reqs[j]);
         goto out;
@@ -630,8 +631,8 @@ int kg_cli_submit(int argc, char **argv)
         goto out;
     if (!several) {
         if (cs[0].id[0] && !cs[0].result) {
-            fprintf(stderr, "kgym submit: %s queued; waiting\n", cs[0].id);
-            code = wait_result(c, "submit", cs[0].id, o.timeout_s, o.json);
+            kg_info("%s queued; waiting", cs[0].id);
+            code = wait_result(c, cs[0].id, o.timeout_s, o.json);
         }
         goto out;
     }

@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_util.h"
+#include "common/log.h"
 #include "common/request.h"
 #include "worker/engine.h"
 
@@ -124,23 +125,6 @@ static int add_cands(struct evalrun *run, const char *path, kg_err *err)
     return 0;
 }
 
-static const char *root_dir(char *buf, size_t n)
-{
-    const char *env = getenv("KGYM_ROOT");
-    if (env && *env)
-        return env;
-    ssize_t k = readlink("/proc/self/exe", buf, n - 1);
-    if (k <= 0)
-        return ".";
-    buf[k] = 0;
-    for (int up = 0; up < 2; up++) { /* <root>/build/kgym */
-        char *s = strrchr(buf, '/');
-        if (s)
-            *s = 0;
-    }
-    return buf;
-}
-
 static double num(json_t *r, const char *k)
 {
     json_t *v = json_object_get(r, k);
@@ -223,7 +207,7 @@ static void print_table(struct evalrun *run)
     }
 }
 
-/* The text of a --ref/--cand file as a JSON string; NULL (said on stderr)
+/* The text of a --ref/--cand file as a JSON string; NULL (logged)
  * when it is refused (kg_cli_read_code: not a regular file, too large,
  * empty, a NUL byte, not UTF-8) or cannot be read. */
 static json_t *code_string(const char *flag, const char *path)
@@ -234,13 +218,13 @@ static json_t *code_string(const char *flag, const char *path)
         path, strcmp(flag, "--ref") ? "kernel_code" : "reference_code", &len,
         &err);
     if (!text) {
-        fprintf(stderr, "kgym eval: %s %s\n", flag, err.msg);
+        kg_error("%s %s", flag, err.msg);
         return NULL;
     }
     json_t *s = json_stringn(text, len);
     free(text);
     if (!s)
-        fprintf(stderr, "kgym eval: %s %s: out of memory\n", flag, path);
+        kg_error("%s %s: out of memory", flag, path);
     return s;
 }
 
@@ -278,14 +262,13 @@ static void on_stop_signal(int sig)
 }
 
 /* The value of a 0..32 count option (--prewarm, --stage), or -1 after
- * saying why on stderr. */
+ * logging why. */
 static int count_0_32(const char *opt, const char *v)
 {
     char *end;
     long n = strtol(v, &end, 10);
     if (!*v || *end || n < 0 || n > 32) {
-        fprintf(stderr, "kgym eval: %s: a number from 0 to 32, not '%s'\n", opt,
-                v);
+        kg_error("%s: a number from 0 to 32, not '%s'", opt, v);
         return -1;
     }
     return (int)n;
@@ -301,6 +284,7 @@ int kg_cli_eval(int argc, char **argv)
     json_t *fields = json_object();
     int rc = 2;
     memset(&run, 0, sizeof run);
+    kg_log_init("kgym eval", NULL, 0);
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -319,10 +303,11 @@ int kg_cli_eval(int argc, char **argv)
             cfg.no_cgroups = 1;
         } else if (!strcmp(a, "--verbose")) {
             cfg.verbose = 1;
+            kg_log_level(KG_LOG_DEBUG);
         } else if (strncmp(a, "--", 2) || !v) {
-            fprintf(stderr, "kgym eval: %s: %s\n", a,
-                    strncmp(a, "--", 2) ? "unexpected argument"
-                                        : "needs a value");
+            kg_error("%s: %s", a,
+                     strncmp(a, "--", 2) ? "unexpected argument"
+                                         : "needs a value");
             goto out;
         } else {
             i++;
@@ -333,7 +318,7 @@ int kg_cli_eval(int argc, char **argv)
             }
             else if (!strcmp(a, "--cand")) {
                 if (add_cands(&run, v, &err)) {
-                    fprintf(stderr, "kgym eval: %s\n", err.msg);
+                    kg_error("%s", err.msg);
                     goto out;
                 }
             } else if (!strcmp(a, "--device"))
@@ -350,19 +335,9 @@ int kg_cli_eval(int argc, char **argv)
                     cfg.prewarm = n ? n : -1;
             } else if (!strcmp(a, "--python"))
                 cfg.python = v;
-            else {
-                char key[64];
-                snprintf(key, sizeof key, "%s", a + 2);
-                for (char *p = key; *p; p++)
-                    if (*p == '-')
-                        *p = '_';
-                if (!strcmp(key, "reference_code") ||
-                    !strcmp(key, "kernel_code")) {
-                    fprintf(stderr,
-                            "kgym eval: use --ref and --cand for code\n");
-                    goto out;
-                }
-                json_object_set_new(fields, key, kg_cli_flag_value(v));
+            else if (kg_cli_request_flag(fields, a, v, &err)) {
+                kg_error("%s", err.msg);
+                goto out;
             }
         }
     }
@@ -393,7 +368,7 @@ int kg_cli_eval(int argc, char **argv)
         tasks[ntasks] = kg_request_normalize(req, &code_rc, NULL, &err);
         json_decref(req);
         if (!tasks[ntasks]) {
-            fprintf(stderr, "kgym eval: %s: %s\n", run.names[ntasks], err.msg);
+            kg_error("%s: %s", run.names[ntasks], err.msg);
             break;
         }
     }
@@ -405,10 +380,10 @@ int kg_cli_eval(int argc, char **argv)
     }
     if (!cfg.device)
         cfg.device = access("/dev/nvidia0", F_OK) == 0 ? "cuda:0" : "cpu";
-    cfg.root = root_dir(rootbuf, sizeof rootbuf);
+    cfg.root = kg_cli_root(rootbuf, sizeof rootbuf);
     kg_engine *e = NULL;
     if (kg_engine_new(&e, &cfg, &err)) {
-        fprintf(stderr, "kgym eval: %s\n", err.msg);
+        kg_error("%s", err.msg);
         for (int k = 0; k < run.n; k++)
             json_decref(tasks[k]);
         rc = 1;
@@ -426,14 +401,13 @@ int kg_cli_eval(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     for (;;) {
         if (stop_signal) {
-            fprintf(stderr, "kgym eval: %s: stopping the tasks in flight\n",
-                    strsignal(stop_signal));
+            kg_warn("%s: stopping the tasks in flight", strsignal(stop_signal));
             rc = 128 + stop_signal;
             break;
         }
         int busy = kg_engine_step(e, 1000, on_done, &run, &err);
         if (busy < 0) {
-            fprintf(stderr, "kgym eval: %s\n", err.msg);
+            kg_error("%s", err.msg);
             rc = 1;
             break;
         }

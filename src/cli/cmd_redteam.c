@@ -16,6 +16,8 @@
 #include "cli/cli.h"
 #include "cli/cli_util.h"
 #include "cli/redteam_case.h"
+#include "common/clock.h"
+#include "common/log.h"
 #include "common/request.h"
 #include "worker/engine.h"
 
@@ -52,13 +54,6 @@ struct redteam {
     int done;
     double started;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void usage(FILE *f)
 {
@@ -105,27 +100,6 @@ static void usage(FILE *f)
         "as dashes\n"
         "                   (e.g. --num-perf-trials 20); a header's fields= "
         "wins\n");
-}
-
-/* The kgym tree: $KGYM_ROOT, else two levels above this executable. */
-static void find_root(char *buf, size_t n)
-{
-    const char *env = getenv("KGYM_ROOT");
-    if (env && *env) {
-        snprintf(buf, n, "%s", env);
-        return;
-    }
-    ssize_t k = readlink("/proc/self/exe", buf, n - 1);
-    if (k <= 0) {
-        snprintf(buf, n, ".");
-        return;
-    }
-    buf[k] = 0;
-    for (int up = 0; up < 2; up++) { /* <root>/build/kgym */
-        char *s = strrchr(buf, '/');
-        if (s)
-            *s = 0;
-    }
 }
 
 /* Frees what c owns and zeroes it. */
@@ -357,7 +331,7 @@ static void on_done(void *ctx, void *user, json_t *result)
     struct runctx *x = ctx;
     struct cand *c = &x->rt->c[(int)(intptr_t)user];
     c->result = json_incref(result);
-    c->wall_s = now_s() - x->rt->started;
+    c->wall_s = kg_now_ms() / 1e3 - x->rt->started;
     c->status = kg_rt_case_judge(&c->h, result);
     x->rt->done++;
     if (!x->rt->json_out)
@@ -385,7 +359,7 @@ static json_t *row_json(const struct cand *c, json_error_t *je)
 }
 
 /* Prints the whole run as one JSON object; 0, or 1 when it could not be
- * built (the reason on stderr). */
+ * built (the reason logged). */
 static int print_json(const struct redteam *rt, const int counts[])
 {
     json_error_t je;
@@ -395,8 +369,8 @@ static int print_json(const struct redteam *rt, const int counts[])
             continue;
         json_t *row = row_json(&rt->c[i], &je);
         if (!row || json_array_append_new(rows, row)) {
-            fprintf(stderr, "kgym redteam: JSON row of %s: %s\n", rt->c[i].name,
-                    row ? "out of memory" : je.text);
+            kg_error("JSON row of %s: %s", rt->c[i].name,
+                     row ? "out of memory" : je.text);
             json_decref(rows);
             return 1;
         }
@@ -404,13 +378,13 @@ static int print_json(const struct redteam *rt, const int counts[])
     json_t *doc = json_pack_ex(
         &je, 0, "{s:s, s:s, s:b, s:f, s:{s:i, s:i, s:i, s:i, s:i}, s:o}",
         "kgym_version", KG_VERSION, "dir", rt->dir, "gpu", rt->gpu, "wall_s",
-        now_s() - rt->started, "counts", "ok", counts[KG_RT_OK], "miss",
-        counts[KG_RT_MISS], "false_alarm", counts[KG_RT_FALSE_ALARM], "error",
-        counts[KG_RT_ERROR], "skipped_need_gpu", rt->skipped_gpu, "rows", rows);
+        kg_now_ms() / 1e3 - rt->started, "counts", "ok", counts[KG_RT_OK],
+        "miss", counts[KG_RT_MISS], "false_alarm", counts[KG_RT_FALSE_ALARM],
+        "error", counts[KG_RT_ERROR], "skipped_need_gpu", rt->skipped_gpu,
+        "rows", rows);
     char *s = doc ? json_dumps(doc, JSON_INDENT(1)) : NULL;
     if (!s)
-        fprintf(stderr, "kgym redteam: JSON report: %s\n",
-                doc ? "could not serialise" : je.text);
+        kg_error("JSON report: %s", doc ? "could not serialise" : je.text);
     else
         printf("%s\n", s);
     int rc = s ? 0 : 1;
@@ -423,7 +397,7 @@ static void print_summary(const struct redteam *rt, const int counts[])
 {
     printf("\n%d candidates in %.1f s: %d OK, %d MISS, %d FALSE_ALARM, %d "
            "ERROR",
-           rt->done, now_s() - rt->started, counts[KG_RT_OK],
+           rt->done, kg_now_ms() / 1e3 - rt->started, counts[KG_RT_OK],
            counts[KG_RT_MISS], counts[KG_RT_FALSE_ALARM], counts[KG_RT_ERROR]);
     if (rt->skipped_gpu)
         printf(" (%d skipped: they need a GPU)", rt->skipped_gpu);
@@ -459,7 +433,7 @@ static int make_engine(kg_engine **e, const char *device,
 }
 
 /* Runs every selected candidate; fills results. 0, or 1 when an engine
- * failed (the message is on stderr). */
+ * failed (the message logged). */
 static int run_all(struct redteam *rt, const kg_engine_cfg *base)
 {
     kg_engine *eng[N_ENG] = {NULL, NULL};
@@ -472,18 +446,18 @@ static int run_all(struct redteam *rt, const kg_engine_cfg *base)
         busy[rt->c[i].engine]++;
     for (int k = 0; k < N_ENG; k++) {
         if (busy[k] && make_engine(&eng[k], dev[k], base, &err)) {
-            fprintf(stderr, "kgym redteam: %s engine: %s\n", dev[k], err.msg);
+            kg_error("%s engine: %s", dev[k], err.msg);
             for (int j = 0; j < k; j++)
                 kg_engine_free(eng[j]);
             return 1;
         }
     }
-    rt->started = now_s();
+    rt->started = kg_now_ms() / 1e3;
     for (int i = 0; i < rt->n; i++) {
         struct cand *c = &rt->c[i];
         if (kg_engine_submit(eng[c->engine], c->task, (void *)(intptr_t)i,
                              &err)) {
-            fprintf(stderr, "kgym redteam: %s: %s\n", c->name, err.msg);
+            kg_error("%s: %s", c->name, err.msg);
             busy[c->engine]--;
         }
         json_decref(c->task);
@@ -500,8 +474,7 @@ static int run_all(struct redteam *rt, const kg_engine_cfg *base)
             int left =
                 kg_engine_step(eng[k], both ? 100 : 1000, on_done, &x, &err);
             if (left < 0) {
-                fprintf(stderr, "kgym redteam: %s engine: %s\n", dev[k],
-                        err.msg);
+                kg_error("%s engine: %s", dev[k], err.msg);
                 rc = 1;
                 busy[k] = 0;
                 continue;
@@ -514,28 +487,26 @@ static int run_all(struct redteam *rt, const kg_engine_cfg *base)
     return rc;
 }
 
-/* Reads, filters and validates the corpus; 0 or 2 (message on stderr). */
+/* Reads, filters and validates the corpus; 0 or 2 (message logged). */
 static int prepare(struct redteam *rt)
 {
     kg_err err = {{0}};
     struct stat st;
     if (stat(rt->dir, &st) < 0) {
-        fprintf(stderr, "kgym redteam: --dir %s: %s\n", rt->dir,
-                strerror(errno));
+        kg_error("--dir %s: %s", rt->dir, strerror(errno));
         return 2;
     }
     if (!S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "kgym redteam: --dir %s: not a directory\n", rt->dir);
+        kg_error("--dir %s: not a directory", rt->dir);
         return 2;
     }
     if (walk(rt, rt->dir, "", &err)) {
-        fprintf(stderr, "kgym redteam: %s\n", err.msg);
+        kg_error("%s", err.msg);
         return 2;
     }
     if (rt->n == 0) {
-        fprintf(stderr, "kgym redteam: no candidates (*.py) under %s%s%s\n",
-                rt->dir, rt->filter ? " matching " : "",
-                rt->filter ? rt->filter : "");
+        kg_error("no candidates (*.py) under %s%s%s", rt->dir,
+                 rt->filter ? " matching " : "", rt->filter ? rt->filter : "");
         return 2;
     }
     qsort(rt->c, (size_t)rt->n, sizeof rt->c[0], cmp_cand);
@@ -543,7 +514,7 @@ static int prepare(struct redteam *rt)
     for (int i = 0; i < rt->n; i++) {
         struct cand *c = &rt->c[i];
         if (load_cand(rt, c, &err)) {
-            fprintf(stderr, "kgym redteam: %s: %s\n", c->path, err.msg);
+            kg_error("%s: %s", c->path, err.msg);
             return 2;
         }
         int selected = (rt->backends & backend_bit(c->h.backend)) != 0;
@@ -564,10 +535,9 @@ static int prepare(struct redteam *rt)
     }
     rt->n = keep;
     if (rt->n == 0) {
-        fprintf(stderr,
-                "kgym redteam: no candidate of the chosen backends can run "
-                "here (%d need a GPU)\n",
-                rt->skipped_gpu);
+        kg_error("no candidate of the chosen backends can run here (%d need "
+                 "a GPU)",
+                 rt->skipped_gpu);
         return 2;
     }
     return 0;
@@ -582,7 +552,7 @@ static void free_all(struct redteam *rt)
 }
 
 /* The --FIELD VALUE defaults must make a valid request on their own: 0,
- * or 2 with the message on stderr. */
+ * or 2 with the message logged. */
 static int check_defaults(json_t *defaults)
 {
     json_t *req = json_deep_copy(defaults);
@@ -593,7 +563,7 @@ static int check_defaults(json_t *defaults)
     json_t *task = kg_request_normalize(req, &code, NULL, &err);
     json_decref(req);
     if (!task) {
-        fprintf(stderr, "kgym redteam: %s\n", err.msg);
+        kg_error("%s", err.msg);
         return 2;
     }
     const char *key;
@@ -602,7 +572,7 @@ static int check_defaults(json_t *defaults)
     json_object_foreach(defaults, key, v)
     {
         if (!json_object_get(task, key)) {
-            fprintf(stderr, "kgym redteam: --%s: unknown request field\n", key);
+            kg_error("--%s: unknown request field", key);
             rc = 2;
             break;
         }
@@ -612,7 +582,7 @@ static int check_defaults(json_t *defaults)
 }
 
 /* Reads the command line into rt and cfg: 0, -1 after --help, or 2 (the
- * message on stderr). */
+ * message logged). */
 static int parse_args(struct redteam *rt, kg_engine_cfg *cfg, int argc,
                       char **argv)
 {
@@ -627,10 +597,11 @@ static int parse_args(struct redteam *rt, kg_engine_cfg *cfg, int argc,
             rt->json_out = 1;
         } else if (!strcmp(a, "--verbose")) {
             cfg->verbose = 1;
+            kg_log_level(KG_LOG_DEBUG);
         } else if (strncmp(a, "--", 2) || !a[2] || !v) {
-            fprintf(stderr, "kgym redteam: %s: %s (kgym redteam --help)\n", a,
-                    strncmp(a, "--", 2) || !a[2] ? "unexpected argument"
-                                                 : "needs a value");
+            kg_error("%s: %s (kgym redteam --help)", a,
+                     strncmp(a, "--", 2) || !a[2] ? "unexpected argument"
+                                                  : "needs a value");
             return 2;
         } else if (i++, !strcmp(a, "--backend")) {
             backend_arg = v;
@@ -646,8 +617,7 @@ static int parse_args(struct redteam *rt, kg_engine_cfg *cfg, int argc,
             char *end;
             long j = strtol(v, &end, 10);
             if (*end || j < 1 || j > 64) {
-                fprintf(stderr,
-                        "kgym redteam: --jobs %s: a number from 1 to 64\n", v);
+                kg_error("--jobs %s: a number from 1 to 64", v);
                 return 2;
             }
             cfg->concurrency = (int)j;
@@ -655,14 +625,13 @@ static int parse_args(struct redteam *rt, kg_engine_cfg *cfg, int argc,
             /* --FIELD VALUE: a request field for every candidate */
             kg_err ferr;
             if (!strcmp(a, "--reference-code") || !strcmp(a, "--kernel-code")) {
-                fprintf(stderr,
-                        "kgym redteam: %s: the code comes from the corpus "
-                        "(problem= and the candidate file)\n",
-                        a);
+                kg_error("%s: the code comes from the corpus (problem= and the "
+                         "candidate file)",
+                         a);
                 return 2;
             }
             if (kg_cli_request_flag(rt->defaults, a, v, &ferr)) {
-                fprintf(stderr, "kgym redteam: %s: %s\n", a, ferr.msg);
+                kg_error("%s: %s", a, ferr.msg);
                 return 2;
             }
         }
@@ -670,8 +639,7 @@ static int parse_args(struct redteam *rt, kg_engine_cfg *cfg, int argc,
     if (check_defaults(rt->defaults))
         return 2;
     if (strncmp(rt->gpu_device, "cuda:", 5) || !rt->gpu_device[5]) {
-        fprintf(stderr, "kgym redteam: --device %s: must be cuda:N\n",
-                rt->gpu_device);
+        kg_error("--device %s: must be cuda:N", rt->gpu_device);
         return 2;
     }
     if (!backend_arg) {
@@ -680,17 +648,15 @@ static int parse_args(struct redteam *rt, kg_engine_cfg *cfg, int argc,
     }
     rt->backends = parse_backends(backend_arg);
     if (rt->backends < 0) {
-        fprintf(stderr,
-                "kgym redteam: --backend %s: cpu, triton, cuda, all or a "
-                "comma list of them\n",
-                backend_arg);
+        kg_error("--backend %s: cpu, triton, cuda, all or a comma list of "
+                 "them",
+                 backend_arg);
         return 2;
     }
     if ((rt->backends & 4) && !rt->gpu) {
-        fprintf(stderr,
-                "kgym redteam: --backend %s: cuda candidates need a GPU and "
-                "none was found (/dev/nvidia0)\n",
-                backend_arg);
+        kg_error("--backend %s: cuda candidates need a GPU and none was "
+                 "found (/dev/nvidia0)",
+                 backend_arg);
         return 2;
     }
     return 0;
@@ -702,7 +668,8 @@ int kg_cli_redteam(int argc, char **argv)
     char dirbuf[PATH_MAX + 32];
     kg_engine_cfg cfg = {.concurrency = 1};
     memset(&rt, 0, sizeof rt);
-    find_root(rt.root, sizeof rt.root);
+    kg_log_init("kgym redteam", NULL, 0);
+    kg_cli_root(rt.root, sizeof rt.root);
     rt.gpu = access("/dev/nvidia0", F_OK) == 0;
     rt.gpu_device = "cuda:0";
     rt.defaults = json_object();

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/cli_util.h"
+#include "common/log.h"
 #include "server/api.h"
 #include "server/auth.h"
 #include "server/http.h"
@@ -81,8 +83,7 @@ static int parse_pos(const char *opt, const char *v, long max, long *out)
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || end == v || *end || x < 1 || x > max) {
-        fprintf(stderr, "kgym serve: %s: expected an integer in 1..%ld\n", opt,
-                max);
+        kg_error("%s: expected an integer in 1..%ld", opt, max);
         return -1;
     }
     *out = x;
@@ -110,9 +111,7 @@ static void check_mode(const char *path)
 {
     struct stat st;
     if (path && stat(path, &st) == 0 && (st.st_mode & 077))
-        fprintf(stderr,
-                "kgym serve: warning: %s is readable by group or others "
-                "(chmod 600 it)\n",
+        kg_warn("warning: %s is readable by group or others (chmod 600 it)",
                 path);
 }
 
@@ -145,15 +144,13 @@ static void on_worker_exit(void *ctx, const char *worker_id)
     kg_err err;
     int rc = kg_store_worker_unregister(lc->store, worker_id, &err);
     if (rc == 0) {
-        fprintf(stderr,
-                "kgym serve: worker %s had not unregistered: released it "
-                "(what it held is pending again)\n",
+        kg_warn("worker %s had not unregistered: released it (what it held "
+                "is pending again)",
                 worker_id);
         kg_http_wake(lc->http, -1);
     } else if (rc != KG_ENOTFOUND) {
-        fprintf(stderr,
-                "kgym serve: worker %s: could not release it (%s); the "
-                "sweep will, after the worker ttl\n",
+        kg_warn("worker %s: could not release it (%s); the sweep will, after "
+                "the worker ttl",
                 worker_id, err.msg);
     }
 }
@@ -170,16 +167,14 @@ static void release_stale(kg_store *store, const char *host_prefix)
     size_t n = 0;
     kg_err err;
     if (kg_store_worker_list(store, &w, &n, &err)) {
-        fprintf(stderr, "kgym serve: listing workers: %s\n", err.msg);
+        kg_error("listing workers: %s", err.msg);
         return;
     }
     size_t len = strlen(host_prefix);
     for (size_t i = 0; i < n; i++)
         if (!strncmp(w[i].id, host_prefix, len) &&
             kg_store_worker_unregister(store, w[i].id, &err) == 0)
-            fprintf(stderr,
-                    "kgym serve: released %s, a local worker of an earlier "
-                    "server\n",
+            kg_info("released %s, a local worker of an earlier server",
                     w[i].id);
     free(w);
 }
@@ -205,13 +200,10 @@ static int new_workers(struct local_ctx *lc, kg_super **super,
                        const char *token, const char *token_file, int grace_s)
 {
     char exe[PATH_MAX], host[64], prefix[128];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (k <= 0) {
-        fprintf(stderr, "kgym serve: cannot find the kgym binary: %s\n",
-                strerror(errno));
+    if (kg_cli_exe_path(exe, sizeof exe)) {
+        kg_error("cannot find the kgym binary: %s", strerror(errno));
         return -1;
     }
-    exe[k] = 0;
     host_name(host);
     snprintf(prefix, sizeof prefix, "%s-local-%ld-", host, (long)getpid());
     kg_super_cfg cfg = {.exe = exe,
@@ -226,7 +218,7 @@ static int new_workers(struct local_ctx *lc, kg_super **super,
                         .ctx = lc};
     kg_err err;
     if (kg_super_new(super, &cfg, &err)) {
-        fprintf(stderr, "kgym serve: local workers: %s\n", err.msg);
+        kg_error("local workers: %s", err.msg);
         return -1;
     }
     return 0;
@@ -250,7 +242,7 @@ static int run_workers(struct local_ctx *lc, kg_super *super)
     release_stale(lc->store, prefix);
     kg_err err;
     if (kg_super_run(super, url, &err)) {
-        fprintf(stderr, "kgym serve: local workers: %s\n", err.msg);
+        kg_error("local workers: %s", err.msg);
         return -1;
     }
     return 0;
@@ -265,6 +257,7 @@ int kg_cli_serve(int argc, char **argv)
     long max_conns = 0, per_client = 0, request_s = 0;
     const char *trust[16];
     int ntrust = 0;
+    kg_log_init("kgym serve", NULL, 1);
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -273,8 +266,7 @@ int kg_cli_serve(int argc, char **argv)
             return 0;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "kgym serve: unknown option or missing value: %s\n",
-                    a);
+            kg_error("unknown option or missing value: %s", a);
             usage(stderr);
             return 2;
         }
@@ -293,8 +285,8 @@ int kg_cli_serve(int argc, char **argv)
             workers = v;
         else if (!strcmp(a, "--trust-clients-from")) {
             if (ntrust == (int)(sizeof trust / sizeof trust[0])) {
-                fprintf(stderr, "kgym serve: --trust-clients-from given too "
-                                "often (list the ranges with commas)\n");
+                kg_error("--trust-clients-from given too often (list the "
+                         "ranges with commas)");
                 return 2;
             }
             trust[ntrust++] = v;
@@ -324,7 +316,7 @@ int kg_cli_serve(int argc, char **argv)
             if (parse_pos(a, v, 3600, &grace_s))
                 return 2;
         } else {
-            fprintf(stderr, "kgym serve: unknown option %s\n", a);
+            kg_error("unknown option %s", a);
             usage(stderr);
             return 2;
         }
@@ -334,12 +326,12 @@ int kg_cli_serve(int argc, char **argv)
     kg_err err;
     if (workers &&
         (ndev = kg_super_devices(workers, devices, KG_SUPER_MAX, &err)) < 0) {
-        fprintf(stderr, "kgym serve: %s\n", err.msg);
+        kg_error("%s", err.msg);
         return 2;
     }
     if (worker_token_file && !token_file) {
-        fprintf(stderr, "kgym serve: --worker-token-file needs --token-file "
-                        "(the clients' tokens)\n");
+        kg_error("--worker-token-file needs --token-file (the clients' "
+                 "tokens)");
         return 2;
     }
 
@@ -352,8 +344,7 @@ int kg_cli_serve(int argc, char **argv)
             data_dir = dflt_dir;
         }
         if (mkdirs(data_dir)) {
-            fprintf(stderr, "kgym serve: --data-dir %s: %s\n", data_dir,
-                    strerror(errno));
+            kg_error("--data-dir %s: %s", data_dir, strerror(errno));
             return 1;
         }
         snprintf(dflt_store, sizeof dflt_store, "sqlite:%s/kgym.db", data_dir);
@@ -362,20 +353,20 @@ int kg_cli_serve(int argc, char **argv)
 
     kg_auth *auth = NULL;
     if (kg_auth_open(token_file, worker_token_file, &auth, &err)) {
-        fprintf(stderr, "kgym serve: %s\n", err.msg);
+        kg_error("%s", err.msg);
         return 2;
     }
     for (int i = 0; i < ntrust; i++)
         if (kg_auth_trust(auth, trust[i], &err)) {
-            fprintf(stderr, "kgym serve: %s\n", err.msg);
+            kg_error("%s", err.msg);
             kg_auth_free(auth);
             return 2;
         }
     if (ntrust && !token_file) {
-        fprintf(stderr, "kgym serve: --trust-clients-from needs --token-file "
-                        "(workers, and clients outside the ranges, are "
-                        "authenticated by token; without a token file "
-                        "clients are open on loopback already)\n");
+        kg_error("--trust-clients-from needs --token-file (workers, and "
+                 "clients outside the ranges, are authenticated by token; "
+                 "without a token file clients are open on loopback "
+                 "already)");
         kg_auth_free(auth);
         return 2;
     }
@@ -387,18 +378,17 @@ int kg_cli_serve(int argc, char **argv)
     if (ndev > 0 && !worker_token_file) {
         if (new_token(local_token) ||
             kg_auth_add_worker_token(auth, local_token, &err)) {
-            fprintf(stderr, "kgym serve: worker token: %s\n",
-                    local_token[0] ? err.msg : "no randomness");
+            kg_error("worker token: %s",
+                     local_token[0] ? err.msg : "no randomness");
             kg_auth_free(auth);
             return 1;
         }
     }
     int auth_on = kg_auth_enabled(auth);
     if (!auth_on && !kg_http_is_loopback(listen)) {
-        fprintf(stderr,
-                "kgym serve: --listen %s: refusing a non-loopback address "
-                "with no token configured (give --token-file)\n",
-                listen);
+        kg_error("--listen %s: refusing a non-loopback address with no token "
+                 "configured (give --token-file)",
+                 listen);
         kg_auth_free(auth);
         return 2;
     }
@@ -432,17 +422,17 @@ int kg_cli_serve(int argc, char **argv)
         sp.max_attempts = (int)max_attempts;
 
     if (kg_store_open(&store, store_url, &so, &err)) {
-        fprintf(stderr, "kgym serve: --store %s: %s\n", store_url, err.msg);
+        kg_error("--store %s: %s", store_url, err.msg);
         goto out;
     }
     if (kg_sched_start(&sched, store, &sp, 1, &err)) {
-        fprintf(stderr, "kgym serve: scheduler: %s\n", err.msg);
+        kg_error("scheduler: %s", err.msg);
         goto out;
     }
     metrics = kg_metrics_new();
     api = metrics ? kg_api_new(store, sched, &so, metrics) : NULL;
     if (!api) {
-        fprintf(stderr, "kgym serve: out of memory\n");
+        kg_error("out of memory");
         goto out;
     }
     /* made before the server answers, so /health shows the local workers
@@ -460,7 +450,7 @@ int kg_cli_serve(int argc, char **argv)
                          .request_timeout_s = (int)request_s,
                          .allow_remote = auth_on};
     if (kg_http_start(&hc, api, auth, metrics, &http, &err)) {
-        fprintf(stderr, "kgym serve: %s\n", err.msg);
+        kg_error("%s", err.msg);
         goto out;
     }
     kg_api_set_http(api, http);
@@ -471,8 +461,8 @@ int kg_cli_serve(int argc, char **argv)
     int nc = 0, nw = 0;
     kg_auth_counts(auth, &nc, &nw);
     if (!auth_on)
-        fprintf(stderr, "kgym serve: warning: no token configured: loopback "
-                        "only, and anyone on this machine can submit%s\n",
+        kg_warn("warning: no token configured: loopback only, and anyone on "
+                "this machine can submit%s",
                 local_token[0] ? " (the local workers have a token of their "
                                  "own: no one else may act as a worker)"
                                : "");
@@ -481,10 +471,8 @@ int kg_cli_serve(int argc, char **argv)
     for (int i = 0; i < nranges; i++) {
         char r[64];
         kg_cidr_format(&ranges[i], r, sizeof r);
-        fprintf(stderr,
-                "kgym serve: WARNING: clients from %s are accepted without a "
-                "token (--trust-clients-from; worker endpoints still need "
-                "one)\n",
+        kg_warn("WARNING: clients from %s are accepted without a token "
+                "(--trust-clients-from; worker endpoints still need one)",
                 r);
     }
     printf("kgym serve: listening on http://%s\n", kg_http_address(http));
@@ -506,13 +494,12 @@ int kg_cli_serve(int argc, char **argv)
             break;
         if (sig == SIGHUP) {
             if (kg_auth_reload(auth, &err))
-                fprintf(stderr, "kgym serve: tokens not reloaded: %s\n",
-                        err.msg);
+                kg_error("tokens not reloaded: %s", err.msg);
             else
-                fprintf(stderr, "kgym serve: tokens reloaded\n");
+                kg_info("tokens reloaded");
             continue;
         }
-        fprintf(stderr, "kgym serve: %s, stopping\n", strsignal(sig));
+        kg_info("%s, stopping", strsignal(sig));
         break;
     }
     rc = 0;

@@ -5,17 +5,17 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/cli_util.h"
+#include "common/clock.h"
 #include "common/http_client.h"
+#include "common/log.h"
 #include "common/request.h"
 #include "common/result.h"
 #include "worker/engine.h"
@@ -66,30 +66,6 @@ static void on_signal(int sig)
         stop_flag++;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-/* One line per event on stderr: time, worker id, message. */
-static void logf_(const struct worker *w, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void logf_(const struct worker *w, const char *fmt, ...)
-{
-    char ts[32];
-    time_t t = time(NULL);
-    struct tm tm;
-    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", localtime_r(&t, &tm));
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "%s kgym worker %s: %s\n", ts, w->id, msg);
-}
-
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -130,24 +106,6 @@ static void usage(FILE *f)
             KG_CLI_DEFAULT_SERVER);
 }
 
-/* The kgym tree (holding harness/): $KGYM_ROOT, else <exe>/../.. */
-static const char *root_dir(char *buf, size_t n)
-{
-    const char *env = getenv("KGYM_ROOT");
-    if (env && *env)
-        return env;
-    ssize_t k = readlink("/proc/self/exe", buf, n - 1);
-    if (k <= 0)
-        return ".";
-    buf[k] = 0;
-    for (int up = 0; up < 2; up++) {
-        char *s = strrchr(buf, '/');
-        if (s)
-            *s = 0;
-    }
-    return buf;
-}
-
 /* Replaces characters a worker id may not hold with '-'. */
 static void sanitize_id(char *s)
 {
@@ -165,9 +123,9 @@ static void server_away(struct worker *w, const char *what, const kg_err *err)
         w->backoff_ms < BACKOFF_MIN_MS ? BACKOFF_MIN_MS : w->backoff_ms * 2;
     if (w->backoff_ms > BACKOFF_MAX_MS)
         w->backoff_ms = BACKOFF_MAX_MS;
-    w->next_try_ms = now_ms() + w->backoff_ms;
-    logf_(w, "%s: server unreachable (%s); retry in %.1f s", what, err->msg,
-          w->backoff_ms / 1e3);
+    w->next_try_ms = kg_now_ms() + w->backoff_ms;
+    kg_warn("%s: server unreachable (%s); retry in %.1f s", what, err->msg,
+            w->backoff_ms / 1e3);
 }
 
 static void server_back(struct worker *w)
@@ -182,7 +140,7 @@ static int check_auth(struct worker *w, const char *what,
     if (r->status != 401)
         return 0;
     char e[300];
-    logf_(w, "%s: %s; giving up", what, kg_client_error_text(r, e, sizeof e));
+    kg_error("%s: %s; giving up", what, kg_client_error_text(r, e, sizeof e));
     w->fatal = 1;
     return 1;
 }
@@ -232,18 +190,18 @@ static void do_register(struct worker *w)
         if (iv <= 0)
             iv = 10000;
         w->hb_interval_ms = iv < 500 ? 500 : iv;
-        w->next_hb_ms = now_ms() + w->hb_interval_ms;
+        w->next_hb_ms = kg_now_ms() + w->hb_interval_ms;
         w->registered = 1;
-        logf_(w, "registered device %s on %s (heartbeat every %.1f s)",
-              w->device, w->host, w->hb_interval_ms / 1e3);
+        kg_info("registered device %s on %s (heartbeat every %.1f s)",
+                w->device, w->host, w->hb_interval_ms / 1e3);
     } else if (!check_auth(w, "register", &r)) {
         /* device_claimed: a dead worker's claim lapses after the ttl */
         w->backoff_ms = w->backoff_ms < 1000 ? 1000 : w->backoff_ms * 2;
         if (w->backoff_ms > BACKOFF_MAX_MS)
             w->backoff_ms = BACKOFF_MAX_MS;
-        w->next_try_ms = now_ms() + w->backoff_ms;
-        logf_(w, "register refused: %s; retry in %.1f s",
-              kg_client_error_text(&r, e, sizeof e), w->backoff_ms / 1e3);
+        w->next_try_ms = kg_now_ms() + w->backoff_ms;
+        kg_warn("register refused: %s; retry in %.1f s",
+                kg_client_error_text(&r, e, sizeof e), w->backoff_ms / 1e3);
     }
     kg_client_resp_free(&r);
 }
@@ -256,7 +214,7 @@ static double next_heartbeat(const struct worker *w)
     double iv = w->hb_interval_ms;
     if (w->inflight > 0 && iv > CANCEL_CHECK_MS)
         iv = CANCEL_CHECK_MS;
-    return now_ms() + iv;
+    return kg_now_ms() + iv;
 }
 
 /*
@@ -280,11 +238,10 @@ static void stop_cancelled(struct worker *w, const json_t *ids)
         int stopped = kg_engine_cancel(w->eng, j);
         *pp = j->next;
         w->inflight--;
-        logf_(w,
-              "task %s: cancelled on the server (or its lease was lost); "
-              "evaluation %s after %.1f s, no result posted",
-              j->task_id, stopped ? "stopped" : "already over",
-              (now_ms() - j->started_ms) / 1e3);
+        kg_info("task %s: cancelled on the server (or its lease was lost); "
+                "evaluation %s after %.1f s, no result posted",
+                j->task_id, stopped ? "stopped" : "already over",
+                (kg_now_ms() - j->started_ms) / 1e3);
         free(j->task_id);
         free(j);
     }
@@ -304,7 +261,7 @@ static void do_heartbeat(struct worker *w)
         json_array_append_new(tasks, json_string(o->task_id));
     if (call(w, "heartbeat", "/worker/heartbeat",
              json_pack("{s:o}", "tasks", tasks), CALL_TIMEOUT_MS, &r)) {
-        w->next_hb_ms = now_ms(); /* as soon as the server is back */
+        w->next_hb_ms = kg_now_ms(); /* as soon as the server is back */
         return;
     }
     char e[300];
@@ -313,11 +270,11 @@ static void do_heartbeat(struct worker *w)
         if (json_is_array(cancel))
             stop_cancelled(w, cancel);
     } else if (r.status == 404) {
-        logf_(w, "heartbeat: the server does not know this worker; "
-                 "registering again");
+        kg_warn("heartbeat: the server does not know this worker; "
+                "registering again");
         w->registered = 0;
     } else if (r.status != 200 && !check_auth(w, "heartbeat", &r)) {
-        logf_(w, "heartbeat: %s", kg_client_error_text(&r, e, sizeof e));
+        kg_warn("heartbeat: %s", kg_client_error_text(&r, e, sizeof e));
     }
     kg_client_resp_free(&r);
 }
@@ -327,7 +284,7 @@ static void push_result(struct worker *w, const char *task_id, json_t *result)
     struct outbox *o = calloc(1, sizeof *o);
     if (!o || !(o->task_id = strdup(task_id))) {
         free(o);
-        logf_(w, "task %s: out of memory; result dropped", task_id);
+        kg_error("task %s: out of memory; result dropped", task_id);
         return;
     }
     o->result = json_incref(result);
@@ -338,7 +295,7 @@ static void push_result(struct worker *w, const char *task_id, json_t *result)
 /* Posts the waiting results in order; stops at the first network error. */
 static void flush_results(struct worker *w)
 {
-    while (w->out && now_ms() >= w->next_try_ms) {
+    while (w->out && kg_now_ms() >= w->next_try_ms) {
         struct outbox *o = w->out;
         kg_client_resp r;
         json_t *b =
@@ -348,18 +305,18 @@ static void flush_results(struct worker *w)
         char e[300];
         const char *st = json_string_value(json_object_get(r.json, "status"));
         if (r.status == 200)
-            logf_(w, "task %s: result posted (verdict %s, task %s)", o->task_id,
-                  json_string_value(json_object_get(o->result, "verdict")),
-                  st ? st : "?");
+            kg_info("task %s: result posted (verdict %s, task %s)", o->task_id,
+                    json_string_value(json_object_get(o->result, "verdict")),
+                    st ? st : "?");
         else if (r.status == 409)
-            logf_(w, "task %s: lease lost (%s); result dropped", o->task_id,
-                  kg_client_error_text(&r, e, sizeof e));
+            kg_warn("task %s: lease lost (%s); result dropped", o->task_id,
+                    kg_client_error_text(&r, e, sizeof e));
         else if (check_auth(w, "result", &r)) {
             kg_client_resp_free(&r);
             return;
         } else
-            logf_(w, "task %s: result refused (%s); dropped", o->task_id,
-                  kg_client_error_text(&r, e, sizeof e));
+            kg_warn("task %s: result refused (%s); dropped", o->task_id,
+                    kg_client_error_text(&r, e, sizeof e));
         kg_client_resp_free(&r);
         w->out = o->next;
         if (!w->out)
@@ -379,9 +336,9 @@ static void on_done(void *ctx, void *user, json_t *result)
     if (*pp)
         *pp = j->next;
     w->inflight--;
-    logf_(w, "task %s: finished, verdict %s (%.1f s)", j->task_id,
-          json_string_value(json_object_get(result, "verdict")),
-          (now_ms() - j->started_ms) / 1e3);
+    kg_info("task %s: finished, verdict %s (%.1f s)", j->task_id,
+            json_string_value(json_object_get(result, "verdict")),
+            (kg_now_ms() - j->started_ms) / 1e3);
     push_result(w, j->task_id, result);
     free(j->task_id);
     free(j);
@@ -390,7 +347,7 @@ static void on_done(void *ctx, void *user, json_t *result)
 /* A leased task the worker cannot run: reported as its own failure. */
 static void reject_task(struct worker *w, const char *task_id, const char *msg)
 {
-    logf_(w, "task %s: bad request from the server: %s", task_id, msg);
+    kg_warn("task %s: bad request from the server: %s", task_id, msg);
     json_t *r = kg_result_new(task_id, "infra_error", "BAD_TASK", "worker", msg);
     push_result(w, task_id, r);
     json_decref(r);
@@ -427,7 +384,7 @@ static int do_lease(struct worker *w, int wait_s)
         } else {
             j->attempt =
                 (int)json_integer_value(json_object_get(r.json, "attempt"));
-            j->started_ms = now_ms();
+            j->started_ms = kg_now_ms();
             if (kg_engine_submit(w->eng, task, j, &err)) {
                 reject_task(w, tid, err.msg);
                 free(j->task_id);
@@ -437,21 +394,21 @@ static int do_lease(struct worker *w, int wait_s)
                 w->jobs = j;
                 w->inflight++;
                 started = 1;
-                if (w->next_hb_ms > now_ms() + CANCEL_CHECK_MS)
-                    w->next_hb_ms = now_ms() + CANCEL_CHECK_MS;
-                logf_(w, "task %s: leased (attempt %d, backend %s)", tid,
-                      j->attempt,
-                      json_string_value(json_object_get(task, "backend")));
+                if (w->next_hb_ms > kg_now_ms() + CANCEL_CHECK_MS)
+                    w->next_hb_ms = kg_now_ms() + CANCEL_CHECK_MS;
+                kg_info("task %s: leased (attempt %d, backend %s)", tid,
+                        j->attempt,
+                        json_string_value(json_object_get(task, "backend")));
             }
         }
         json_decref(task);
     } else if (r.status == 404) {
-        logf_(w, "lease: the server does not know this worker; registering "
-                 "again");
+        kg_warn("lease: the server does not know this worker; registering "
+                "again");
         w->registered = 0;
     } else if (r.status != 204 && !check_auth(w, "lease", &r)) {
-        logf_(w, "lease: %s", kg_client_error_text(&r, e, sizeof e));
-        w->next_try_ms = now_ms() + 1000;
+        kg_warn("lease: %s", kg_client_error_text(&r, e, sizeof e));
+        w->next_try_ms = kg_now_ms() + 1000;
     }
     kg_client_resp_free(&r);
     return started;
@@ -464,9 +421,9 @@ static void do_unregister(struct worker *w)
         return;
     char e[300];
     if (r.status == 200)
-        logf_(w, "unregistered");
+        kg_info("unregistered");
     else
-        logf_(w, "unregister: %s", kg_client_error_text(&r, e, sizeof e));
+        kg_warn("unregister: %s", kg_client_error_text(&r, e, sizeof e));
     kg_client_resp_free(&r);
 }
 
@@ -525,8 +482,7 @@ static int parse_int(const char *opt, const char *v, long lo, long hi,
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "kgym worker: %s: expected an integer in %ld..%ld\n",
-                opt, lo, hi);
+        kg_error("%s: expected an integer in %ld..%ld", opt, lo, hi);
         return -1;
     }
     *out = x;
@@ -544,37 +500,37 @@ static int run(struct worker *w, double drain_s)
     int draining = 0;
     double drain_deadline = 0;
     for (;;) {
-        double now = now_ms();
+        double now = kg_now_ms();
         if (w->fatal)
             break;
         if (stop_flag && !draining) {
             draining = 1;
             drain_deadline = now + drain_s * 1e3;
-            logf_(w, "stopping: no more leases; draining %d task(s)",
-                  w->inflight);
+            kg_info("stopping: no more leases; draining %d task(s)",
+                    w->inflight);
         }
         if (draining) {
             if (w->inflight == 0 && !w->out)
                 break;
             if (stop_flag > 1 || now > drain_deadline) {
-                logf_(w, "drain %s: abandoning %d task(s) in flight and %s",
-                      stop_flag > 1 ? "cut short" : "timed out", w->inflight,
-                      w->out ? "unposted results" : "no results");
+                kg_warn("drain %s: abandoning %d task(s) in flight and %s",
+                        stop_flag > 1 ? "cut short" : "timed out", w->inflight,
+                        w->out ? "unposted results" : "no results");
                 break;
             }
         }
         int leased = 0;
         if (now >= w->next_try_ms && !w->registered && !draining)
             do_register(w);
-        if (now_ms() >= w->next_try_ms && w->registered &&
-            now_ms() >= w->next_hb_ms)
+        if (kg_now_ms() >= w->next_try_ms && w->registered &&
+            kg_now_ms() >= w->next_hb_ms)
             do_heartbeat(w);
         flush_results(w);
         if (w->registered && !draining && !stop_flag && !w->fatal &&
-            w->inflight < w->concurrency && now_ms() >= w->next_try_ms) {
+            w->inflight < w->concurrency && kg_now_ms() >= w->next_try_ms) {
             int wait = 0;
             if (w->inflight == 0) {
-                wait = (int)((w->next_hb_ms - now_ms()) / 1e3);
+                wait = (int)((w->next_hb_ms - kg_now_ms()) / 1e3);
                 wait = wait < 1 ? 1 : wait > MAX_WAIT_S ? MAX_WAIT_S : wait;
             }
             leased = do_lease(w, wait);
@@ -582,17 +538,17 @@ static int run(struct worker *w, double drain_s)
                 continue; /* the long poll was the wait */
         }
         /* how long the engine may wait for events */
-        double next = now_ms() + 1000;
+        double next = kg_now_ms() + 1000;
         if (w->registered && w->next_hb_ms < next)
             next = w->next_hb_ms;
         if ((w->out || !w->registered) && w->next_try_ms < next)
             next = w->next_try_ms;
-        int t = leased ? 0 : (int)(next - now_ms());
+        int t = leased ? 0 : (int)(next - kg_now_ms());
         if (t < 0)
             t = 0;
         kg_err err = {{0}};
         if (kg_engine_step(w->eng, t, on_done, w, &err) < 0) {
-            logf_(w, "engine failed: %s", err.msg);
+            kg_error("engine failed: %s", err.msg);
             w->fatal = 1;
         }
     }
@@ -612,6 +568,8 @@ int kg_cli_worker(int argc, char **argv)
     kg_engine_cfg cfg = {.concurrency = 1};
     memset(&w, 0, sizeof w);
     w.out_tail = &w.out;
+    /* the worker's id joins the prefix once it is known */
+    kg_log_init("kgym worker", NULL, 1);
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -626,9 +584,9 @@ int kg_cli_worker(int argc, char **argv)
         } else if (!strcmp(a, "--verbose")) {
             cfg.verbose = 1;
         } else if (!v || strncmp(a, "--", 2)) {
-            fprintf(stderr, "kgym worker: %s: %s\n", a,
-                    strncmp(a, "--", 2) ? "unexpected argument"
-                                        : "needs a value");
+            kg_error("%s: %s", a,
+                     strncmp(a, "--", 2) ? "unexpected argument"
+                                         : "needs a value");
             usage(stderr);
             return 2;
         } else {
@@ -653,28 +611,26 @@ int kg_cli_worker(int argc, char **argv)
                 if (parse_int(a, v, 0, 86400, &drain_s))
                     return 2;
             } else {
-                fprintf(stderr, "kgym worker: unknown option %s\n", a);
+                kg_error("unknown option %s", a);
                 usage(stderr);
                 return 2;
             }
         }
     }
     if (parse_device(w.device, w.engine_device, sizeof w.engine_device)) {
-        fprintf(stderr, "kgym worker: --device %s: expected cpu, cpu:N or "
-                        "cuda:N (required)\n",
-                w.device ? w.device : "(missing)");
+        kg_error("--device %s: expected cpu, cpu:N or cuda:N (required)",
+                 w.device ? w.device : "(missing)");
         return 2;
     }
     if (token_fd >= 0 && token_file) {
-        fprintf(stderr, "kgym worker: --token-fd and --token-file: give one\n");
+        kg_error("--token-fd and --token-file: give one");
         return 2;
     }
     if (gethostname(w.host, sizeof w.host - 1) != 0 || !w.host[0])
         snprintf(w.host, sizeof w.host, "localhost");
     if (wid) {
         if (!kg_task_id_valid(wid)) {
-            fprintf(stderr, "kgym worker: --worker-id: use 1..100 characters "
-                            "of [A-Za-z0-9._:-]\n");
+            kg_error("--worker-id: use 1..100 characters of [A-Za-z0-9._:-]");
             return 2;
         }
         snprintf(w.id, sizeof w.id, "%s", wid);
@@ -684,11 +640,14 @@ int kg_cli_worker(int argc, char **argv)
         sanitize_id(w.id);
     }
     w.concurrency = (int)conc;
+    kg_log_init("kgym worker", w.id, 1);
+    if (cfg.verbose)
+        kg_log_level(KG_LOG_DEBUG);
 
     kg_err err = {{0}};
     if (token_fd >= 0 ? connect_fd(&w.http, server, (int)token_fd, &err)
                       : kg_cli_connect(&w.http, server, token_file, &err)) {
-        fprintf(stderr, "kgym worker: %s\n", err.msg);
+        kg_error("%s", err.msg);
         return 2;
     }
     kg_client_set_connect_timeout(w.http, 3000);
@@ -703,12 +662,12 @@ int kg_cli_worker(int argc, char **argv)
 
     cfg.device = w.engine_device;
     cfg.concurrency = w.concurrency;
-    cfg.root = root_dir(rootbuf, sizeof rootbuf);
+    cfg.root = kg_cli_root(rootbuf, sizeof rootbuf);
     cfg.worker_id = w.id;
-    logf_(&w, "starting: device %s, concurrency %d, %s", w.device,
-          w.concurrency, cfg.fresh ? "fresh interpreters" : "warm zygote");
+    kg_info("starting: device %s, concurrency %d, %s", w.device, w.concurrency,
+            cfg.fresh ? "fresh interpreters" : "warm zygote");
     if (kg_engine_new(&w.eng, &cfg, &err)) {
-        logf_(&w, "engine: %s", err.msg);
+        kg_error("engine: %s", err.msg);
         kg_client_free(w.http);
         return 1;
     }
@@ -728,6 +687,6 @@ int kg_cli_worker(int argc, char **argv)
         free(o);
     }
     kg_client_free(w.http);
-    logf_(&w, "stopped");
+    kg_info("stopped");
     return rc;
 }

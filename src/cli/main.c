@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/log.h"
 #include "kgym/kgym.h"
 
 struct subcommand {
@@ -52,7 +53,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "kgym: unknown command '%s' (kgym --help lists them)\n",
-            argv[1]);
+    kg_log_init("kgym", NULL, 0);
+    kg_error("unknown command '%s' (kgym --help lists them)", argv[1]);
     return 2;
 }
