@@ -17,6 +17,7 @@
 
 #include "cli/cli.h"
 #include "common/json_util.h"
+#include "common/log.h"
 #include "kgym/rl.h"
 
 #define MAX_OPTS 4
@@ -1220,14 +1221,14 @@ static void cmd_usage(FILE *f, const struct cmd *cmd)
 }
 
 /* One line: control characters of the message become spaces. */
-static void print_error(const char *sub, const char *msg)
+static void print_error(const char *msg)
 {
     char line[KG_ERR_MAX];
     size_t i;
     for (i = 0; msg[i] && i + 1 < sizeof line; i++)
         line[i] = (unsigned char)msg[i] < 0x20 ? ' ' : msg[i];
     line[i] = '\0';
-    fprintf(stderr, "kgym rl %s: %s\n", sub, line);
+    kg_error("%s", line);
 }
 
 /* Fills c->given from argv; prints the error and returns 2 on bad usage,
@@ -1249,15 +1250,14 @@ static int parse_args(struct ctx *c, int argc, char **argv)
                 !strncmp(cmd->opts[k].flag, a, len))
                 break;
         if (strncmp(a, "--", 2) || !cmd->opts[k].flag) {
-            fprintf(stderr, "kgym rl %s: unknown %s '%s'\n", cmd->name,
-                    strncmp(a, "--", 2) ? "argument" : "option", a);
+            kg_error("unknown %s '%s'",
+                     strncmp(a, "--", 2) ? "argument" : "option", a);
             cmd_usage(stderr, cmd);
             return 2;
         }
         if (!cmd->opts[k].has_arg) {
             if (eq) {
-                fprintf(stderr, "kgym rl %s: option %s takes no value\n",
-                        cmd->name, cmd->opts[k].flag);
+                kg_error("option %s takes no value", cmd->opts[k].flag);
                 return 2;
             }
             c->given[k] = "";
@@ -1266,8 +1266,7 @@ static int parse_args(struct ctx *c, int argc, char **argv)
         } else if (i + 1 < argc) {
             c->given[k] = argv[++i];
         } else {
-            fprintf(stderr, "kgym rl %s: option %s needs a value\n", cmd->name,
-                    cmd->opts[k].flag);
+            kg_error("option %s needs a value", cmd->opts[k].flag);
             return 2;
         }
     }
@@ -1290,8 +1289,10 @@ int kg_cli_rl(int argc, char **argv)
     for (size_t i = 0; i < NCMDS; i++)
         if (!strcmp(argv[1], cmds[i].name))
             c.cmd = &cmds[i];
+    /* "kgym rl SUB: ..." */
+    kg_log_init("kgym rl", c.cmd ? c.cmd->name : NULL, 0);
     if (!c.cmd) {
-        fprintf(stderr, "kgym rl: unknown subcommand '%s'\n", argv[1]);
+        kg_error("unknown subcommand '%s'", argv[1]);
         usage(stderr);
         return 2;
     }
@@ -1302,7 +1303,7 @@ int kg_cli_rl(int argc, char **argv)
     char *buf;
     size_t len;
     if (kg_json_read_all(stdin, &buf, &len, &c.err) < 0) {
-        print_error(c.cmd->name, c.err.msg);
+        print_error(c.err.msg);
         return 2;
     }
     rc = kg_json_parse(buf, len, &c.in, &c.err);
@@ -1315,20 +1316,19 @@ int kg_cli_rl(int argc, char **argv)
     json_decref(c.in);
     if (rc < 0) {
         json_decref(c.out);
-        print_error(c.cmd->name, c.err.msg);
+        print_error(c.err.msg);
         return 2;
     }
     char *text = kg_json_dumps(c.out);
     json_decref(c.out);
     if (!text) {
-        print_error(c.cmd->name, "out of memory");
+        print_error("out of memory");
         return 1;
     }
     int bad = fputs(text, stdout) < 0 || fputc('\n', stdout) < 0;
     free(text);
     if (fflush(stdout) != 0 || bad) {
-        fprintf(stderr, "kgym rl %s: writing stdout: %s\n", c.cmd->name,
-                strerror(errno));
+        kg_error("writing stdout: %s", strerror(errno));
         return 1;
     }
     return 0;
