@@ -1,0 +1,115 @@
+/* engine_admit.c - starting a task: in a warm spare or a pair of its own,
+ * on one of the concurrency device slots or staged (set up and compiled in
+ * a spare, waiting for a slot), and granting freed slots to staged tasks,
+ * oldest first. */
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "worker/engine_impl.h"
+
+/* Device slots taken among slots[0..n): the tasks that started on one or
+ * were granted one, until they are finished. At most cfg.concurrency. */
+int eng_device_slots_used(const struct slot *slots, int n)
+{
+    int used = 0;
+    for (int i = 0; i < n; i++)
+        used += slot_active(&slots[i]) && slots[i].device;
+    return used;
+}
+
+/* The staged task that gets the next device slot: the oldest (t_start), or
+ * NULL when none waits or all concurrency slots are taken. */
+struct slot *eng_admit_next(struct slot *slots, int n, int concurrency)
+{
+    if (eng_device_slots_used(slots, n) >= concurrency)
+        return NULL;
+    struct slot *best = NULL;
+    for (int i = 0; i < n; i++) {
+        struct slot *sl = &slots[i];
+        if (sl->state == S_STAGED && (!best || sl->t_start < best->t_start))
+            best = sl;
+    }
+    return best;
+}
+
+/* Free device slots go to staged tasks, oldest first: 'D' on the task pipe
+ * their judge waits on after its set-up and compile (judge.wait_for_device).
+ * Not while a device probe is due. */
+void eng_grant_device(kg_engine *e)
+{
+    if (e->need_probe)
+        return;
+    struct slot *sl;
+    while ((sl = eng_admit_next(e->slots, e->nslots, e->cfg.concurrency))) {
+        slot_set_state(sl, S_RUNNING);
+        char go = 'D';
+        if (sl->task_fd >= 0 && write(sl->task_fd, &go, 1) != 1)
+            eng_log_verbose(e, "a staged judge is gone: %s",
+                            strerror(errno)); /* its exit ends the task */
+        eng_close_fd(&sl->task_fd);
+    }
+    assert(eng_device_slots_used(e->slots, e->nslots) <= e->cfg.concurrency);
+}
+
+/* Hands a spare's judge its task: the task file in the judge's private work
+ * dir (written whole, then renamed), then one byte on the go pipe, which a
+ * staged task keeps open for its 'D'. */
+static int give_task(kg_engine *e, struct slot *sl, kg_err *err)
+{
+    assert(sl->warm && sl->task_fd >= 0);
+    char path[PATH_MAX + 16], tmp[PATH_MAX + 16];
+    if (eng_pathf(path, sizeof path, "%s/task.json", sl->judge.wd) ||
+        eng_pathf(tmp, sizeof tmp, "%s/task.json.tmp", sl->judge.wd))
+        return kg_errf(err, KG_EINVAL, "work dir path too long");
+    json_t *t = eng_judge_task(e, sl);
+    int rc = json_dump_file(t, tmp, JSON_COMPACT);
+    json_decref(t);
+    if (rc || rename(tmp, path))
+        return kg_errf(err, KG_EIO, "writing the task for the judge: %s",
+                       strerror(errno));
+    char go = 'T';
+    if (write(sl->task_fd, &go, 1) != 1)
+        return kg_errf(err, KG_EIO, "the warm judge is gone: %s",
+                       strerror(errno));
+    if (sl->state != S_STAGED)
+        eng_close_fd(&sl->task_fd);
+    return 0;
+}
+
+/* Starts p's task in the free slot sl: in the spare that suits it, else in
+ * a pair forked now. staged: every device slot is taken, so the task waits
+ * in its spare for one (only a spare has the go pipe that takes the 'D').
+ * The slot owns p->task from here. 0, or a negative code with the slot
+ * still to be finished by the caller. */
+int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
+                   kg_err *err)
+{
+    assert(sl->state == S_FREE);
+    struct slot *sp = eng_take_spare(e, p->task);
+    if (sp) {
+        e->spare_deaths = 0;
+        slot_move(sl, sp);
+        sl->warm = 1;
+    } else {
+        slot_clear(sl);
+        sl->interp = eng_task_interp(e, p->task);
+    }
+    sl->task = p->task;
+    sl->user = p->user;
+    sl->t_submit = p->t_submit;
+    sl->t_start = eng_now_ms();
+    slot_set_state(sl, staged && sl->warm ? S_STAGED : S_RUNNING);
+    double timeout = json_number_value(json_object_get(sl->task, "timeout"));
+    if (timeout <= 0)
+        timeout = 300;
+    sl->deadline = sl->t_start + timeout * 1e3;
+    if (sl->warm) {
+        int rc = give_task(e, sl, err);
+        sl->t_spawned = eng_now_ms();
+        return rc;
+    }
+    return eng_spawn_pair(e, sl, err);
+}

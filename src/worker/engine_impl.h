@@ -1,0 +1,272 @@
+/*
+ * engine_impl.h - what the files of the worker engine share: the slot, its
+ * states, the engine's struct and their internal functions. engine.h is the
+ * API; only src/worker/engine*.c and the engine's unit tests include this.
+ *
+ * The engine's files, one job each:
+ *   engine.c         the API and the step loop: start, wait, read, decide
+ *   engine_state.c   the slot's states and the transitions allowed
+ *   engine_admit.c   starting a task: device slots, staging, handing over
+ *   engine_spare.c   the warm spare pool: which to take, how many to keep
+ *   engine_spawn.c   forking a pair into its sandbox; killing and freeing it
+ *   engine_uid.c     candidate uids and the candidates' shared cache
+ *   engine_env.c     what a child is given; finding the Python
+ *   engine_io.c      reading the children's pipes, noting their exits
+ *   engine_result.c  results: the judge's frame or the engine's own verdict
+ *   engine_probe.c   the device health probe after a CUDA failure
+ *   engine_setup.c   kg_engine_new: config, paths, checks, the zygote
+ *
+ * Names: slot_* act on one slot, eng_* are the engine's functions shared
+ * between these files; everything else is static to its file.
+ */
+#ifndef KGYM_ENGINE_IMPL_H
+#define KGYM_ENGINE_IMPL_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "worker/engine.h"
+#include "worker/sandbox.h"
+#include "worker/zygote.h"
+
+#define LOG_CAP (64 * 1024) /* bytes of a child's output kept */
+#define MAX_SLOTS 64
+#define MAX_SPARES 32
+#define MAX_DYING 8        /* pairs whose result is out, still exiting */
+#define MAX_STALE 64       /* task cgroups still emptying after their task */
+#define KILL_GRACE_MS 5000 /* a killed or finished child's time to exit */
+
+/* Candidates run as root: each pair in flight gets its own uid from
+ * CAND_UID0.. (so candidates cannot signal or inspect one another), all
+ * with the group CAND_GID, which owns the shared candidate cache. A uid is
+ * held machine-wide by an flock on UID_LOCK_DIR/<uid>, so several workers
+ * (kgym serve --workers) never hand out the same one. */
+#define CAND_GID 65400
+#define CAND_UID0 65401
+#define CAND_UIDS 99 /* 65401..65499: more than MAX_SLOTS + MAX_SPARES */
+#define UID_LOCK_DIR "/run/kgym-uids"
+#define UID_FREE (-1)
+#define UID_TAKEN (-2)
+#define NOBODY 65534
+#define TASK_TMP_BYTES ((json_int_t)1 << 30) /* private tmpfs: disk quota */
+
+/*
+ * A slot's state. slots[] holds tasks, spares[] warm pairs, dying[] pairs
+ * whose result is out; each entry is S_FREE or one of its array's states.
+ * Every change goes through slot_set_state (engine_state.c holds the table
+ * of allowed transitions); a pair moves between arrays with slot_move.
+ *
+ *   S_FREE -> S_SPARE               a warm pair is forked
+ *   S_SPARE -> S_STAGED, S_RUNNING  a task takes it (all slots busy: staged)
+ *   S_FREE -> S_RUNNING             a task forks its own pair
+ *   S_STAGED -> S_RUNNING           it is granted a device slot
+ *   S_STAGED, S_RUNNING -> S_RELEASED            its frame is in
+ *   S_STAGED, S_RUNNING, S_RELEASED -> S_TIMED_OUT   its deadline passed
+ *   any task state -> S_HELD        its result waits for the device probe
+ *   S_RELEASED -> S_DYING           its result went out before the exits
+ *   any but S_FREE -> S_FREE        finished, dropped or cancelled
+ */
+enum slot_state {
+    S_FREE,      /* empty: no pair, no task, no fds */
+    S_SPARE,     /* spares[]: a warm pair, no task; its judge waits on "go" */
+    S_STAGED,    /* slots[]: a task in a spare's pair, set up; its judge
+                    waits for 'D', one of the concurrency device slots */
+    S_RUNNING,   /* slots[]: a task on a device slot, no frame yet */
+    S_RELEASED,  /* slots[]: the frame is in and both children were sent
+                    SIGKILL; their exits are due */
+    S_TIMED_OUT, /* slots[]: past its deadline, both children killed; the
+                    result will be a timeout */
+    S_HELD,      /* slots[]: the result is built and waits for the probe */
+    S_DYING,     /* dying[]: the result is out; exits due before the pair's
+                    cgroup, work dirs and uid are freed */
+    S_NSTATES
+};
+_Static_assert(S_FREE == 0, "a zeroed slot is free");
+
+struct buf {
+    char *p;
+    size_t n, cap;
+    size_t dropped; /* log bytes dropped from the front */
+};
+
+/* One process of a pair. Its flags are facts about that process alone. */
+struct child {
+    pid_t pid;
+    int exited;
+    int status;
+    int log_fd;
+    int killed; /* the worker sent it SIGKILL (it may have died already) */
+    struct buf log;
+    char wd[PATH_MAX];
+    kg_sandbox_cgroup cg;
+    int has_cg;
+};
+
+struct slot {
+    enum slot_state state;
+    json_t *task; /* the request (owned); NULL in a spare */
+    void *user;
+    double t_submit, t_start, t_spawned, deadline, t_judge_done;
+    double t_dying; /* S_DYING: when its result went out */
+    struct child judge, cand;
+    int res_fd;
+    int task_fd; /* the judge's go pipe: "T" (its task), then 'D' if staged */
+    /* What the pair is, fixed when it is forked or takes its task, whatever
+     * state it is in: */
+    int interp; /* children started with TRITON_INTERPRET=1 */
+    int prof;   /* a spare that warms the profiler up (tasks that profile) */
+    int warm;   /* the task runs in a pair started before it (a spare) */
+    /* Holds one of the concurrency device slots: set on entering S_RUNNING,
+     * kept through S_RELEASED and S_TIMED_OUT (a pair still tearing down
+     * on the device keeps its slot until it is finished), so not implied
+     * by the state: a staged task may also be released or time out. */
+    int device;
+    struct buf res;
+    json_t *held; /* S_HELD: the result waiting for the probe */
+};
+
+struct pending {
+    json_t *task;
+    void *user;
+    double t_submit;
+    struct pending *next;
+};
+
+struct kg_engine {
+    kg_engine_cfg cfg;
+    int nslots; /* concurrency + stage: slots[] in use */
+    char python[PATH_MAX], root[PATH_MAX], tmp_base[PATH_MAX],
+        cache_dir[PATH_MAX];
+    char pythonpath[PATH_MAX], sandbox_lib[PATH_MAX], lock_path[PATH_MAX];
+    char cuda_env[64]; /* N of cuda:N; empty on a cpu worker */
+    kg_zygote *zy;     /* NULL in fresh mode */
+    struct slot slots[MAX_SLOTS];
+    struct slot spares[MAX_SPARES];
+    struct slot dying[MAX_DYING];
+    int last_interp; /* what the newest task's children need */
+    int last_prof;   /* the newest task profiles */
+    struct pending *head, *tail;
+    int npending;
+    long next_id;
+    int need_probe;           /* a CUDA failure: no new task before the probe */
+    int device_bad;           /* the last probe failed */
+    kg_sandbox_filter filter; /* fresh mode: built once, before any fork */
+    kg_sandbox_cgroups cgroups;
+    int prewarm, idle_warm; /* resolved from cfg (engine.h) */
+    int prewarm_noprof;     /* the default's cap while tasks do not profile */
+    int spare_deaths;       /* spares that died unused, in a row */
+    int spare_mem_cap;      /* most spares the device's memory allows
+                             * (eng_note_memory); -1: no limit seen */
+    double mem_floor;       /* KGYM_SPARE_MEM_FLOOR: least free share */
+    /* a candidate cgroup that did not empty within the kill grace (a fork
+     * bomb's hundreds of exiting processes) is kept here with its pair's
+     * uid and retried each step; the uid is not handed out again before */
+    struct {
+        kg_sandbox_cgroup cg;
+        int uid;
+    } stale[MAX_STALE];
+    int nstale;
+    int drop_uid;            /* running as root: candidates get own uids */
+    int uid_lock[CAND_UIDS]; /* per candidate uid: held lock fd, or
+                                UID_FREE / UID_TAKEN (in /etc/passwd) */
+    uint64_t mem_cap;        /* per-task memory limit: at most half the RAM */
+};
+
+/* Milliseconds on CLOCK_MONOTONIC: the engine's deadlines and timings. */
+static inline double eng_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* What --verbose shows: at info level with it, at debug level without. */
+#define eng_log_verbose(e, ...)                                                \
+    kg_log((e)->cfg.verbose ? KG_LOG_INFO : KG_LOG_DEBUG, __VA_ARGS__)
+
+/* ---- engine_state.c: the slot's states ---------------------------------- */
+int slot_transition_ok(enum slot_state from, enum slot_state to);
+void slot_set_state(struct slot *sl, enum slot_state to);
+void slot_clear(struct slot *sl);
+void slot_move(struct slot *dst, struct slot *src);
+int slot_active(const struct slot *sl);
+
+/* ---- engine_admit.c: starting tasks, device slots ------------------------ */
+int eng_device_slots_used(const struct slot *slots, int n);
+struct slot *eng_admit_next(struct slot *slots, int n, int concurrency);
+void eng_grant_device(kg_engine *e);
+int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
+                   kg_err *err);
+
+/* ---- engine_spare.c: the warm spare pool --------------------------------- */
+struct slot *eng_spare_pick(struct slot *spares, int n, int interp, int prof);
+struct slot *eng_take_spare(kg_engine *e, const json_t *task);
+int eng_spare_cap(const kg_engine *e);
+int eng_spare_want(int npending, int idle_warm, int cap, int mem_cap);
+int eng_spare_mem_cap(int mem_cap, int cap, double free_mib, double total,
+                      double floor);
+void eng_note_memory(kg_engine *e, const struct slot *sl, json_t *r);
+void eng_top_up_spares(kg_engine *e);
+void eng_drop_spares(kg_engine *e);
+
+/* ---- engine_spawn.c: forking, killing, freeing pairs --------------------- */
+int eng_spawn(kg_engine *e, struct slot *sl, const char *role, struct child *c,
+              int chan_fd, int res_fd, int task_fd, kg_err *err);
+int eng_spawn_pair(kg_engine *e, struct slot *sl, kg_err *err);
+void eng_kill_child(struct child *c);
+void eng_kill_pair(struct slot *sl);
+void eng_release_children(struct slot *sl);
+void eng_free_slot(kg_engine *e, struct slot *sl);
+
+/* ---- engine_uid.c: candidate uids, the candidates' cache ----------------- */
+int eng_uid_take(kg_engine *e, const char *wd, kg_err *err);
+int eng_uid_of(const char *wd);
+void eng_uid_release(kg_engine *e, int uid);
+int eng_uids_init(kg_engine *e, kg_err *err);
+int eng_cand_cache_dir(const char *d, kg_err *err);
+void eng_retry_stale(kg_engine *e, int timeout_ms);
+
+/* ---- engine_env.c: what a child is given; the Python --------------------- */
+int eng_pathf(char *out, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+const char *eng_child_device(const kg_engine *e);
+const char *eng_compile_ahead(const kg_engine *e);
+json_t *eng_child_env(kg_engine *e, const char *role, const struct child *c,
+                      int interp, int prof);
+json_t *eng_judge_task(kg_engine *e, const struct slot *sl);
+int eng_task_interp(const kg_engine *e, const json_t *task);
+int eng_task_prof(const json_t *task);
+int eng_find_python(kg_engine *e, kg_err *err);
+
+/* ---- engine_io.c: the children's pipes and exits ------------------------- */
+void eng_close_fd(int *fd);
+void eng_buf_free(struct buf *b);
+const char *eng_tail_of(const struct buf *b, size_t max);
+void eng_drain_log(kg_engine *e, struct child *c, const char *who);
+void eng_drain_result(struct slot *sl);
+void eng_note_exit(kg_engine *e, pid_t pid, int status);
+void eng_collect_exits(kg_engine *e);
+
+/* ---- engine_result.c: results ------------------------------------------- */
+json_t *eng_verdict(struct slot *sl, const char *verdict, const char *code,
+                    const char *msg);
+void eng_stamp(kg_engine *e, struct slot *sl, json_t *r);
+void eng_hand_out(kg_engine_done_fn done, void *ctx, struct slot *sl,
+                  json_t *r);
+void eng_finish(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
+                void *ctx);
+int eng_finish_early(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
+                     void *ctx);
+void eng_settle_dying(kg_engine *e);
+
+/* ---- engine_probe.c: the device health probe ----------------------------- */
+void eng_settle_probe(kg_engine *e, kg_engine_done_fn done, void *ctx);
+
+/* ---- engine_setup.c: the zygote ------------------------------------------ */
+int eng_restart_zygote(kg_engine *e, kg_err *err);
+
+#endif
