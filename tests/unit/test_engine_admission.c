@@ -1,0 +1,390 @@
+/* test_engine_admission.c - the worker engine's decisions on plain slots,
+ * with no process behind them (src/worker/engine_impl.h): the slot's state
+ * transitions, device admission of staged tasks (engine_admit.c), which
+ * warm spare a task takes and how many spares are kept (engine_spare.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "worker/engine_impl.h"
+
+/* ---- fake slots -------------------------------------------------------- */
+
+/* A task on a device slot since t_start: started on a free slot. */
+static void running(struct slot *sl, double t_start)
+{
+    slot_clear(sl);
+    slot_set_state(sl, S_RUNNING);
+    sl->t_start = t_start;
+}
+
+/* A task staged in a spare since t_start, waiting for a device slot. */
+static void staged(struct slot *sl, double t_start)
+{
+    slot_clear(sl);
+    slot_set_state(sl, S_SPARE);
+    slot_set_state(sl, S_STAGED);
+    sl->t_start = t_start;
+}
+
+/* A warm spare forked at t_spawned for tasks of this interp and prof. */
+static void spare(struct slot *sp, int interp, int prof, double t_spawned)
+{
+    slot_clear(sp);
+    slot_set_state(sp, S_SPARE);
+    sp->interp = interp;
+    sp->prof = prof;
+    sp->t_spawned = t_spawned;
+}
+
+/* Grants device slots as eng_grant_device does, without the pipe: the
+ * indexes granted, in order, into order[]; returns how many. */
+static int grant_all(struct slot *slots, int n, int concurrency, int *order)
+{
+    int k = 0;
+    struct slot *sl;
+    while ((sl = eng_admit_next(slots, n, concurrency))) {
+        slot_set_state(sl, S_RUNNING);
+        order[k++] = (int)(sl - slots);
+    }
+    return k;
+}
+
+/* ---- the state machine ------------------------------------------------- */
+
+static void test_transitions_allowed(void **state)
+{
+    (void)state;
+    /* a task's life, from a spare or a pair of its own */
+    assert_true(slot_transition_ok(S_FREE, S_SPARE));
+    assert_true(slot_transition_ok(S_SPARE, S_STAGED));
+    assert_true(slot_transition_ok(S_SPARE, S_RUNNING));
+    assert_true(slot_transition_ok(S_FREE, S_RUNNING));
+    assert_true(slot_transition_ok(S_STAGED, S_RUNNING));
+    assert_true(slot_transition_ok(S_RUNNING, S_RELEASED));
+    assert_true(slot_transition_ok(S_STAGED, S_RELEASED));
+    assert_true(slot_transition_ok(S_RELEASED, S_TIMED_OUT));
+    assert_true(slot_transition_ok(S_RELEASED, S_DYING));
+    assert_true(slot_transition_ok(S_TIMED_OUT, S_HELD));
+    assert_true(slot_transition_ok(S_HELD, S_FREE));
+    assert_true(slot_transition_ok(S_DYING, S_FREE));
+    /* every state but S_FREE may be freed */
+    for (int s = S_SPARE; s < S_NSTATES; s++)
+        assert_true(slot_transition_ok((enum slot_state)s, S_FREE));
+}
+
+static void test_transitions_refused(void **state)
+{
+    (void)state;
+    assert_false(slot_transition_ok(S_FREE, S_FREE));
+    assert_false(slot_transition_ok(S_FREE, S_STAGED)); /* only a spare */
+    assert_false(slot_transition_ok(S_FREE, S_DYING));  /* only released */
+    assert_false(slot_transition_ok(S_RUNNING, S_STAGED));
+    assert_false(slot_transition_ok(S_RUNNING, S_DYING)); /* not released */
+    assert_false(slot_transition_ok(S_RUNNING, S_SPARE));
+    assert_false(slot_transition_ok(S_TIMED_OUT, S_RELEASED));
+    assert_false(slot_transition_ok(S_TIMED_OUT, S_DYING));
+    assert_false(slot_transition_ok(S_HELD, S_RUNNING));
+    assert_false(slot_transition_ok(S_DYING, S_RUNNING));
+    assert_false(slot_transition_ok(S_SPARE, S_HELD));
+    assert_false(slot_transition_ok(S_NSTATES, S_FREE));
+    for (int s = 0; s < S_NSTATES; s++) /* no state to itself */
+        assert_false(
+            slot_transition_ok((enum slot_state)s, (enum slot_state)s));
+}
+
+/* A forbidden transition is a bug the engine stops at (assert: the build
+ * keeps them), here in a child so the test goes on. */
+static void test_forbidden_transition_aborts(void **state)
+{
+    (void)state;
+    pid_t p = fork();
+    assert_true(p >= 0);
+    if (p == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0)
+            dup2(null, 2); /* the assert's message */
+        struct slot sl;
+        slot_clear(&sl);
+        slot_set_state(&sl, S_DYING);
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(p, &st, 0), p);
+    assert_true(WIFSIGNALED(st));
+    assert_int_equal(WTERMSIG(st), SIGABRT);
+}
+
+static void test_running_takes_a_device_slot_until_cleared(void **state)
+{
+    (void)state;
+    struct slot sl;
+    staged(&sl, 1);
+    assert_int_equal(sl.device, 0);
+    slot_set_state(&sl, S_RUNNING);
+    assert_int_equal(sl.device, 1);
+    slot_set_state(&sl, S_RELEASED);
+    assert_int_equal(sl.device, 1); /* its pair still tears down */
+    slot_set_state(&sl, S_FREE);
+    slot_clear(&sl);
+    assert_int_equal(sl.device, 0);
+    assert_int_equal(sl.res_fd, -1);
+    assert_int_equal(sl.task_fd, -1);
+}
+
+static void test_slot_move_leaves_the_source_free(void **state)
+{
+    (void)state;
+    struct slot sp, sl;
+    spare(&sp, 0, 1, 5);
+    sp.task_fd = 7;
+    slot_clear(&sl);
+    slot_move(&sl, &sp);
+    assert_int_equal(sl.state, S_SPARE);
+    assert_int_equal(sl.task_fd, 7);
+    assert_int_equal(sl.prof, 1);
+    assert_int_equal(sp.state, S_FREE);
+    assert_int_equal(sp.task_fd, -1);
+}
+
+static void test_active_states(void **state)
+{
+    (void)state;
+    struct slot sl;
+    slot_clear(&sl);
+    int want[S_NSTATES] = {
+        [S_STAGED] = 1, [S_RUNNING] = 1, [S_RELEASED] = 1, [S_TIMED_OUT] = 1};
+    for (int s = 0; s < S_NSTATES; s++) {
+        sl.state = (enum slot_state)s;
+        assert_int_equal(slot_active(&sl), want[s]);
+    }
+}
+
+/* ---- device admission -------------------------------------------------- */
+
+static void test_grant_oldest_staged_first(void **state)
+{
+    (void)state;
+    struct slot s[5];
+    running(&s[0], 1);
+    staged(&s[1], 40);
+    staged(&s[2], 10);
+    staged(&s[3], 30);
+    staged(&s[4], 20);
+    int order[5];
+    /* concurrency 3: one slot is taken, two go to the two oldest */
+    assert_int_equal(grant_all(s, 5, 3, order), 2);
+    assert_int_equal(order[0], 2);
+    assert_int_equal(order[1], 4);
+    assert_int_equal(eng_device_slots_used(s, 5), 3);
+    assert_int_equal(s[3].state, S_STAGED);
+    assert_int_equal(s[1].state, S_STAGED);
+    /* the first task finishes: its slot goes to the next oldest */
+    slot_set_state(&s[0], S_FREE);
+    slot_clear(&s[0]);
+    assert_int_equal(grant_all(s, 5, 3, order), 1);
+    assert_int_equal(order[0], 3);
+    assert_int_equal(s[1].state, S_STAGED);
+}
+
+static void test_grant_at_most_concurrency(void **state)
+{
+    (void)state;
+    enum { N = 12 };
+    struct slot s[N];
+    for (int i = 0; i < N; i++)
+        staged(&s[i], 100 - i); /* the last is the oldest */
+    int order[N];
+    assert_int_equal(grant_all(s, N, 4, order), 4);
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(order[k], N - 1 - k);
+    assert_int_equal(eng_device_slots_used(s, N), 4);
+    assert_null(eng_admit_next(s, N, 4));
+    /* every slot busy: nothing staged is granted */
+    assert_int_equal(grant_all(s, N, 4, order), 0);
+}
+
+static void test_grant_none_staged(void **state)
+{
+    (void)state;
+    struct slot s[3];
+    running(&s[0], 1);
+    slot_clear(&s[1]);
+    slot_clear(&s[2]);
+    assert_null(eng_admit_next(s, 3, 4));
+    assert_int_equal(eng_device_slots_used(s, 3), 1);
+}
+
+/* A task keeps its device slot while its pair is killed and until it is
+ * finished; one released or timed out before its grant holds none and is
+ * granted none. A held result holds no slot (no task runs then). */
+static void test_device_slots_through_release_and_timeout(void **state)
+{
+    (void)state;
+    struct slot s[5];
+    running(&s[0], 1);
+    slot_set_state(&s[0], S_RELEASED);
+    running(&s[1], 2);
+    slot_set_state(&s[1], S_TIMED_OUT);
+    staged(&s[2], 3);
+    slot_set_state(&s[2], S_RELEASED);
+    staged(&s[3], 4);
+    slot_set_state(&s[3], S_TIMED_OUT);
+    staged(&s[4], 5);
+    assert_int_equal(eng_device_slots_used(s, 5), 2);
+    assert_ptr_equal(eng_admit_next(s, 5, 3), &s[4]);
+    assert_null(eng_admit_next(s, 5, 2));
+    running(&s[0], 1);
+    slot_set_state(&s[0], S_HELD);
+    assert_int_equal(eng_device_slots_used(s, 5), 1);
+}
+
+/* ---- the spare pool ---------------------------------------------------- */
+
+static void test_spare_pick_matching(void **state)
+{
+    (void)state;
+    struct slot sp[4];
+    for (int i = 0; i < 4; i++)
+        slot_clear(&sp[i]);
+    spare(&sp[1], 1, 1, 10); /* Triton's interpreter */
+    assert_null(eng_spare_pick(sp, 4, 0, 1));
+    assert_null(eng_spare_pick(sp, 4, 0, 0));
+    assert_ptr_equal(eng_spare_pick(sp, 4, 1, 1), &sp[1]);
+    spare(&sp[3], 0, 0, 20);
+    assert_ptr_equal(eng_spare_pick(sp, 4, 0, 0), &sp[3]);
+    assert_ptr_equal(eng_spare_pick(sp, 4, 1, 0), &sp[1]);
+}
+
+/* A spare that warmed the profiler is preferred for a task that profiles,
+ * but one that did not still serves it; of equals the oldest. */
+static void test_spare_pick_profiler_then_oldest(void **state)
+{
+    (void)state;
+    struct slot sp[4];
+    spare(&sp[0], 0, 0, 5);
+    spare(&sp[1], 0, 1, 30);
+    spare(&sp[2], 0, 1, 20);
+    spare(&sp[3], 0, 0, 1);
+    assert_ptr_equal(eng_spare_pick(sp, 4, 0, 1), &sp[2]);
+    assert_ptr_equal(eng_spare_pick(sp, 4, 0, 0), &sp[3]);
+    assert_ptr_equal(eng_spare_pick(sp, 2, 0, 0), &sp[0]);
+    spare(&sp[1], 0, 0, 30);
+    spare(&sp[2], 0, 0, 20);
+    assert_ptr_equal(eng_spare_pick(sp, 3, 0, 1), &sp[0]);
+}
+
+static void test_spare_pick_skips_dead_and_taken(void **state)
+{
+    (void)state;
+    struct slot sp[3];
+    spare(&sp[0], 0, 1, 1);
+    sp[0].judge.exited = 1;
+    spare(&sp[1], 0, 1, 2);
+    sp[1].cand.exited = 1;
+    spare(&sp[2], 0, 1, 3);
+    slot_set_state(&sp[2], S_RUNNING); /* taken by a task */
+    assert_null(eng_spare_pick(sp, 3, 0, 1));
+    spare(&sp[2], 0, 1, 3);
+    assert_ptr_equal(eng_spare_pick(sp, 3, 0, 1), &sp[2]);
+}
+
+static void test_no_spare_without_zygote(void **state)
+{
+    (void)state;
+    kg_engine *e = calloc(1, sizeof *e);
+    assert_non_null(e);
+    e->cfg.device = "cpu";
+    spare(&e->spares[0], 0, 1, 1);
+    json_t *task = json_pack("{s:s}", "backend", "cpu");
+    assert_null(eng_take_spare(e, task)); /* fresh mode */
+    json_decref(task);
+    free(e);
+}
+
+static void test_spare_want_capped(void **state)
+{
+    (void)state;
+    /* the queue plus idle_warm, at most the cap */
+    assert_int_equal(eng_spare_want(0, 0, 7, -1), 0);
+    assert_int_equal(eng_spare_want(3, 0, 7, -1), 3);
+    assert_int_equal(eng_spare_want(3, 2, 7, -1), 5);
+    assert_int_equal(eng_spare_want(30, 0, 7, -1), 7);
+    assert_int_equal(eng_spare_want(0, 12, 7, -1), 7);
+    /* memory's cap when lower */
+    assert_int_equal(eng_spare_want(30, 0, 7, 3), 3);
+    assert_int_equal(eng_spare_want(2, 0, 7, 3), 2);
+    assert_int_equal(eng_spare_want(30, 0, 7, 9), 7);
+    assert_int_equal(eng_spare_want(30, 0, 7, 0), 0);
+}
+
+static void test_spare_cap_follows_profiling(void **state)
+{
+    (void)state;
+    kg_engine *e = calloc(1, sizeof *e);
+    assert_non_null(e);
+    e->prewarm = 12;
+    e->prewarm_noprof = 7;
+    e->last_prof = 1;
+    assert_int_equal(eng_spare_cap(e), 12);
+    e->last_prof = 0;
+    assert_int_equal(eng_spare_cap(e), 7);
+    e->prewarm_noprof = 0; /* no separate default: prewarm */
+    assert_int_equal(eng_spare_cap(e), 12);
+    free(e);
+}
+
+/* Below the floor two fewer (at least one); with twice the floor free one
+ * more, and no cap once back at the default. */
+static void test_spare_mem_cap(void **state)
+{
+    (void)state;
+    double total = 1000, floor = 0.25;
+    assert_int_equal(eng_spare_mem_cap(-1, 7, 100, total, floor), 5);
+    assert_int_equal(eng_spare_mem_cap(5, 7, 100, total, floor), 3);
+    assert_int_equal(eng_spare_mem_cap(3, 7, 100, total, floor), 1);
+    assert_int_equal(eng_spare_mem_cap(2, 7, 100, total, floor), 1);
+    assert_int_equal(eng_spare_mem_cap(1, 7, 100, total, floor), 1);
+    assert_int_equal(eng_spare_mem_cap(-1, 1, 100, total, floor), -1);
+    /* between the floor and twice it: unchanged */
+    assert_int_equal(eng_spare_mem_cap(3, 7, 300, total, floor), 3);
+    assert_int_equal(eng_spare_mem_cap(-1, 7, 300, total, floor), -1);
+    /* recovering */
+    assert_int_equal(eng_spare_mem_cap(3, 7, 600, total, floor), 4);
+    assert_int_equal(eng_spare_mem_cap(5, 7, 600, total, floor), 6);
+    assert_int_equal(eng_spare_mem_cap(6, 7, 600, total, floor), -1);
+    assert_int_equal(eng_spare_mem_cap(-1, 7, 600, total, floor), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_transitions_allowed),
+        cmocka_unit_test(test_transitions_refused),
+        cmocka_unit_test(test_forbidden_transition_aborts),
+        cmocka_unit_test(test_running_takes_a_device_slot_until_cleared),
+        cmocka_unit_test(test_slot_move_leaves_the_source_free),
+        cmocka_unit_test(test_active_states),
+        cmocka_unit_test(test_grant_oldest_staged_first),
+        cmocka_unit_test(test_grant_at_most_concurrency),
+        cmocka_unit_test(test_grant_none_staged),
+        cmocka_unit_test(test_device_slots_through_release_and_timeout),
+        cmocka_unit_test(test_spare_pick_matching),
+        cmocka_unit_test(test_spare_pick_profiler_then_oldest),
+        cmocka_unit_test(test_spare_pick_skips_dead_and_taken),
+        cmocka_unit_test(test_no_spare_without_zygote),
+        cmocka_unit_test(test_spare_want_capped),
+        cmocka_unit_test(test_spare_cap_follows_profiling),
+        cmocka_unit_test(test_spare_mem_cap),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
