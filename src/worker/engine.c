@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <stdlib.h>
 
+#include "common/clock.h"
 #include "worker/engine_impl.h"
 
 int kg_engine_submit(kg_engine *e, json_t *task, void *user, kg_err *err)
@@ -14,7 +15,7 @@ int kg_engine_submit(kg_engine *e, json_t *task, void *user, kg_err *err)
         return kg_errf(err, KG_ENOMEM, "out of memory");
     p->task = json_incref(task);
     p->user = user;
-    p->t_submit = eng_now_ms();
+    p->t_submit = kg_now_ms();
     e->last_interp = eng_task_interp(e, task);
     e->last_prof = eng_task_prof(task);
     if (e->tail)
@@ -79,7 +80,7 @@ static void wait_events(kg_engine *e, int timeout_ms)
 {
     struct pollfd pf[1 + 3 * MAX_SLOTS + 2 * MAX_SPARES];
     int np = 0;
-    double wake = eng_now_ms() + timeout_ms;
+    double wake = kg_now_ms() + timeout_ms;
     if (e->zy)
         pf[np++] = (struct pollfd){.fd = kg_zygote_fd(e->zy), .events = POLLIN};
     for (int i = 0; i < e->nslots; i++) {
@@ -107,7 +108,7 @@ static void wait_events(kg_engine *e, int timeout_ms)
             pf[np++] = (struct pollfd){.fd = sp->cand.log_fd, .events = POLLIN};
     }
     assert(np <= (int)(sizeof pf / sizeof pf[0]));
-    int wait = (int)(wake - eng_now_ms());
+    int wait = (int)(wake - kg_now_ms());
     if (!e->zy && wait > 50)
         wait = 50; /* fresh mode: exits are found by waitpid */
     if (wait < 0)
@@ -201,7 +202,7 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
         eng_retry_stale(e, 0);
     wait_events(e, timeout_ms);
     read_children(e);
-    double t = eng_now_ms();
+    double t = kg_now_ms();
     for (int i = 0; i < e->nslots; i++)
         if (slot_active(&e->slots[i]))
             decide(e, &e->slots[i], t, done, ctx);

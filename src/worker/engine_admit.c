@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "worker/engine_impl.h"
 
 /* Device slots taken among slots[0..n): the tasks that started on one or
@@ -100,7 +101,7 @@ int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
     sl->task = p->task;
     sl->user = p->user;
     sl->t_submit = p->t_submit;
-    sl->t_start = eng_now_ms();
+    sl->t_start = kg_now_ms();
     slot_set_state(sl, staged && sl->warm ? S_STAGED : S_RUNNING);
     double timeout = json_number_value(json_object_get(sl->task, "timeout"));
     if (timeout <= 0)
@@ -108,7 +109,7 @@ int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
     sl->deadline = sl->t_start + timeout * 1e3;
     if (sl->warm) {
         int rc = give_task(e, sl, err);
-        sl->t_spawned = eng_now_ms();
+        sl->t_spawned = kg_now_ms();
         return rc;
     }
     return eng_spawn_pair(e, sl, err);

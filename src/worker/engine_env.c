@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "worker/engine_impl.h"
 
 /* snprintf for paths; a truncated path is an error, not a shorter path. */
@@ -189,7 +190,7 @@ json_t *eng_judge_task(kg_engine *e, const struct slot *sl)
     clock_gettime(CLOCK_REALTIME, &rt);
     json_object_set_new(t, "deadline",
                         json_real((double)rt.tv_sec + rt.tv_nsec / 1e9 +
-                                  (sl->deadline - eng_now_ms()) / 1e3));
+                                  (sl->deadline - kg_now_ms()) / 1e3));
     return t;
 }
 

@@ -26,7 +26,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
-#include <time.h>
 
 #include "common/log.h"
 #include "worker/engine.h"
@@ -175,14 +174,6 @@ struct kg_engine {
                                 UID_FREE / UID_TAKEN (in /etc/passwd) */
     uint64_t mem_cap;        /* per-task memory limit: at most half the RAM */
 };
-
-/* Milliseconds on CLOCK_MONOTONIC: the engine's deadlines and timings. */
-static inline double eng_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 /* What --verbose shows: at info level with it, at debug level without. */
 #define eng_log_verbose(e, ...)                                                \

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "worker/engine_impl.h"
 #include "worker/frame.h"
 
@@ -105,7 +106,7 @@ void eng_drain_result(struct slot *sl)
         if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
             eng_close_fd(&sl->res_fd);
             if (!sl->t_judge_done)
-                sl->t_judge_done = eng_now_ms();
+                sl->t_judge_done = kg_now_ms();
         }
         break;
     }

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "worker/engine_impl.h"
 
 #define PROBE_TRIES 3
@@ -16,10 +17,10 @@
  * exited with status 0. */
 static int wait_probe(kg_engine *e, struct child *c)
 {
-    double deadline = eng_now_ms() + PROBE_TIMEOUT_MS;
+    double deadline = kg_now_ms() + PROBE_TIMEOUT_MS;
     int status = -1, got = 0;
     kg_err err;
-    while (!got && eng_now_ms() < deadline) {
+    while (!got && kg_now_ms() < deadline) {
         eng_drain_log(e, c, "probe");
         if (e->zy) {
             pid_t pid;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/result.h"
+#include "common/clock.h"
 #include "worker/engine_impl.h"
 #include "worker/frame.h"
 
@@ -175,7 +176,7 @@ static json_t *build_result(struct slot *sl)
  * which worker, device and mode ran it. */
 void eng_stamp(kg_engine *e, struct slot *sl, json_t *r)
 {
-    double end = eng_now_ms();
+    double end = kg_now_ms();
     json_t *t = json_object_get(r, "timings");
     if (!json_is_object(t)) {
         t = json_object();
@@ -277,7 +278,7 @@ int eng_finish_early(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
     eng_close_fd(&sl->cand.log_fd);
     slot_move(dy, sl);
     slot_set_state(dy, S_DYING);
-    dy->t_dying = eng_now_ms();
+    dy->t_dying = kg_now_ms();
     return 1;
 }
 
@@ -285,7 +286,7 @@ int eng_finish_early(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
  * come (killed again, as the last resort of a running slot). */
 void eng_settle_dying(kg_engine *e)
 {
-    double t = eng_now_ms();
+    double t = kg_now_ms();
     for (int i = 0; i < MAX_DYING; i++) {
         struct slot *dy = &e->dying[i];
         if (dy->state != S_DYING)

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "worker/engine_impl.h"
 #include "worker/sandbox_json.h"
 
@@ -237,7 +238,7 @@ int eng_spawn_pair(kg_engine *e, struct slot *sl, kg_err *err)
     sl->task_fd = tp[1];
     sl->res_fd = rp[0];
     fcntl(sl->res_fd, F_SETFL, O_NONBLOCK);
-    sl->t_spawned = eng_now_ms();
+    sl->t_spawned = kg_now_ms();
     return rc;
 }
 
