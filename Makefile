@@ -39,8 +39,12 @@ $(BUILD)/libkgym.a: $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
+# libkgym's JSON layer (lib/rl_json.c, lib/json_util.c) needs jansson:
+# whatever links libkgym.a links -ljansson too
+LIB_LDLIBS := -ljansson -lm
+
 $(BUILD)/libkgym.so: $(LIB_OBJS)
-	$(CC) $(CFLAGS) -shared -o $@ $^ -lm
+	$(CC) $(CFLAGS) -shared -o $@ $^ $(LIB_LDLIBS)
 
 # the sandbox as a shared object, for the Python zygote's children (ctypes)
 SANDBOX_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/worker/sandbox*.c))
@@ -63,7 +67,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkgym-app.a $(BUILD)/libkgym.a
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libkgym.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -O3 -march=native -o $@ $^ -lm
+	$(CC) $(CFLAGS) -O3 -march=native -o $@ $^ $(LIB_LDLIBS)
 
 unit: $(TESTS) all
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done

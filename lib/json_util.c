@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/json_util.h"
+#include "json_util.h"
 
 int kg_json_read_all(FILE *f, char **buf, size_t *len, kg_err *err)
 {
@@ -150,10 +150,11 @@ static void path_at(const char *buf, size_t len, size_t pos, char *out,
     }
 }
 
-int kg_json_parse(const char *buf, size_t len, json_t **out, kg_err *err)
+static int parse(const char *buf, size_t len, size_t flags, json_t **out,
+                 kg_err *err)
 {
     json_error_t e;
-    *out = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &e);
+    *out = json_loadb(buf, len, JSON_REJECT_DUPLICATES | flags, &e);
     if (*out)
         return 0;
     char path[160];
@@ -165,6 +166,16 @@ int kg_json_parse(const char *buf, size_t len, json_t **out, kg_err *err)
                        e.line, e.column, e.text);
     return kg_errf(err, KG_EPARSE, "bad JSON at line %d, column %d: %s", e.line,
                    e.column, e.text);
+}
+
+int kg_json_parse(const char *buf, size_t len, json_t **out, kg_err *err)
+{
+    return parse(buf, len, 0, out, err);
+}
+
+int kg_json_parse_value(const char *buf, size_t len, json_t **out, kg_err *err)
+{
+    return parse(buf, len, JSON_DECODE_ANY, out, err);
 }
 
 /* ---- typed values ----------------------------------------------------- */
@@ -190,14 +201,37 @@ const char *kg_json_type_name(const json_t *v)
     return "value";
 }
 
+/*
+ * 1 and *x for a number: a JSON number or one of the strings "NaN",
+ * "Infinity", "-Infinity" (see json_util.h); 0 for anything else.
+ */
+static int number_of(const json_t *v, double *x)
+{
+    if (json_is_number(v)) {
+        *x = json_number_value(v);
+        return 1;
+    }
+    const char *s = json_string_value(v); /* NULL unless a string */
+    if (!s)
+        return 0;
+    if (!strcmp(s, "NaN"))
+        *x = NAN;
+    else if (!strcmp(s, "Infinity"))
+        *x = INFINITY;
+    else if (!strcmp(s, "-Infinity"))
+        *x = -INFINITY;
+    else
+        return 0;
+    return 1;
+}
+
 int kg_json_as_number(const json_t *v, const char *name, double *out,
                       kg_err *err)
 {
-    if (!json_is_number(v))
+    if (!number_of(v, out))
         return kg_errf(err, KG_EINVAL,
                        "field \"%s\": expected a number, got %s", name,
                        kg_json_type_name(v));
-    *out = json_number_value(v);
     return 0;
 }
 
@@ -356,8 +390,7 @@ int kg_json_as_matrix(const json_t *v, const char *name, int allow_null,
         for (size_t j = 0; j < cols; j++) {
             const json_t *e = json_array_get(row, j);
             size_t k = i * cols + j;
-            if (json_is_number(e)) {
-                m->x[k] = json_number_value(e);
+            if (number_of(e, &m->x[k])) {
                 m->present[k] = 1;
             } else if (!(allow_null && json_is_null(e))) {
                 kg_json_matrix_free(m);
@@ -427,8 +460,7 @@ int kg_json_as_vector(const json_t *v, const char *name, int allow_null,
     }
     for (size_t i = 0; i < len; i++) {
         const json_t *e = json_array_get(v, i);
-        if (json_is_number(e)) {
-            xs[i] = json_number_value(e);
+        if (number_of(e, &xs[i])) {
             if (ps)
                 ps[i] = 1;
         } else if (!(allow_null && present && json_is_null(e))) {
@@ -482,7 +514,7 @@ int kg_json_as_rows(const json_t *v, const char *name, double **x, size_t **off,
         const json_t *row = json_array_get(v, i);
         for (size_t j = 0; j < o[i + 1] - o[i]; j++) {
             const json_t *e = json_array_get(row, j);
-            if (!json_is_number(e)) {
+            if (!number_of(e, &xs[o[i] + j])) {
                 free(o);
                 free(xs);
                 return kg_errf(err, KG_EINVAL,
@@ -490,7 +522,6 @@ int kg_json_as_rows(const json_t *v, const char *name, double **x, size_t **off,
                                "number, got %s",
                                name, i, j, kg_json_type_name(e));
             }
-            xs[o[i] + j] = json_number_value(e);
         }
     }
     *x = xs;
