@@ -5,7 +5,9 @@
  *
  * Arguments are checked before outputs are written (the advantages check
  * per block of TURN_BLOCK turns), but callers must not rely on that: rl.h
- * calls outputs unspecified on error. Nothing here allocates.
+ * calls outputs unspecified on error. Nothing here allocates or does I/O;
+ * rl_json.c is the JSON layer on top (kg_rl_json, for `kgym rl` and the
+ * Python bindings), where input is parsed and checked field by field.
  */
 #include <math.h>
 #include <stdint.h>

@@ -9,6 +9,11 @@
  *  - Nothing allocates; nothing keeps state; all are thread-safe.
  *  - Return 0 or a negative KG_E* code; NaN/Inf inputs where a number is
  *    used give KG_ENONFINITE. On error, outputs are unspecified.
+ *
+ * rl_json.h is the JSON layer on top (lib/rl_json.c): the `kgym rl`
+ * subcommands as one call, which reads and checks JSON input, calls these
+ * functions and writes JSON output; the command line and the Python
+ * bindings use it.
  */
 #ifndef KGYM_RL_H
 #define KGYM_RL_H
