@@ -113,7 +113,7 @@ MUTATIONS = [
              'schema.set_error(self.result, "runtime_error", "FORWARD_EXCEPTION", e.phase, e.type,',
              ["tests/harness/test_problem_error.py -k broken_reference"]),
     Mutation("rl-problem-error-scored", "a problem_error turn gets no reward",
-             "src/cli/cmd_rl.c", "        tu->excluded = 1;\n", "        tu->excluded = 0;\n",
+             "lib/rl_json.c", "        tu->excluded = 1;\n", "        tu->excluded = 0;\n",
              ["tests/python/test_rl_cli.py -k problem_error"]),
 
     # ---- the kill layers and the thread looks (issue 32's audit) ----------------------

@@ -459,6 +459,7 @@ def test_bad_input_names_field(sub, stdin, flags, field):
         ("returns", "{", [], "bad JSON"),
         ("returns", '{"rewards": [[1]]} x', [], "bad JSON"),
         ("returns", "[1]", [], "expected a JSON object"),
+        ("returns", "3", [], "input: expected a JSON object, got number"),
         ("returns", '{"rewards": [[1]]}', ["--gamma", "abc"], "option --gamma"),
         ("returns", '{"rewards": [[1]]}', ["--gamma", "nan"], "option --gamma"),
         ("advantages", '{"returns": [[1]]}', ["--estimator", "ppo"], "option --estimator"),
