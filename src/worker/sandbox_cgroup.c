@@ -30,6 +30,7 @@
 #include <seccomp.h>
 
 #include "worker/sandbox.h"
+#include "common/clock.h"
 #include "worker/sandbox_impl.h"
 
 /* ---- cgroups ---------------------------------------------------------- */
@@ -469,7 +470,7 @@ long kg_sandbox_cgroup_oom_kills(const kg_sandbox_cgroup *g)
 
 int kg_sandbox_cgroup_close(kg_sandbox_cgroup *g, int timeout_ms, kg_err *err)
 {
-    double deadline = kg_sandbox__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    double deadline = kg_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     for (int i = 0; i < g->n; i++)
         if (g->version[i] == 2)
             write_file(g->dir[i], "cgroup.kill", "1"); /* Linux >= 5.14 */
@@ -498,7 +499,7 @@ int kg_sandbox_cgroup_close(kg_sandbox_cgroup *g, int timeout_ms, kg_err *err)
                 return 0;
             }
         }
-        if (kg_sandbox__now_ms() >= deadline)
+        if (kg_now_ms() >= deadline)
             return kg_errf(err, KG_ETIMEOUT,
                            "cgroup %s: %d processes left after %d ms",
                            g->n ? g->dir[0] : "?", live, timeout_ms);

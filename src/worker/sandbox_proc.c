@@ -30,16 +30,10 @@
 #include <seccomp.h>
 
 #include "worker/sandbox.h"
+#include "common/clock.h"
 #include "worker/sandbox_impl.h"
 
 /* ---- processes: group kill, orphans ---------------------------------- */
-
-double kg_sandbox__now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 void kg_sandbox__sleep_ms(long ms)
 {
@@ -106,7 +100,7 @@ int kg_sandbox_kill_group(pid_t pgid, int timeout_ms, int *leader_status,
 {
     if (pgid <= 1)
         return kg_errf(err, KG_EINVAL, "kill_group: bad pgid %d", (int)pgid);
-    double deadline = kg_sandbox__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    double deadline = kg_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     long pg = pgid, nap = 1;
     for (;;) {
         int gone = kill(-pgid, SIGKILL) < 0 && errno == ESRCH;
@@ -122,7 +116,7 @@ int kg_sandbox_kill_group(pid_t pgid, int timeout_ms, int *leader_status,
                     *leader_status = st;
             return 0;
         }
-        if (kg_sandbox__now_ms() >= deadline)
+        if (kg_now_ms() >= deadline)
             return kg_errf(err, KG_ETIMEOUT,
                            "process group %d still alive after %d ms",
                            (int)pgid, timeout_ms);
@@ -176,10 +170,10 @@ int kg_sandbox_reap_orphans(const pid_t *keep, int nkeep)
         for (int i = 0; i < s.n; i++)
             if (s.live[i] && kill(s.found[i], SIGKILL) == 0)
                 killed++;
-        double deadline = kg_sandbox__now_ms() + 2000;
+        double deadline = kg_now_ms() + 2000;
         for (int i = 0; i < s.n; i++)
             while (waitpid(s.found[i], NULL, WNOHANG) == 0 &&
-                   kg_sandbox__now_ms() < deadline)
+                   kg_now_ms() < deadline)
                 kg_sandbox__sleep_ms(1);
     }
     return killed;
