@@ -138,6 +138,8 @@ static void read_children(kg_engine *e)
     eng_collect_exits(e);
 }
 
+/* Past its deadline: the result will be a timeout, and both children are
+ * killed (again, each step, until their exits are in). */
 static void time_out(struct slot *sl)
 {
     if (sl->state != S_TIMED_OUT)
