@@ -118,7 +118,7 @@ MUTATIONS = [
 
     # ---- the kill layers and the thread looks (issue 32's audit) ----------------------
     Mutation("engine-kill-leader-only", "the engine kills a child with its process group",
-             "src/worker/engine.c", "        kg_sandbox_kill_group(c->pid, 2000, &st, NULL);",
+             "src/worker/engine_spawn.c", "        kg_sandbox_kill_group(c->pid, 2000, &st, NULL);",
              "        kill(c->pid, SIGKILL);",
              ["tests/faults/test_kill_layers.py -k group_kill_alone"]),
     Mutation("cgroup-close-no-kill", "closing a task's cgroup kills what is left in it (v1)",
