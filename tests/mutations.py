@@ -125,6 +125,10 @@ MUTATIONS = [
              "src/worker/sandbox_cgroup.c", "            int c = procs_scan(g->dir[i], 1);",
              "            int c = procs_scan(g->dir[i], 0);",
              ["tests/faults/test_kill_layers.py -k cgroup_alone"]),
+    Mutation("cache-dir-unlocked", "workers of one machine make the candidates' cache one "
+             "at a time", "src/worker/engine_uid.c",
+             "    while (flock(fd, LOCK_EX) < 0 && errno == EINTR)\n        ;\n", "",
+             ["unit:test_engine_cache"]),
     Mutation("thread-ledger-ignored", "the thread ledger alone flags work left after return",
              "harness/kgym_harness/audit.py",
              '    if "ledger" in on and (remote.late_threads or remote.thread_busy_ms > 1.0):',

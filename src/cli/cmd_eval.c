@@ -399,6 +399,9 @@ int kg_cli_eval(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* the engine writes to its children's pipes: one that died must cost
+       an EPIPE, not this process (as under kgym worker) */
+    signal(SIGPIPE, SIG_IGN);
     for (;;) {
         if (stop_signal) {
             kg_warn("%s: stopping the tasks in flight", strsignal(stop_signal));

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -429,6 +430,9 @@ static int make_engine(kg_engine **e, const char *device,
 {
     kg_engine_cfg cfg = *base;
     cfg.device = device;
+    /* the engine writes to its children's pipes: one that died must cost
+       an EPIPE, not this process (as under kgym worker and kgym eval) */
+    signal(SIGPIPE, SIG_IGN);
     return kg_engine_new(e, &cfg, err);
 }
 

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <grp.h>
+#include <limits.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <string.h>
@@ -133,7 +134,28 @@ static int cache_entry_fix(const char *path, const struct stat *st, int type,
  * writable, so any candidate uid can use and refresh any entry). A cache of
  * another layout (uid nobody, from an older kgym) is removed: it is only
  * a cache. */
+static int cache_dir_locked(const char *d, kg_err *err);
+
+/* Workers starting together on one machine share d: the check, the
+ * removal of a stale layout and the creation are one step under an flock
+ * on d.lock, or one worker could remove the directory another has just
+ * made and not yet given to the group. */
 int eng_cand_cache_dir(const char *d, kg_err *err)
+{
+    char lock[PATH_MAX];
+    if (snprintf(lock, sizeof lock, "%s.lock", d) >= (int)sizeof lock)
+        return kg_errf(err, KG_EINVAL, "cache dir %s: path too long", d);
+    int fd = open(lock, O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return kg_errf(err, KG_EIO, "%s: %s", lock, strerror(errno));
+    while (flock(fd, LOCK_EX) < 0 && errno == EINTR)
+        ;
+    int rc = cache_dir_locked(d, err);
+    close(fd); /* releases the lock */
+    return rc;
+}
+
+static int cache_dir_locked(const char *d, kg_err *err)
 {
     struct stat st;
     if (lstat(d, &st) == 0 &&
