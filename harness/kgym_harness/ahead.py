@@ -23,7 +23,7 @@ finds its kernels in the cache, as a repeated source does.
 
 On when the worker says so (KGYM_COMPILE_AHEAD=1 in the judge's
 environment): by default a GPU engine with --concurrency > 1 does, one at
-a time it does not (src/worker/engine.c, compile_ahead). The fork and the
+a time it does not (src/worker/engine_env.c, eng_compile_ahead). The fork and the
 child's exit take 5-26 ms on the H200; the dry run imports torch's
 symbolic shapes, sympy and torch._dynamo at first use (meta torch.randn,
 a scalar product on meta tensors: 1.6-3.3 s per load there), so the

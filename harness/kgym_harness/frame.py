@@ -58,7 +58,7 @@ def decode_result(data: bytes) -> dict:
 # The judge's phase marker (problem.Marker writes it): the phase of reference
 # code the judge is running, in MARK_FILE of its TMPDIR, one MARK_SIZE record,
 # NUL-padded (all NUL: none). A reader that finds the judge dead without a
-# frame (the launcher; src/worker/engine.c reads the same file) blames the
+# frame (the launcher; src/worker/engine_result.c reads the same file) blames the
 # reference for a death in such a phase.
 MARK_FILE = "kgym-phase"
 MARK_SIZE = 64

@@ -1347,7 +1347,7 @@ def _warm_pair(chan: Channel) -> dict:
 def _free_memory(dev: Any) -> list[float] | None:
     """[free, total] MiB of the task's device (the host's for a cpu task):
     what a spare leaves the tasks, read by the engine (note_memory in
-    src/worker/engine.c: fewer spares when little is free)."""
+    src/worker/engine_spare.c: fewer spares when little is free)."""
     try:
         if dev is not None:
             free, total = torch.cuda.mem_get_info(dev)

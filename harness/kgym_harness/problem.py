@@ -9,7 +9,7 @@ something that is not a list or tuple, inputs the channel cannot carry
 returning something no candidate could match (check_output), and the
 reference ending the judge's process (os._exit, a crash): the judge writes
 the phase it is in to a marker file (Marker) before it runs reference code
-and clears it after, and the worker (src/worker/engine.c) or the launcher
+and clears it after, and the worker (src/worker/engine_result.c) or the launcher
 that finds the judge gone without a result frame reads it (read_mark).
 
 Not problem_error: a CUDA error or an allocation failure in reference code

@@ -34,8 +34,7 @@ const char *eng_child_device(const kg_engine *e)
  * processes that may compute at once, the task's judge and candidate on a
  * GPU (on the CPU they take turns while timing), times --concurrency. An
  * OpenMP pool spins after every parallel region, and pools that outnumber
- * the CPUs slow each other down by orders of magnitude (bench/diag/
- * contention.py). KGYM_CPU_THREADS in the worker's environment overrides. */
+ * the CPUs slow each other down by orders of magnitude (bench/results/2026-12-01-diag-h200-s5.txt). KGYM_CPU_THREADS in the worker's environment overrides. */
 static int child_cpu_threads(const kg_engine *e)
 {
     const char *v = getenv("KGYM_CPU_THREADS");

@@ -49,7 +49,7 @@ REF = os.path.join(HERE, "ref.py")
 CANDS = os.path.join(HERE, "candidates")
 HONEST = "honest"
 NOBODY = 65534
-CAND_UIDS = range(65401, 65500)  # src/worker/engine.c: CAND_UID0, CAND_UIDS
+CAND_UIDS = range(65401, 65500)  # src/worker/engine_impl.h: CAND_UID0, CAND_UIDS
 CAND_GID = 65400
 GiB = 1 << 30
 

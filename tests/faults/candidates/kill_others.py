@@ -14,7 +14,7 @@ import time
 
 import torch.nn as nn
 
-LO, HI = 65401, 65499  # kgym's candidate uids (src/worker/engine.c)
+LO, HI = 65401, 65499  # kgym's candidate uids (src/worker/engine_impl.h)
 SECONDS = 6
 
 
