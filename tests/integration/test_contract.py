@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -90,10 +91,14 @@ def case_id(c: tuple) -> str:
 def server() -> Iterator[Server]:
     tmp = tempfile.mkdtemp(prefix="kgym-contract-")
     cf, wf = write_tokens(tmp)
-    s = start_server(["--store", f"sqlite:{tmp}/kgym.db", "--token-file", cf,
-                      "--worker-token-file", wf, "--max-attempts", "1", "--lease-s", "1"], tmp)
-    yield s
-    stop_server(s)
+    try:
+        s = start_server(["--store", f"sqlite:{tmp}/kgym.db", "--token-file", cf,
+                          "--worker-token-file", wf, "--max-attempts", "1", "--lease-s", "1"],
+                         tmp)
+        yield s
+        stop_server(s)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_the_tables_cover_the_code():
