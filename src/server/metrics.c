@@ -124,55 +124,57 @@ bprintf(struct buf *b, const char *fmt, ...)
     }
 }
 
-char *kg_metrics_render(kg_metrics *m, const kg_metrics_snapshot *s,
-                        size_t *len)
+/* The store's counts (when it answered the scrape). */
+static void render_store(struct buf *b, const kg_metrics_snapshot *s)
 {
-    struct buf b = {malloc(16384), 0, 16384, 0};
-    if (!b.p)
-        return NULL;
-
     const kg_store_counts *k = &s->counts;
-    bprintf(&b,
+    bprintf(b,
             "# HELP kgym_store_up 1 when the task store answered the "
             "scrape\n# TYPE kgym_store_up gauge\nkgym_store_up %d\n",
             s->store_up ? 1 : 0);
-    if (s->store_up) {
-        bprintf(&b, "# HELP kgym_queue_depth Tasks waiting for a worker, by "
-                    "priority\n# TYPE kgym_queue_depth gauge\n");
-        for (int i = 0; i < KG_NPRIO; i++)
-            bprintf(&b, "kgym_queue_depth{priority=\"%s\"} %lld\n",
-                    kg_priority_name(i), k->pending[i]);
-        bprintf(&b, "# HELP kgym_tasks Tasks in the store, by status\n"
-                    "# TYPE kgym_tasks gauge\n");
-        for (int i = 0; i < KG_NSTATUS; i++)
-            bprintf(&b, "kgym_tasks{status=\"%s\"} %lld\n",
-                    kg_task_status_name(i), k->by_status[i]);
-        bprintf(&b, "# HELP kgym_tasks_by_verdict Finished tasks in the "
-                    "store, by verdict\n# TYPE kgym_tasks_by_verdict gauge\n");
-        for (int i = 0; i < KG_NVERDICT; i++)
-            bprintf(&b, "kgym_tasks_by_verdict{verdict=\"%s\"} %lld\n",
-                    kg_verdict_name(i), k->by_verdict[i]);
-        bprintf(&b,
-                "# HELP kgym_workers Registered workers, by liveness\n"
-                "# TYPE kgym_workers gauge\n"
-                "kgym_workers{state=\"alive\"} %lld\n"
-                "kgym_workers{state=\"dead\"} %lld\n",
-                k->workers_alive, k->workers_dead);
-        bprintf(&b,
-                "# HELP kgym_lease_expiries_total Leases that expired (or "
-                "whose holder died) and were requeued or failed\n"
-                "# TYPE kgym_lease_expiries_total counter\n"
-                "kgym_lease_expiries_total %lld\n",
-                k->lease_expiries);
-    }
-    bprintf(&b,
+    if (!s->store_up)
+        return;
+    bprintf(b, "# HELP kgym_queue_depth Tasks waiting for a worker, by "
+               "priority\n# TYPE kgym_queue_depth gauge\n");
+    for (int i = 0; i < KG_NPRIO; i++)
+        bprintf(b, "kgym_queue_depth{priority=\"%s\"} %lld\n",
+                kg_priority_name(i), k->pending[i]);
+    bprintf(b, "# HELP kgym_tasks Tasks in the store, by status\n"
+               "# TYPE kgym_tasks gauge\n");
+    for (int i = 0; i < KG_NSTATUS; i++)
+        bprintf(b, "kgym_tasks{status=\"%s\"} %lld\n", kg_task_status_name(i),
+                k->by_status[i]);
+    bprintf(b, "# HELP kgym_tasks_by_verdict Finished tasks in the "
+               "store, by verdict\n# TYPE kgym_tasks_by_verdict gauge\n");
+    for (int i = 0; i < KG_NVERDICT; i++)
+        bprintf(b, "kgym_tasks_by_verdict{verdict=\"%s\"} %lld\n",
+                kg_verdict_name(i), k->by_verdict[i]);
+    bprintf(b,
+            "# HELP kgym_workers Registered workers, by liveness\n"
+            "# TYPE kgym_workers gauge\n"
+            "kgym_workers{state=\"alive\"} %lld\n"
+            "kgym_workers{state=\"dead\"} %lld\n",
+            k->workers_alive, k->workers_dead);
+    bprintf(b,
+            "# HELP kgym_lease_expiries_total Leases that expired (or "
+            "whose holder died) and were requeued or failed\n"
+            "# TYPE kgym_lease_expiries_total counter\n"
+            "kgym_lease_expiries_total %lld\n",
+            k->lease_expiries);
+}
+
+/* This server's own: cache hits, parked polls, local workers. */
+static void render_server(struct buf *b, kg_metrics *m,
+                          const kg_metrics_snapshot *s)
+{
+    bprintf(b,
             "# HELP kgym_cache_hits_total Submissions answered from the "
             "result cache by this server\n"
             "# TYPE kgym_cache_hits_total counter\n"
             "kgym_cache_hits_total %llu\n",
             atomic_load_explicit(&m->cache_hits, memory_order_relaxed));
     if (s->parked_polls >= 0)
-        bprintf(&b,
+        bprintf(b,
                 "# HELP kgym_long_polls_waiting Worker lease requests "
                 "parked waiting for work\n"
                 "# TYPE kgym_long_polls_waiting gauge\n"
@@ -180,7 +182,7 @@ char *kg_metrics_render(kg_metrics *m, const kg_metrics_snapshot *s,
                 s->parked_polls);
 
     if (s->local.present)
-        bprintf(&b,
+        bprintf(b,
                 "# HELP kgym_local_workers Workers started by this server "
                 "(--workers), by state\n"
                 "# TYPE kgym_local_workers gauge\n"
@@ -193,42 +195,50 @@ char *kg_metrics_render(kg_metrics *m, const kg_metrics_snapshot *s,
                 "kgym_local_worker_restarts_total %lld\n",
                 s->local.configured, s->local.running, s->local.given_up,
                 s->local.restarts);
+}
 
-    bprintf(&b, "# HELP kgym_http_requests_total HTTP requests by route and "
-                "status\n# TYPE kgym_http_requests_total counter\n");
+/* Requests counted by route and status. */
+static void render_requests(struct buf *b, kg_metrics *m)
+{
+    bprintf(b, "# HELP kgym_http_requests_total HTTP requests by route and "
+               "status\n# TYPE kgym_http_requests_total counter\n");
     for (int r = 0; r < KG_ROUTE_COUNT; r++)
         for (int c = 100; c < 600; c++) {
             unsigned long long v =
                 atomic_load_explicit(&m->r[r].by_code[c], memory_order_relaxed);
             if (v)
-                bprintf(&b,
+                bprintf(b,
                         "kgym_http_requests_total{route=\"%s\",code=\"%d\"} "
                         "%llu\n",
                         ROUTES[r], c, v);
         }
+}
 
-    bprintf(&b, "# HELP kgym_http_request_duration_seconds Time from the "
-                "request's first byte to the reply's last, by route\n"
-                "# TYPE kgym_http_request_duration_seconds histogram\n");
+/* The latency histograms, by route. */
+static void render_durations(struct buf *b, kg_metrics *m)
+{
+    bprintf(b, "# HELP kgym_http_request_duration_seconds Time from the "
+               "request's first byte to the reply's last, by route\n"
+               "# TYPE kgym_http_request_duration_seconds histogram\n");
     for (int r = 0; r < KG_ROUTE_COUNT; r++) {
         struct route_stats *rs = &m->r[r];
         unsigned long long cum = 0;
         for (size_t i = 0; i <= NBUCKETS; i++) {
             cum += atomic_load_explicit(&rs->bucket[i], memory_order_relaxed);
             if (i < NBUCKETS)
-                bprintf(&b,
+                bprintf(b,
                         "kgym_http_request_duration_seconds_bucket{route=\"%"
                         "s\",le=\"%g\"} %llu\n",
                         ROUTES[r], BUCKETS[i], cum);
             else
-                bprintf(&b,
+                bprintf(b,
                         "kgym_http_request_duration_seconds_bucket{route=\"%"
                         "s\",le=\"+Inf\"} %llu\n",
                         ROUTES[r], cum);
         }
         /* _count is the +Inf bucket, so the two always agree */
         bprintf(
-            &b,
+            b,
             "kgym_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n"
             "kgym_http_request_duration_seconds_count{route=\"%s\"} "
             "%llu\n",
@@ -237,6 +247,18 @@ char *kg_metrics_render(kg_metrics *m, const kg_metrics_snapshot *s,
                 1e6,
             ROUTES[r], cum);
     }
+}
+
+char *kg_metrics_render(kg_metrics *m, const kg_metrics_snapshot *s,
+                        size_t *len)
+{
+    struct buf b = {malloc(16384), 0, 16384, 0};
+    if (!b.p)
+        return NULL;
+    render_store(&b, s);
+    render_server(&b, m, s);
+    render_requests(&b, m);
+    render_durations(&b, m);
     if (b.oom) {
         free(b.p);
         return NULL;
