@@ -68,7 +68,7 @@ MUTATIONS = [
 
     # ---- durability and the server ------------------------------------------
     Mutation("sqlite-no-fdatasync", "group commit fsyncs the WAL before a write returns",
-             "src/server/sqldb.c", "int r = fdatasync(d->walfd);", "int r = 0;",
+             "src/server/sqldb_write.c", "int r = fdatasync(d->walfd);", "int r = 0;",
              ["unit:test_sqldb"]),
     Mutation("sched-infra-retried-forever", "an infra_error is retried at most max_attempts",
              "src/server/sched.c", "if (infra && t.attempts < sc->p.max_attempts) {",
