@@ -248,17 +248,23 @@ static int run_workers(struct local_ctx *lc, kg_super *super)
     return 0;
 }
 
-int kg_cli_serve(int argc, char **argv)
-{
-    const char *listen = "127.0.0.1:10907", *store_url = NULL;
-    const char *token_file = NULL, *worker_token_file = NULL;
-    const char *data_dir = getenv("KGYM_DATA_DIR"), *workers = NULL;
-    long threads = 0, lease_s = 0, ttl_s = 0, max_attempts = 0, grace_s = 10;
-    long max_conns = 0, per_client = 0, request_s = 0;
+/* The command line of kgym serve, and what it resolves to. */
+struct serve_opts {
+    const char *listen, *store_url;
+    const char *token_file, *worker_token_file;
+    const char *data_dir, *workers;
+    long threads, lease_s, ttl_s, max_attempts, grace_s;
+    long max_conns, per_client, request_s;
     const char *trust[16];
-    int ntrust = 0;
-    kg_log_init("kgym serve", NULL, 1);
+    int ntrust;
+    char devices[KG_SUPER_MAX][KG_SUPER_DEVICE];
+    int ndev;
+    char dflt_dir[PATH_MAX], dflt_store[PATH_MAX + 16];
+};
 
+/* Reads argv into o. Returns -1 to go on, else the exit code (0: --help). */
+static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
+{
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -272,48 +278,47 @@ int kg_cli_serve(int argc, char **argv)
         }
         const char *v = argv[++i];
         if (!strcmp(a, "--listen"))
-            listen = v;
+            o->listen = v;
         else if (!strcmp(a, "--store"))
-            store_url = v;
+            o->store_url = v;
         else if (!strcmp(a, "--token-file"))
-            token_file = v;
+            o->token_file = v;
         else if (!strcmp(a, "--worker-token-file"))
-            worker_token_file = v;
+            o->worker_token_file = v;
         else if (!strcmp(a, "--data-dir"))
-            data_dir = v;
+            o->data_dir = v;
         else if (!strcmp(a, "--workers"))
-            workers = v;
+            o->workers = v;
         else if (!strcmp(a, "--trust-clients-from")) {
-            if (ntrust == (int)(sizeof trust / sizeof trust[0])) {
+            if (o->ntrust == (int)(sizeof o->trust / sizeof o->trust[0])) {
                 kg_error("--trust-clients-from given too often (list the "
                          "ranges with commas)");
                 return 2;
             }
-            trust[ntrust++] = v;
-        }
-        else if (!strcmp(a, "--threads")) {
-            if (parse_pos(a, v, 1024, &threads))
+            o->trust[o->ntrust++] = v;
+        } else if (!strcmp(a, "--threads")) {
+            if (parse_pos(a, v, 1024, &o->threads))
                 return 2;
         } else if (!strcmp(a, "--max-connections")) {
-            if (parse_pos(a, v, 1000000, &max_conns))
+            if (parse_pos(a, v, 1000000, &o->max_conns))
                 return 2;
         } else if (!strcmp(a, "--max-connections-per-client")) {
-            if (parse_pos(a, v, 1000000, &per_client))
+            if (parse_pos(a, v, 1000000, &o->per_client))
                 return 2;
         } else if (!strcmp(a, "--request-timeout-s")) {
-            if (parse_pos(a, v, 3600, &request_s))
+            if (parse_pos(a, v, 3600, &o->request_s))
                 return 2;
         } else if (!strcmp(a, "--lease-s")) {
-            if (parse_pos(a, v, 86400, &lease_s))
+            if (parse_pos(a, v, 86400, &o->lease_s))
                 return 2;
         } else if (!strcmp(a, "--worker-ttl-s")) {
-            if (parse_pos(a, v, 86400, &ttl_s))
+            if (parse_pos(a, v, 86400, &o->ttl_s))
                 return 2;
         } else if (!strcmp(a, "--max-attempts")) {
-            if (parse_pos(a, v, 1000, &max_attempts))
+            if (parse_pos(a, v, 1000, &o->max_attempts))
                 return 2;
         } else if (!strcmp(a, "--worker-grace-s")) {
-            if (parse_pos(a, v, 3600, &grace_s))
+            if (parse_pos(a, v, 3600, &o->grace_s))
                 return 2;
         } else {
             kg_error("unknown option %s", a);
@@ -321,144 +326,166 @@ int kg_cli_serve(int argc, char **argv)
             return 2;
         }
     }
-    char devices[KG_SUPER_MAX][KG_SUPER_DEVICE];
-    int ndev = 0;
+    return -1;
+}
+
+/* Checks the options together and resolves the devices and the default
+ * store. Returns -1 to go on, else the exit code. */
+static int resolve_serve_opts(struct serve_opts *o)
+{
     kg_err err;
-    if (workers &&
-        (ndev = kg_super_devices(workers, devices, KG_SUPER_MAX, &err)) < 0) {
+    if (o->workers && (o->ndev = kg_super_devices(o->workers, o->devices,
+                                                  KG_SUPER_MAX, &err)) < 0) {
         kg_error("%s", err.msg);
         return 2;
     }
-    if (worker_token_file && !token_file) {
+    if (o->worker_token_file && !o->token_file) {
         kg_error("--worker-token-file needs --token-file (the clients' "
                  "tokens)");
         return 2;
     }
-
-    char dflt_dir[PATH_MAX], dflt_store[PATH_MAX + 16];
-    if (!store_url) {
-        if (!data_dir) {
+    if (!o->store_url) {
+        if (!o->data_dir) {
             const char *home = getenv("HOME");
-            snprintf(dflt_dir, sizeof dflt_dir, "%s/.local/share/kgym",
+            snprintf(o->dflt_dir, sizeof o->dflt_dir, "%s/.local/share/kgym",
                      home && home[0] ? home : ".");
-            data_dir = dflt_dir;
+            o->data_dir = o->dflt_dir;
         }
-        if (mkdirs(data_dir)) {
-            kg_error("--data-dir %s: %s", data_dir, strerror(errno));
+        if (mkdirs(o->data_dir)) {
+            kg_error("--data-dir %s: %s", o->data_dir, strerror(errno));
             return 1;
         }
-        snprintf(dflt_store, sizeof dflt_store, "sqlite:%s/kgym.db", data_dir);
-        store_url = dflt_store;
+        snprintf(o->dflt_store, sizeof o->dflt_store, "sqlite:%s/kgym.db",
+                 o->data_dir);
+        o->store_url = o->dflt_store;
     }
+    return -1;
+}
 
-    kg_auth *auth = NULL;
-    if (kg_auth_open(token_file, worker_token_file, &auth, &err)) {
+/*
+ * Opens the tokens into *auth (the caller's, freed here on error), trusts
+ * the --trust-clients-from ranges and gives local workers without a worker
+ * token file a token of their own in local_token. Returns 0 to go on,
+ * else the exit code.
+ */
+static int open_auth(const struct serve_opts *o, kg_auth **auth,
+                     char local_token[65])
+{
+    kg_err err;
+    if (kg_auth_open(o->token_file, o->worker_token_file, auth, &err)) {
         kg_error("%s", err.msg);
         return 2;
     }
-    for (int i = 0; i < ntrust; i++)
-        if (kg_auth_trust(auth, trust[i], &err)) {
+    for (int i = 0; i < o->ntrust; i++)
+        if (kg_auth_trust(*auth, o->trust[i], &err)) {
             kg_error("%s", err.msg);
-            kg_auth_free(auth);
+            kg_auth_free(*auth);
             return 2;
         }
-    if (ntrust && !token_file) {
+    if (o->ntrust && !o->token_file) {
         kg_error("--trust-clients-from needs --token-file (workers, and "
                  "clients outside the ranges, are authenticated by token; "
                  "without a token file clients are open on loopback "
                  "already)");
-        kg_auth_free(auth);
+        kg_auth_free(*auth);
         return 2;
     }
-    check_mode(token_file);
-    check_mode(worker_token_file);
+    check_mode(o->token_file);
+    check_mode(o->worker_token_file);
     /* local workers without a worker token file get a token of their own,
      * kept in memory and handed to them over a pipe */
-    char local_token[65] = "";
-    if (ndev > 0 && !worker_token_file) {
+    if (o->ndev > 0 && !o->worker_token_file) {
         if (new_token(local_token) ||
-            kg_auth_add_worker_token(auth, local_token, &err)) {
+            kg_auth_add_worker_token(*auth, local_token, &err)) {
             kg_error("worker token: %s",
                      local_token[0] ? err.msg : "no randomness");
-            kg_auth_free(auth);
+            kg_auth_free(*auth);
             return 1;
         }
     }
-    int auth_on = kg_auth_enabled(auth);
-    if (!auth_on && !kg_http_is_loopback(listen)) {
+    if (!kg_auth_enabled(*auth) && !kg_http_is_loopback(o->listen)) {
         kg_error("--listen %s: refusing a non-loopback address with no token "
                  "configured (give --token-file)",
-                 listen);
-        kg_auth_free(auth);
+                 o->listen);
+        kg_auth_free(*auth);
         return 2;
     }
+    return 0;
+}
 
-    /* every thread started from here on inherits the blocked signals */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+/* What a running server holds; server_stop frees it all. */
+struct server {
+    kg_store *store;
+    kg_sched *sched;
+    kg_metrics *metrics;
+    kg_api *api;
+    kg_http *http;
+    kg_super *super;
+    struct local_ctx lc;
+};
 
-    int rc = 1;
-    kg_store *store = NULL;
-    kg_sched *sched = NULL;
-    kg_metrics *metrics = NULL;
-    kg_api *api = NULL;
-    kg_http *http = NULL;
-    kg_super *super = NULL;
-    struct local_ctx lc = {NULL, NULL};
+/* Opens the store, starts the scheduler, the local workers' supervisor and
+ * the HTTP server into s. Returns 0, or -1 with the message logged. */
+static int server_start(struct server *s, struct serve_opts *o, kg_auth *auth,
+                        const char *local_token)
+{
+    kg_err err;
     kg_store_opts so;
     kg_store_opts_default(&so);
-    if (lease_s)
-        so.lease_ms = lease_s * 1000;
-    if (ttl_s)
-        so.worker_ttl_ms = ttl_s * 1000;
+    if (o->lease_s)
+        so.lease_ms = o->lease_s * 1000;
+    if (o->ttl_s)
+        so.worker_ttl_ms = o->ttl_s * 1000;
     kg_sched_policy sp;
     kg_sched_policy_default(&sp);
-    if (max_attempts)
-        sp.max_attempts = (int)max_attempts;
+    if (o->max_attempts)
+        sp.max_attempts = (int)o->max_attempts;
 
-    if (kg_store_open(&store, store_url, &so, &err)) {
-        kg_error("--store %s: %s", store_url, err.msg);
-        goto out;
+    if (kg_store_open(&s->store, o->store_url, &so, &err)) {
+        kg_error("--store %s: %s", o->store_url, err.msg);
+        return -1;
     }
-    if (kg_sched_start(&sched, store, &sp, 1, &err)) {
+    if (kg_sched_start(&s->sched, s->store, &sp, 1, &err)) {
         kg_error("scheduler: %s", err.msg);
-        goto out;
+        return -1;
     }
-    metrics = kg_metrics_new();
-    api = metrics ? kg_api_new(store, sched, &so, metrics) : NULL;
-    if (!api) {
+    s->metrics = kg_metrics_new();
+    s->api =
+        s->metrics ? kg_api_new(s->store, s->sched, &so, s->metrics) : NULL;
+    if (!s->api) {
         kg_error("out of memory");
-        goto out;
+        return -1;
     }
     /* made before the server answers, so /health shows the local workers
      * from its first reply */
-    lc.store = store;
-    if (ndev > 0 && new_workers(&lc, &super, devices, ndev,
-                                local_token[0] ? local_token : NULL,
-                                worker_token_file, (int)grace_s))
-        goto out;
-    kg_api_set_supervisor(api, super);
-    kg_http_config hc = {.listen = listen,
-                         .threads = (int)threads,
-                         .conn_limit = (int)max_conns,
-                         .per_ip_limit = (int)per_client,
-                         .request_timeout_s = (int)request_s,
-                         .allow_remote = auth_on};
-    if (kg_http_start(&hc, api, auth, metrics, &http, &err)) {
+    s->lc.store = s->store;
+    if (o->ndev > 0 && new_workers(&s->lc, &s->super, o->devices, o->ndev,
+                                   local_token[0] ? local_token : NULL,
+                                   o->worker_token_file, (int)o->grace_s))
+        return -1;
+    kg_api_set_supervisor(s->api, s->super);
+    kg_http_config hc = {.listen = o->listen,
+                         .threads = (int)o->threads,
+                         .conn_limit = (int)o->max_conns,
+                         .per_ip_limit = (int)o->per_client,
+                         .request_timeout_s = (int)o->request_s,
+                         .allow_remote = kg_auth_enabled(auth)};
+    if (kg_http_start(&hc, s->api, auth, s->metrics, &s->http, &err)) {
         kg_error("%s", err.msg);
-        goto out;
+        return -1;
     }
-    kg_api_set_http(api, http);
-    lc.http = http;
+    kg_api_set_http(s->api, s->http);
+    s->lc.http = s->http;
+    return 0;
+}
 
+/* Says where the server listens, its store, its tokens and its warnings. */
+static void announce(const struct server *s, const struct serve_opts *o,
+                     kg_auth *auth, const char *local_token)
+{
     char desc[512] = "";
-    kg_store_describe(store, desc, sizeof desc, NULL);
-    int nc = 0, nw = 0;
+    kg_store_describe(s->store, desc, sizeof desc, NULL);
+    int nc = 0, nw = 0, auth_on = kg_auth_enabled(auth);
     kg_auth_counts(auth, &nc, &nw);
     if (!auth_on)
         kg_warn("warning: no token configured: loopback only, and anyone on "
@@ -475,22 +502,24 @@ int kg_cli_serve(int argc, char **argv)
                 "(--trust-clients-from; worker endpoints still need one)",
                 r);
     }
-    printf("kgym serve: listening on http://%s\n", kg_http_address(http));
-    printf("kgym serve: store %s\n", desc[0] ? desc : store_url);
+    printf("kgym serve: listening on http://%s\n", kg_http_address(s->http));
+    printf("kgym serve: store %s\n", desc[0] ? desc : o->store_url);
     if (auth_on)
         printf("kgym serve: %d client token(s), %d worker token(s)%s\n", nc, nw,
-               worker_token_file ? ""
-               : local_token[0]   ? " (the client file's and the local "
-                                    "workers' own)"
-                                  : " (the same file)");
+               o->worker_token_file ? ""
+               : local_token[0]     ? " (the client file's and the local "
+                                      "workers' own)"
+                                    : " (the same file)");
     fflush(stdout);
+}
 
-    if (super && run_workers(&lc, super))
-        goto out;
-
+/* Waits for SIGINT or SIGTERM; SIGHUP reloads the tokens. */
+static void wait_for_stop(const sigset_t *sigs, kg_auth *auth)
+{
+    kg_err err;
     for (;;) {
         int sig = 0;
-        if (sigwait(&sigs, &sig))
+        if (sigwait(sigs, &sig))
             break;
         if (sig == SIGHUP) {
             if (kg_auth_reload(auth, &err))
@@ -502,19 +531,61 @@ int kg_cli_serve(int argc, char **argv)
         kg_info("%s, stopping", strsignal(sig));
         break;
     }
-    rc = 0;
-out:
+}
+
+/* Stops and frees what server_start made, wiping local_token between. */
+static void server_stop(struct server *s, char local_token[65])
+{
     /* the workers first: they post their last results and unregister
      * through the server, which still answers */
-    kg_super_stop(super);
-    explicit_bzero(local_token, sizeof local_token);
-    kg_http_stop(http);
-    kg_super_free(super);
-    kg_sched_stop(sched);
-    kg_api_free(api);
-    kg_metrics_free(metrics);
-    if (store)
-        kg_store_close(store);
+    kg_super_stop(s->super);
+    explicit_bzero(local_token, 65);
+    kg_http_stop(s->http);
+    kg_super_free(s->super);
+    kg_sched_stop(s->sched);
+    kg_api_free(s->api);
+    kg_metrics_free(s->metrics);
+    if (s->store)
+        kg_store_close(s->store);
+}
+
+int kg_cli_serve(int argc, char **argv)
+{
+    struct serve_opts o = {.listen = "127.0.0.1:10907",
+                           .data_dir = getenv("KGYM_DATA_DIR"),
+                           .grace_s = 10};
+    kg_log_init("kgym serve", NULL, 1);
+
+    int code = parse_serve_args(argc, argv, &o);
+    if (code < 0)
+        code = resolve_serve_opts(&o);
+    if (code >= 0)
+        return code;
+    kg_auth *auth = NULL;
+    char local_token[65] = "";
+    if ((code = open_auth(&o, &auth, local_token)))
+        return code;
+
+    /* every thread started from here on inherits the blocked signals */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = 1;
+    struct server s = {.lc = {NULL, NULL}};
+    if (server_start(&s, &o, auth, local_token))
+        goto out;
+    announce(&s, &o, auth, local_token);
+    if (s.super && run_workers(&s.lc, s.super))
+        goto out;
+    wait_for_stop(&sigs, auth);
+    rc = 0;
+out:
+    server_stop(&s, local_token);
     kg_auth_free(auth);
     return rc;
 }
