@@ -274,91 +274,94 @@ static int count_0_32(const char *opt, const char *v)
     return (int)n;
 }
 
-int kg_cli_eval(int argc, char **argv)
+/* Reads argv into run (the candidates), *ref (the first --ref), cfg and
+ * fields (the request's fields). Returns -1 to go on, else the exit code
+ * (0: --help). */
+static int parse_eval_args(int argc, char **argv, struct evalrun *run,
+                           const char **ref, kg_engine_cfg *cfg, json_t *fields)
 {
-    static struct evalrun run;
     kg_err err = {{0}};
-    const char *ref = NULL;
-    char rootbuf[PATH_MAX];
-    kg_engine_cfg cfg = {.device = NULL, .concurrency = 1, .idle_warm = -1};
-    json_t *fields = json_object();
-    int rc = 2;
-    memset(&run, 0, sizeof run);
-    kg_log_init("kgym eval", NULL, 0);
-
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            rc = 0;
-            goto out;
+            return 0;
         } else if (!strcmp(a, "--json")) {
-            run.json_out = 1;
+            run->json_out = 1;
         } else if (!strcmp(a, "--fresh")) {
-            cfg.fresh = 1;
+            cfg->fresh = 1;
         } else if (!strcmp(a, "--no-sandbox")) {
-            cfg.no_sandbox = 1;
+            cfg->no_sandbox = 1;
         } else if (!strcmp(a, "--no-cgroups")) {
-            cfg.no_cgroups = 1;
+            cfg->no_cgroups = 1;
         } else if (!strcmp(a, "--verbose")) {
-            cfg.verbose = 1;
+            cfg->verbose = 1;
             kg_log_level(KG_LOG_DEBUG);
         } else if (strncmp(a, "--", 2) || !v) {
             kg_error("%s: %s", a,
                      strncmp(a, "--", 2) ? "unexpected argument"
                                          : "needs a value");
-            goto out;
+            return 2;
         } else {
             i++;
             if (!strcmp(a, "--ref")) {
-                if (!ref)
-                    ref = v;
-                run.cur_ref = v;
-            }
-            else if (!strcmp(a, "--cand")) {
-                if (add_cands(&run, v, &err)) {
+                if (!*ref)
+                    *ref = v;
+                run->cur_ref = v;
+            } else if (!strcmp(a, "--cand")) {
+                if (add_cands(run, v, &err)) {
                     kg_error("%s", err.msg);
-                    goto out;
+                    return 2;
                 }
             } else if (!strcmp(a, "--device"))
-                cfg.device = v;
+                cfg->device = v;
             else if (!strcmp(a, "--concurrency"))
-                cfg.concurrency = atoi(v);
+                cfg->concurrency = atoi(v);
             else if (!strcmp(a, "--prewarm") || !strcmp(a, "--stage")) {
                 int n = count_0_32(a, v);
                 if (n < 0)
-                    goto out;
+                    return 2;
                 if (!strcmp(a, "--stage"))
-                    cfg.stage = n;
+                    cfg->stage = n;
                 else
-                    cfg.prewarm = n ? n : -1;
+                    cfg->prewarm = n ? n : -1;
             } else if (!strcmp(a, "--python"))
-                cfg.python = v;
+                cfg->python = v;
             else if (kg_cli_request_flag(fields, a, v, &err)) {
                 kg_error("%s", err.msg);
-                goto out;
+                return 2;
             }
         }
     }
-    if (!ref || run.n == 0) {
+    if (!*ref || run->n == 0) {
         usage(stderr);
-        goto out;
+        return 2;
     }
-    /* validate every candidate's request before starting anything */
-    static json_t *tasks[MAX_CANDS];
-    json_t *refjs = NULL;       /* the reference's code, read once per --ref */
+    return -1;
+}
+
+/*
+ * Every candidate's normalized request into tasks[0..run->n) (the
+ * caller's to decref), checked before anything starts. Returns 0, or -1
+ * with the message logged and nothing left in tasks.
+ */
+static int make_tasks(struct evalrun *run, const char *ref,
+                      const json_t *fields, json_t **tasks)
+{
+    kg_err err = {{0}};
+    json_t *refjs = NULL; /* the reference's code, read once per --ref */
     const char *refjs_path = NULL;
     int ntasks = 0;
-    for (; ntasks < run.n; ntasks++) {
-        const char *rpath = run.refs[ntasks] ? run.refs[ntasks] : ref;
+    for (; ntasks < run->n; ntasks++) {
+        const char *rpath = run->refs[ntasks] ? run->refs[ntasks] : ref;
         if (rpath != refjs_path) {
             json_decref(refjs);
             refjs_path = rpath;
             if (!(refjs = code_string("--ref", rpath)))
                 break;
         }
-        json_t *code = code_string("--cand", run.names[ntasks]);
+        json_t *code = code_string("--cand", run->names[ntasks]);
         if (!code)
             break;
         json_t *req = json_deep_copy(fields);
@@ -368,32 +371,40 @@ int kg_cli_eval(int argc, char **argv)
         tasks[ntasks] = kg_request_normalize(req, &code_rc, NULL, &err);
         json_decref(req);
         if (!tasks[ntasks]) {
-            kg_error("%s: %s", run.names[ntasks], err.msg);
+            kg_error("%s: %s", run->names[ntasks], err.msg);
             break;
         }
     }
     json_decref(refjs);
-    if (ntasks < run.n) {
+    if (ntasks < run->n) {
         for (int k = 0; k < ntasks; k++)
             json_decref(tasks[k]);
-        goto out;
+        return -1;
     }
-    if (!cfg.device)
-        cfg.device = access("/dev/nvidia0", F_OK) == 0 ? "cuda:0" : "cpu";
-    cfg.root = kg_cli_root(rootbuf, sizeof rootbuf);
+    return 0;
+}
+
+/*
+ * Runs the tasks (taken: decref'd here) on an engine made from cfg until
+ * all are done or a signal stops them. Returns the exit code: 0, 1 (the
+ * engine failed) or 128 + the signal.
+ */
+static int run_tasks(struct evalrun *run, const kg_engine_cfg *cfg,
+                     json_t **tasks)
+{
+    kg_err err = {{0}};
     kg_engine *e = NULL;
-    if (kg_engine_new(&e, &cfg, &err)) {
+    if (kg_engine_new(&e, cfg, &err)) {
         kg_error("%s", err.msg);
-        for (int k = 0; k < run.n; k++)
+        for (int k = 0; k < run->n; k++)
             json_decref(tasks[k]);
-        rc = 1;
-        goto out;
+        return 1;
     }
-    for (int i = 0; i < run.n; i++) {
+    for (int i = 0; i < run->n; i++) {
         kg_engine_submit(e, tasks[i], (void *)(intptr_t)i, &err);
         json_decref(tasks[i]);
     }
-    rc = 0;
+    int rc = 0;
     struct sigaction sa = {.sa_handler = on_stop_signal,
                            .sa_flags = SA_RESTART};
     sigemptyset(&sa.sa_mask);
@@ -408,7 +419,7 @@ int kg_cli_eval(int argc, char **argv)
             rc = 128 + stop_signal;
             break;
         }
-        int busy = kg_engine_step(e, 1000, on_done, &run, &err);
+        int busy = kg_engine_step(e, 1000, on_done, run, &err);
         if (busy < 0) {
             kg_error("%s", err.msg);
             rc = 1;
@@ -418,6 +429,31 @@ int kg_cli_eval(int argc, char **argv)
             break;
     }
     kg_engine_free(e);
+    return rc;
+}
+
+int kg_cli_eval(int argc, char **argv)
+{
+    static struct evalrun run;
+    static json_t *tasks[MAX_CANDS];
+    const char *ref = NULL;
+    char rootbuf[PATH_MAX];
+    kg_engine_cfg cfg = {.device = NULL, .concurrency = 1, .idle_warm = -1};
+    json_t *fields = json_object();
+    int rc;
+    memset(&run, 0, sizeof run);
+    kg_log_init("kgym eval", NULL, 0);
+
+    rc = parse_eval_args(argc, argv, &run, &ref, &cfg, fields);
+    if (rc >= 0)
+        goto out;
+    rc = 2;
+    if (make_tasks(&run, ref, fields, tasks))
+        goto out;
+    if (!cfg.device)
+        cfg.device = access("/dev/nvidia0", F_OK) == 0 ? "cuda:0" : "cpu";
+    cfg.root = kg_cli_root(rootbuf, sizeof rootbuf);
+    rc = run_tasks(&run, &cfg, tasks);
     if (!run.json_out && rc == 0) {
         if (run.n == 1)
             print_summary(run.names[0], run.results[0]);
