@@ -498,84 +498,93 @@ static int submit_one(kg_client *c, const json_t *fields, struct cand *cd,
     return code;
 }
 
-int kg_cli_submit(int argc, char **argv)
+/* What kgym submit was asked: the candidates are in cs, not here. */
+struct submit_opts {
+    struct copts o;
+    const char *ref;
+    int table;
+    json_t *fields; /* the request's fields, owned */
+};
+
+/* Reads argv into so and the candidates into cs[0..*n). Returns -1 to go
+ * on, else the exit code (0: --help). */
+static int parse_submit_args(int argc, char **argv, struct submit_opts *so,
+                             struct cand *cs, int *n)
 {
-    struct copts o = {0};
-    const char *ref = NULL;
-    static struct cand cs[MAX_CANDS];
-    int n = 0, code = 2, table = 0;
-    json_t *fields = json_object();
     kg_err err = {{0}};
-    kg_client *c = NULL;
-    memset(cs, 0, sizeof cs);
-    log_init("submit");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             submit_usage(stdout);
-            code = 0;
-            goto out;
+            return 0;
         } else if (!strcmp(a, "--wait")) {
-            o.wait = 1;
+            so->o.wait = 1;
         } else if (!strcmp(a, "--json")) {
-            o.json = 1;
+            so->o.json = 1;
         } else if (!strcmp(a, "--table")) {
-            table = 1;
+            so->table = 1;
         } else if (strncmp(a, "--", 2) || !v) {
             kg_error("%s: %s", a,
                      strncmp(a, "--", 2) ? "unexpected argument"
                                          : "needs a value");
-            goto out;
+            return 2;
         } else {
             i++;
             if (!strcmp(a, "--ref"))
-                ref = v;
+                so->ref = v;
             else if (!strcmp(a, "--cand")) {
-                if (add_cands(cs, &n, v, &err)) {
+                if (add_cands(cs, n, v, &err)) {
                     kg_error("%s", err.msg);
-                    goto out;
+                    return 2;
                 }
             } else if (!strcmp(a, "--server"))
-                o.server = v;
+                so->o.server = v;
             else if (!strcmp(a, "--token-file"))
-                o.token_file = v;
+                so->o.token_file = v;
             else if (!strcmp(a, "--wait-timeout"))
-                o.timeout_s = atof(v);
-            else if (kg_cli_request_flag(fields, a, v, &err)) {
+                so->o.timeout_s = atof(v);
+            else if (kg_cli_request_flag(so->fields, a, v, &err)) {
                 kg_error("%s", err.msg);
-                goto out;
+                return 2;
             }
         }
     }
-    if (!ref || n == 0) {
+    if (!so->ref || *n == 0) {
         submit_usage(stderr);
-        goto out;
+        return 2;
     }
-    int several = n > 1 || table;
-    if (several && json_object_get(fields, "task_id")) {
-        kg_error("--task-id names one task; give one --cand with it");
-        goto out;
-    }
+    return -1;
+}
+
+/*
+ * One request per candidate into reqs[0..n) (the caller's to decref), the
+ * reference read into so->fields first. Every candidate is read and
+ * checked before anything is sent: the server validates too, but checking
+ * here names the flag or file early. Returns 0, or -1 with the message
+ * logged and nothing left in reqs.
+ */
+static int make_requests(struct submit_opts *so, const struct cand *cs, int n,
+                         json_t **reqs)
+{
+    kg_err err = {{0}};
     size_t len;
-    char *ref_text = kg_cli_read_code(ref, "reference_code", &len, &err);
+    char *ref_text = kg_cli_read_code(so->ref, "reference_code", &len, &err);
     if (!ref_text) {
         kg_error("--ref %s", err.msg);
-        goto out;
+        return -1;
     }
-    json_object_set_new(fields, "reference_code", json_stringn(ref_text, len));
+    json_object_set_new(so->fields, "reference_code",
+                        json_stringn(ref_text, len));
     free(ref_text);
-    if (!json_object_get(fields, "reference_code")) {
+    if (!json_object_get(so->fields, "reference_code")) {
         kg_error("out of memory");
-        goto out;
+        return -1;
     }
-    /* read and check every candidate before anything is sent: the server
-     * validates too, but checking here names the flag or file early */
-    json_t *reqs[MAX_CANDS];
     int nreq = 0;
     for (int i = 0; i < n; i++) {
         char *text = kg_cli_read_code(cs[i].path, "kernel_code", &len, &err);
-        json_t *req = json_copy(fields);
+        json_t *req = json_copy(so->fields);
         if (text)
             json_object_set_new(req, "kernel_code", json_stringn(text, len));
         free(text);
@@ -592,16 +601,23 @@ int kg_cli_submit(int argc, char **argv)
             json_decref(req);
             for (int j = 0; j < nreq; j++)
                 json_decref(reqs[j]);
-            goto out;
+            return -1;
         }
         reqs[nreq++] = req;
     }
-    if (connect_or_fail(&o, &c)) {
-        for (int j = 0; j < nreq; j++)
-            json_decref(reqs[j]);
-        goto out;
-    }
-    code = 0;
+    return 0;
+}
+
+/*
+ * Sends reqs[0..n) (taken: decref'd here) and prints what each reply says.
+ * Returns the worst of submit_one's codes; *away is set when the server
+ * could not be reached, the rest then unsent.
+ */
+static int submit_all(kg_client *c, const struct copts *o, json_t **reqs,
+                      struct cand *cs, int n, int several, int *away)
+{
+    int code = 0;
+    *away = 0;
     for (int i = 0; i < n; i++) {
         json_t *reply;
         int rc = submit_one(c, reqs[i], &cs[i], &reply);
@@ -611,15 +627,16 @@ int kg_cli_submit(int argc, char **argv)
         if (rc == 1) {
             for (int j = i + 1; j < n; j++)
                 json_decref(reqs[j]);
-            goto out; /* the server is away: the rest would fail too */
+            *away = 1; /* the server is away: the rest would fail too */
+            return code;
         }
         if (reply && !several) {
-            if (cs[i].result && (o.wait || o.json))
-                print_result(cs[i].result, o.json);
-            else if (cs[i].result || !o.wait)
-                o.json ? print_json(reply) : (void)printf("%s\n", cs[i].id);
-        } else if (reply && !o.wait) {
-            if (o.json)
+            if (cs[i].result && (o->wait || o->json))
+                print_result(cs[i].result, o->json);
+            else if (cs[i].result || !o->wait)
+                o->json ? print_json(reply) : (void)printf("%s\n", cs[i].id);
+        } else if (reply && !o->wait) {
+            if (o->json)
                 print_json(reply);
             else
                 printf("%s\t%s\n", cs[i].id, cs[i].path);
@@ -627,28 +644,66 @@ int kg_cli_submit(int argc, char **argv)
         json_decref(reply);
     }
     fflush(stdout);
-    if (!o.wait)
-        goto out;
-    if (!several) {
-        if (cs[0].id[0] && !cs[0].result) {
-            kg_info("%s queued; waiting", cs[0].id);
-            code = wait_result(c, cs[0].id, o.timeout_s, o.json);
-        }
-        goto out;
-    }
-    int wrc = wait_all(c, cs, n, o.timeout_s);
-    if (o.json) {
+    return code;
+}
+
+/* --wait with several candidates: waits for them all and prints them.
+ * Returns the exit code, from code (submit_all's). */
+static int wait_several(kg_client *c, const struct submit_opts *so,
+                        struct cand *cs, int n, int code)
+{
+    int wrc = wait_all(c, cs, n, so->o.timeout_s);
+    if (so->o.json) {
         for (int i = 0; i < n; i++)
             if (cs[i].result)
                 print_json(cs[i].result);
     } else {
-        print_table(ref, cs, n);
+        print_table(so->ref, cs, n);
     }
     for (int i = 0; i < n; i++)
         if (cs[i].error && code < 2)
             code = 2;
     if (wrc && code == 0)
         code = 1;
+    return code;
+}
+
+int kg_cli_submit(int argc, char **argv)
+{
+    struct submit_opts so = {.fields = json_object()};
+    static struct cand cs[MAX_CANDS];
+    json_t *reqs[MAX_CANDS];
+    int n = 0, code, away;
+    kg_client *c = NULL;
+    memset(cs, 0, sizeof cs);
+    log_init("submit");
+    code = parse_submit_args(argc, argv, &so, cs, &n);
+    if (code >= 0)
+        goto out;
+    code = 2;
+    int several = n > 1 || so.table;
+    if (several && json_object_get(so.fields, "task_id")) {
+        kg_error("--task-id names one task; give one --cand with it");
+        goto out;
+    }
+    if (make_requests(&so, cs, n, reqs))
+        goto out;
+    if (connect_or_fail(&so.o, &c)) {
+        for (int j = 0; j < n; j++)
+            json_decref(reqs[j]);
+        goto out;
+    }
+    code = submit_all(c, &so.o, reqs, cs, n, several, &away);
+    if (away || !so.o.wait)
+        goto out;
+    if (!several) {
+        if (cs[0].id[0] && !cs[0].result) {
+            kg_info("%s queued; waiting", cs[0].id);
+            code = wait_result(c, cs[0].id, so.o.timeout_s, so.o.json);
+        }
+        goto out;
+    }
+    code = wait_several(c, &so, cs, n, code);
 out:
     for (int i = 0; i < n; i++) {
         free(cs[i].path);
@@ -656,6 +711,6 @@ out:
         json_decref(cs[i].result);
     }
     kg_client_free(c);
-    json_decref(fields);
+    json_decref(so.fields);
     return code;
 }
