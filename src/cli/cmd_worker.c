@@ -559,18 +559,17 @@ static int run(struct worker *w, double drain_s)
     return w->fatal ? 1 : 0;
 }
 
-int kg_cli_worker(int argc, char **argv)
-{
-    static struct worker w;
-    const char *server = NULL, *token_file = NULL, *wid = NULL;
-    char rootbuf[PATH_MAX];
-    long conc = 1, drain_s = 330, token_fd = -1;
-    kg_engine_cfg cfg = {.concurrency = 1};
-    memset(&w, 0, sizeof w);
-    w.out_tail = &w.out;
-    /* the worker's id joins the prefix once it is known */
-    kg_log_init("kgym worker", NULL, 1);
+/* The command line of kgym worker. */
+struct worker_opts {
+    const char *server, *token_file, *wid;
+    long conc, drain_s, token_fd;
+};
 
+/* Reads argv into o, w->device and cfg. Returns -1 to go on, else the
+ * exit code (0: --help). */
+static int parse_worker_args(int argc, char **argv, struct worker_opts *o,
+                             struct worker *w, kg_engine_cfg *cfg)
+{
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -578,11 +577,11 @@ int kg_cli_worker(int argc, char **argv)
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--fresh")) {
-            cfg.fresh = 1;
+            cfg->fresh = 1;
         } else if (!strcmp(a, "--no-sandbox")) {
-            cfg.no_sandbox = 1;
+            cfg->no_sandbox = 1;
         } else if (!strcmp(a, "--verbose")) {
-            cfg.verbose = 1;
+            cfg->verbose = 1;
         } else if (!v || strncmp(a, "--", 2)) {
             kg_error("%s: %s", a,
                      strncmp(a, "--", 2) ? "unexpected argument"
@@ -592,23 +591,23 @@ int kg_cli_worker(int argc, char **argv)
         } else {
             i++;
             if (!strcmp(a, "--server"))
-                server = v;
+                o->server = v;
             else if (!strcmp(a, "--token-file"))
-                token_file = v;
+                o->token_file = v;
             else if (!strcmp(a, "--token-fd")) {
-                if (parse_int(a, v, 0, 1 << 20, &token_fd))
+                if (parse_int(a, v, 0, 1 << 20, &o->token_fd))
                     return 2;
             } else if (!strcmp(a, "--device"))
-                w.device = v;
+                w->device = v;
             else if (!strcmp(a, "--worker-id"))
-                wid = v;
+                o->wid = v;
             else if (!strcmp(a, "--python"))
-                cfg.python = v;
+                cfg->python = v;
             else if (!strcmp(a, "--concurrency")) {
-                if (parse_int(a, v, 1, 64, &conc))
+                if (parse_int(a, v, 1, 64, &o->conc))
                     return 2;
             } else if (!strcmp(a, "--drain-timeout")) {
-                if (parse_int(a, v, 0, 86400, &drain_s))
+                if (parse_int(a, v, 0, 86400, &o->drain_s))
                     return 2;
             } else {
                 kg_error("unknown option %s", a);
@@ -617,36 +616,81 @@ int kg_cli_worker(int argc, char **argv)
             }
         }
     }
-    if (parse_device(w.device, w.engine_device, sizeof w.engine_device)) {
+    return -1;
+}
+
+/* Checks the options together and gives w its engine device, host, id and
+ * concurrency. Returns -1 to go on, else the exit code. */
+static int resolve_worker(const struct worker_opts *o, struct worker *w)
+{
+    if (parse_device(w->device, w->engine_device, sizeof w->engine_device)) {
         kg_error("--device %s: expected cpu, cpu:N or cuda:N (required)",
-                 w.device ? w.device : "(missing)");
+                 w->device ? w->device : "(missing)");
         return 2;
     }
-    if (token_fd >= 0 && token_file) {
+    if (o->token_fd >= 0 && o->token_file) {
         kg_error("--token-fd and --token-file: give one");
         return 2;
     }
-    if (gethostname(w.host, sizeof w.host - 1) != 0 || !w.host[0])
-        snprintf(w.host, sizeof w.host, "localhost");
-    if (wid) {
-        if (!kg_task_id_valid(wid)) {
+    if (gethostname(w->host, sizeof w->host - 1) != 0 || !w->host[0])
+        snprintf(w->host, sizeof w->host, "localhost");
+    if (o->wid) {
+        if (!kg_task_id_valid(o->wid)) {
             kg_error("--worker-id: use 1..100 characters of [A-Za-z0-9._:-]");
             return 2;
         }
-        snprintf(w.id, sizeof w.id, "%s", wid);
+        snprintf(w->id, sizeof w->id, "%s", o->wid);
     } else {
-        snprintf(w.id, sizeof w.id, "%.60s-%s-%ld", w.host, w.device,
+        snprintf(w->id, sizeof w->id, "%.60s-%s-%ld", w->host, w->device,
                  (long)getpid());
-        sanitize_id(w.id);
+        sanitize_id(w->id);
     }
-    w.concurrency = (int)conc;
+    w->concurrency = (int)o->conc;
+    return -1;
+}
+
+/* Frees what is left of w's jobs and outbox. */
+static void free_queues(struct worker *w)
+{
+    while (w->jobs) {
+        struct job *j = w->jobs;
+        w->jobs = j->next;
+        free(j->task_id);
+        free(j);
+    }
+    while (w->out) {
+        struct outbox *o = w->out;
+        w->out = o->next;
+        json_decref(o->result);
+        free(o->task_id);
+        free(o);
+    }
+}
+
+int kg_cli_worker(int argc, char **argv)
+{
+    static struct worker w;
+    struct worker_opts o = {.conc = 1, .drain_s = 330, .token_fd = -1};
+    char rootbuf[PATH_MAX];
+    kg_engine_cfg cfg = {.concurrency = 1};
+    memset(&w, 0, sizeof w);
+    w.out_tail = &w.out;
+    /* the worker's id joins the prefix once it is known */
+    kg_log_init("kgym worker", NULL, 1);
+
+    int code = parse_worker_args(argc, argv, &o, &w, &cfg);
+    if (code < 0)
+        code = resolve_worker(&o, &w);
+    if (code >= 0)
+        return code;
     kg_log_init("kgym worker", w.id, 1);
     if (cfg.verbose)
         kg_log_level(KG_LOG_DEBUG);
 
     kg_err err = {{0}};
-    if (token_fd >= 0 ? connect_fd(&w.http, server, (int)token_fd, &err)
-                      : kg_cli_connect(&w.http, server, token_file, &err)) {
+    if (o.token_fd >= 0
+            ? connect_fd(&w.http, o.server, (int)o.token_fd, &err)
+            : kg_cli_connect(&w.http, o.server, o.token_file, &err)) {
         kg_error("%s", err.msg);
         return 2;
     }
@@ -671,21 +715,9 @@ int kg_cli_worker(int argc, char **argv)
         kg_client_free(w.http);
         return 1;
     }
-    int rc = run(&w, (double)drain_s);
+    int rc = run(&w, (double)o.drain_s);
     kg_engine_free(w.eng);
-    while (w.jobs) {
-        struct job *j = w.jobs;
-        w.jobs = j->next;
-        free(j->task_id);
-        free(j);
-    }
-    while (w.out) {
-        struct outbox *o = w.out;
-        w.out = o->next;
-        json_decref(o->result);
-        free(o->task_id);
-        free(o);
-    }
+    free_queues(&w);
     kg_client_free(w.http);
     kg_info("stopped");
     return rc;
