@@ -109,23 +109,29 @@ int kg_sandbox_cfg_from_json(const json_t *s, const kg_sandbox_filter *filter,
     return 0;
 }
 
-int kg_spawn_exec(const char *python, const json_t *req, const int *fds,
-                  int nfds, const kg_sandbox_filter *filter, pid_t *pid,
-                  kg_err *err)
+/* The fds named "chan", "result" and "log" in req's "fds" (-1: none). */
+static void named_fds(const json_t *req, const int *fds, int nfds, int *chan,
+                      int *res, int *log)
 {
-    const char *role = json_string_value(json_object_get(req, "role"));
     json_t *names = json_object_get(req, "fds");
-    int chan = -1, res = -1, log = -1;
+    *chan = *res = *log = -1;
     for (int i = 0; i < nfds; i++) {
         const char *n = json_string_value(json_array_get(names, (size_t)i));
         if (n && !strcmp(n, "chan"))
-            chan = fds[i];
+            *chan = fds[i];
         else if (n && !strcmp(n, "result"))
-            res = fds[i];
+            *res = fds[i];
         else if (n && !strcmp(n, "log"))
-            log = fds[i];
+            *log = fds[i];
     }
-    /* everything the child needs is prepared before the fork */
+}
+
+/* The child's sandbox: req's "sandbox", keeping chan and res open and
+ * sending stdout and stderr to log. As kg_sandbox_cfg_from_json. */
+static int child_sandbox(const json_t *req, int chan, int res, int log,
+                         const kg_sandbox_filter *filter, kg_sandbox_cfg *cfg,
+                         kg_sandbox_json_store *st, int *enabled, kg_err *err)
+{
     json_t *sb = json_deep_copy(json_object_get(req, "sandbox"));
     if (!sb)
         sb = json_object();
@@ -137,17 +143,17 @@ int kg_spawn_exec(const char *python, const json_t *req, const int *fds,
     json_object_set_new(sb, "keep_fds", keep);
     json_object_set_new(sb, "stdout_fd", json_integer(log));
     json_object_set_new(sb, "stderr_fd", json_integer(log));
-    kg_sandbox_cfg cfg;
-    kg_sandbox_json_store st;
-    int enabled;
-    int rc = kg_sandbox_cfg_from_json(sb, filter, &cfg, &st, &enabled, err);
+    int rc = kg_sandbox_cfg_from_json(sb, filter, cfg, st, enabled, err);
     json_decref(sb);
-    if (rc)
-        return rc;
-    /* the environment as a NULL-ended array */
-    json_t *env = json_object_get(req, "env");
-    size_t nenv = json_object_size(env);
-    char **envp = calloc(nenv + 1, sizeof *envp);
+    return rc;
+}
+
+/* The environment object env as a NULL-ended array of *nenv "k=v"
+ * strings; the caller frees each and the array. */
+static char **env_array(json_t *env, size_t *nenv)
+{
+    *nenv = json_object_size(env);
+    char **envp = calloc(*nenv + 1, sizeof *envp);
     const char *k;
     json_t *v;
     size_t ei = 0;
@@ -158,6 +164,66 @@ int kg_spawn_exec(const char *python, const json_t *req, const int *fds,
         envp[ei] = malloc(l);
         snprintf(envp[ei++], l, "%s=%s", k, s ? s : "");
     }
+    return envp;
+}
+
+/* In the forked child: enters the sandbox (or, without one, sets up the
+ * session, fds and directory) and execs python. Never returns. */
+static _Noreturn void exec_child(const char *python, const char *const *argv,
+                                 char **envp, const kg_sandbox_cfg *cfg,
+                                 int enabled, int log)
+{
+    kg_err e2;
+    if (enabled && kg_sandbox_enter(cfg, &e2)) {
+        dprintf(log >= 0 ? log : 2, "kgym sandbox: %s\n", e2.msg);
+        _exit(KG_SANDBOX_EXIT_SETUP);
+    }
+    if (!enabled) {
+        setsid();
+        if (cfg->stdin_fd >= 0)
+            dup2(cfg->stdin_fd, 0);
+        if (log >= 0)
+            dup2(log, 1), dup2(log, 2);
+        for (int i = 0; i < cfg->n_keep_fds; i++)
+            fcntl(cfg->keep_fds[i], F_SETFD, 0);
+        if (cfg->workdir && chdir(cfg->workdir) != 0)
+            _exit(KG_SANDBOX_EXIT_SETUP);
+    }
+    execve(python, (char *const *)argv, envp);
+    dprintf(2, "kgym: exec %s: %s\n", python, strerror(errno));
+    _exit(127);
+}
+
+/* Writes the task whole to fd: it is small next to a pipe's buffer. */
+static void write_task(int fd, const char *task)
+{
+    size_t len = strlen(task), off = 0;
+    signal(SIGPIPE, SIG_IGN);
+    while (off < len) {
+        ssize_t w = write(fd, task + off, len - off);
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+}
+
+int kg_spawn_exec(const char *python, const json_t *req, const int *fds,
+                  int nfds, const kg_sandbox_filter *filter, pid_t *pid,
+                  kg_err *err)
+{
+    const char *role = json_string_value(json_object_get(req, "role"));
+    int chan, res, log;
+    named_fds(req, fds, nfds, &chan, &res, &log);
+    /* everything the child needs is prepared before the fork */
+    kg_sandbox_cfg cfg;
+    kg_sandbox_json_store st;
+    int enabled;
+    int rc =
+        child_sandbox(req, chan, res, log, filter, &cfg, &st, &enabled, err);
+    if (rc)
+        return rc;
+    size_t nenv;
+    char **envp = env_array(json_object_get(req, "env"), &nenv);
     cfg.env = (const char *const *)envp;
     char chan_s[16], res_s[16];
     snprintf(chan_s, sizeof chan_s, "%d", chan);
@@ -190,40 +256,13 @@ int kg_spawn_exec(const char *python, const json_t *req, const int *fds,
         rc = kg_errf(err, KG_EIO, "fork: %s", strerror(errno));
         goto out;
     }
-    if (p == 0) {
-        kg_err e2;
-        if (enabled && kg_sandbox_enter(&cfg, &e2)) {
-            dprintf(log >= 0 ? log : 2, "kgym sandbox: %s\n", e2.msg);
-            _exit(KG_SANDBOX_EXIT_SETUP);
-        }
-        if (!enabled) {
-            setsid();
-            if (cfg.stdin_fd >= 0)
-                dup2(cfg.stdin_fd, 0);
-            if (log >= 0)
-                dup2(log, 1), dup2(log, 2);
-            for (int i = 0; i < cfg.n_keep_fds; i++)
-                fcntl(cfg.keep_fds[i], F_SETFD, 0);
-            if (cfg.workdir && chdir(cfg.workdir) != 0)
-                _exit(KG_SANDBOX_EXIT_SETUP);
-        }
-        execve(python, (char *const *)argv, envp);
-        dprintf(2, "kgym: exec %s: %s\n", python, strerror(errno));
-        _exit(127);
-    }
+    if (p == 0)
+        exec_child(python, argv, envp, &cfg, enabled, log);
     *pid = p;
     if (task) {
         close(in[0]);
         in[0] = -1;
-        /* the task is small next to a pipe's buffer; write it whole */
-        size_t len = strlen(task), off = 0;
-        signal(SIGPIPE, SIG_IGN);
-        while (off < len) {
-            ssize_t w = write(in[1], task + off, len - off);
-            if (w <= 0)
-                break;
-            off += (size_t)w;
-        }
+        write_task(in[1], task);
     }
 out:
     if (in[0] >= 0)
