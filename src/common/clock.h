@@ -1,4 +1,4 @@
-/* clock.h - kgym's one clock for intervals and deadlines. */
+/* clock.h - kgym's one clock for intervals and deadlines, and its sleep. */
 #ifndef KGYM_CLOCK_H
 #define KGYM_CLOCK_H
 
@@ -15,6 +15,14 @@ static inline double kg_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Sleeps ms milliseconds (an interrupted sleep returns early). */
+static inline void kg_sleep_ms(long ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000,
+                          .tv_nsec = (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
 }
 
 #endif

@@ -31,7 +31,6 @@
 
 #include "worker/sandbox.h"
 #include "common/clock.h"
-#include "worker/sandbox_impl.h"
 
 /* ---- cgroups ---------------------------------------------------------- */
 
@@ -503,7 +502,7 @@ int kg_sandbox_cgroup_close(kg_sandbox_cgroup *g, int timeout_ms, kg_err *err)
             return kg_errf(err, KG_ETIMEOUT,
                            "cgroup %s: %d processes left after %d ms",
                            g->n ? g->dir[0] : "?", live, timeout_ms);
-        kg_sandbox__sleep_ms(nap);
+        kg_sleep_ms(nap);
         nap = nap < 16 ? nap * 2 : nap;
     }
 }

@@ -31,16 +31,8 @@
 
 #include "worker/sandbox.h"
 #include "common/clock.h"
-#include "worker/sandbox_impl.h"
 
 /* ---- processes: group kill, orphans ---------------------------------- */
-
-void kg_sandbox__sleep_ms(long ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000,
-                          .tv_nsec = (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* Reads state, ppid and pgrp of pid from /proc/pid/stat. */
 static int proc_stat(long pid, char *state, long *ppid, long *pgrp)
@@ -120,7 +112,7 @@ int kg_sandbox_kill_group(pid_t pgid, int timeout_ms, int *leader_status,
             return kg_errf(err, KG_ETIMEOUT,
                            "process group %d still alive after %d ms",
                            (int)pgid, timeout_ms);
-        kg_sandbox__sleep_ms(nap);
+        kg_sleep_ms(nap);
         nap = nap < 16 ? nap * 2 : nap;
     }
 }
@@ -174,7 +166,7 @@ int kg_sandbox_reap_orphans(const pid_t *keep, int nkeep)
         for (int i = 0; i < s.n; i++)
             while (waitpid(s.found[i], NULL, WNOHANG) == 0 &&
                    kg_now_ms() < deadline)
-                kg_sandbox__sleep_ms(1);
+                kg_sleep_ms(1);
     }
     return killed;
 }
