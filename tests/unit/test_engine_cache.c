@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "need_root.h"
+
 #include "worker/engine_impl.h"
 #include "worker/sandbox.h"
 
@@ -64,12 +66,7 @@ static int one_round(const char *d)
 static void test_workers_make_the_cache_at_once(void **state)
 {
     (void)state;
-    if (getuid() != 0) {
-        const char *req = getenv("KGYM_REQUIRE_ROOT");
-        if (req && !strcmp(req, "1"))
-            fail_msg("needs root (chown to the candidates' group)");
-        skip();
-    }
+    NEED_ROOT("chown to the candidates' group");
     char base[] = "/tmp/kgym-cache-race-XXXXXX";
     assert_non_null(mkdtemp(base));
     char d[128];

@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "need_root.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -53,22 +55,6 @@
 #endif
 
 #define CHILD_TIMEOUT_MS 10000
-
-/* A test that needs root: skipped when not root, with the reason; failed
- * instead under KGYM_REQUIRE_ROOT=1 (CI, .ci/run: a root-only test may not
- * skip there). */
-#define NEED_ROOT(why)                                                        \
-    do {                                                                      \
-        if (getuid() != 0) {                                                  \
-            const char *req_ = getenv("KGYM_REQUIRE_ROOT");                   \
-            if (req_ && strcmp(req_, "1") == 0)                               \
-                fail_msg("needs root (%s), and KGYM_REQUIRE_ROOT=1 forbids "  \
-                         "skipping it (running as uid %d)",                   \
-                         why, (int)getuid());                                 \
-            printf("    skipped: needs root (%s)\n", why);                    \
-            skip();                                                           \
-        }                                                                     \
-    } while (0)
 
 static kg_sandbox_filter filter;    /* default profile: W^X denied */
 static kg_sandbox_filter filter_wx; /* allow_wx = 1 */
