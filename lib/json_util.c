@@ -245,6 +245,16 @@ int kg_json_as_bool(const json_t *v, const char *name, int *out, kg_err *err)
     return 0;
 }
 
+int kg_json_is_whole(const json_t *v)
+{
+    if (json_is_integer(v))
+        return 1;
+    if (!json_is_real(v))
+        return 0;
+    double x = json_real_value(v);
+    return isfinite(x) && floor(x) == x;
+}
+
 int kg_json_as_int(const json_t *v, const char *name, long long lo,
                    long long hi, long long *out, kg_err *err)
 {

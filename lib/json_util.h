@@ -48,6 +48,10 @@ int kg_json_parse_value(const char *buf, size_t len, json_t **out, kg_err *err);
 /* "object", "array", "string", "number", "boolean" or "null". */
 const char *kg_json_type_name(const json_t *v);
 
+/* A JSON integer, or a real with no fractional part (1e40 too: the range
+ * is the caller's). Never casts an out-of-range double to an integer. */
+int kg_json_is_whole(const json_t *v);
+
 /* Typed values. Integers are ranged to [lo, hi]; a real is no integer. */
 int kg_json_as_number(const json_t *v, const char *name, double *out,
                       kg_err *err);

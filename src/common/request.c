@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json_util.h"
 #include "common/request.h"
 #include "common/sha256.h"
 
@@ -149,15 +150,11 @@ static int check_field(const struct field *f, json_t *v, json_t *out,
         json_object_set(out, f->name, v);
         return 0;
     case F_INT: {
-        double d;
-        if (json_is_integer(v))
-            d = (double)json_integer_value(v);
-        else if (json_is_real(v) &&
-                 floor(json_real_value(v)) == json_real_value(v))
-            d = json_real_value(v);
-        else
+        if (!kg_json_is_whole(v))
             return kg_errf(err, KG_EINVAL, "field \"%s\": must be an integer",
                            f->name);
+        double d = json_is_integer(v) ? (double)json_integer_value(v)
+                                      : json_real_value(v);
         if (!(d >= f->lo && d <= f->hi))
             return kg_errf(err, KG_EINVAL,
                            "field \"%s\": must be in %.0f..%.0f", f->name,

@@ -1,7 +1,6 @@
 /* api.c - kgym serve's API core: the API object and its cache of
  * cache-answered tasks, request checks, task views and dispatch to the
  * endpoints of api_client.c, api_worker.c and api_ops.c (docs/api.md). */
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -160,13 +159,6 @@ int kg_api_parse_body(const char *body, size_t len, json_t **out,
  * kg_request_normalize is about its value (422), not its type (400). Enum
  * fields are never "right": an unknown backend is a 400.
  */
-/* A whole number (1e40 is one too; the range is checked later). No cast
- * of an out-of-range double to an integer, which is undefined. */
-static int is_whole(double x)
-{
-    return isfinite(x) && floor(x) == x;
-}
-
 static int right_type(const char *field, const json_t *v)
 {
     static const char *const strings[] = {"task_id", "reference_code",
@@ -183,8 +175,7 @@ static int right_type(const char *field, const json_t *v)
         if (!strcmp(field, strings[i]))
             return json_is_string(v);
         if (!strcmp(field, ints[i]))
-            return json_is_integer(v) ||
-                   (json_is_real(v) && is_whole(json_real_value(v)));
+            return kg_json_is_whole(v);
         if (!strcmp(field, bools[i]))
             return json_is_boolean(v);
         if (!strcmp(field, nums[i]))
