@@ -5,6 +5,10 @@
 
 int kg_cli_rl(int argc, char **argv);
 int kg_cli_eval(int argc, char **argv);
+/* cmd_selfcheck.c: KernelBench's tree (kgym selfcheck; kgym eval
+ * --kernelbench, which kg_cli_eval hands over) */
+int kg_cli_selfcheck(int argc, char **argv);
+int kg_cli_eval_kernelbench(int argc, char **argv);
 int kg_cli_serve(int argc, char **argv);
 int kg_cli_worker(int argc, char **argv);
 int kg_cli_submit(int argc, char **argv);

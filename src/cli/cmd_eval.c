@@ -40,6 +40,8 @@ static void usage(FILE *f)
                "object per line). Each --cand is checked against the --ref "
                "given before it\n"
                "(or the first --ref), so one run can mix problems.\n"
+               "With --kernelbench DIR --candidates CANDDIR: KernelBench's tree "
+               "(--kernelbench --help).\n"
                "\n"
                "options:\n"
                "  --backend cpu|triton|cuda   how the candidate is built "
@@ -441,6 +443,9 @@ int kg_cli_eval(int argc, char **argv)
     kg_engine_cfg cfg = {.device = NULL, .concurrency = 1, .idle_warm = -1};
     json_t *fields = json_object();
     int rc;
+    for (int i = 1; i < argc; i++) /* a KernelBench tree: cmd_selfcheck.c */
+        if (!strcmp(argv[i], "--kernelbench"))
+            return kg_cli_eval_kernelbench(argc, argv);
     memset(&run, 0, sizeof run);
     kg_log_init("kgym eval", NULL, 0);
 

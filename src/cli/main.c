@@ -16,6 +16,9 @@ static const struct subcommand commands[] = {
     {"eval", kg_cli_eval,
      "evaluate candidates against a reference locally (sandboxed, warm "
      "zygote)"},
+    {"selfcheck", kg_cli_selfcheck,
+     "KernelBench's tree, each reference as its own candidate: JSONL + "
+     "summary"},
     {"serve", kg_cli_serve, "the task API server (docs/api.md)"},
     {"worker", kg_cli_worker,
      "evaluate tasks leased from a kgym server on one device"},

@@ -1,0 +1,204 @@
+/* kb_report.c - the results of a KernelBench run: the records the summary
+ * keeps, the JSONL read back for --resume, and the summary table
+ * (kernelbench.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/kernelbench.h"
+#include "common/log.h"
+
+static const char *const VERDICTS[] = {
+    "pass",    "mismatch", "compile_error", "runtime_error",
+    "timeout", "hacked",   "problem_error", "infra_error"};
+#define NVERDICTS (int)(sizeof VERDICTS / sizeof VERDICTS[0])
+
+const kb_rec *kb_recs_find(const kb_recs *recs, int level, const char *name)
+{
+    for (int i = 0; i < recs->n; i++)
+        if (recs->r[i].level == level && !strcmp(recs->r[i].name, name))
+            return &recs->r[i];
+    return NULL;
+}
+
+int kb_recs_add(kb_recs *recs, const kb_rec *rec)
+{
+    kb_rec *r = (kb_rec *)kb_recs_find(recs, rec->level, rec->name);
+    if (!r) {
+        if (recs->n == recs->cap) {
+            int cap = recs->cap ? 2 * recs->cap : 64;
+            kb_rec *g = realloc(recs->r, (size_t)cap * sizeof *g);
+            if (!g)
+                return KG_ENOMEM;
+            recs->r = g;
+            recs->cap = cap;
+        }
+        r = &recs->r[recs->n++];
+    }
+    *r = *rec;
+    return 0;
+}
+
+int kb_recs_put(kb_recs *recs, const json_t *line)
+{
+    const char *name = json_string_value(json_object_get(line, "problem"));
+    json_t *lv = json_object_get(line, "level");
+    if (!name || !json_is_integer(lv))
+        return KG_EPARSE;
+    kb_rec r = {.level = (int)json_integer_value(lv)};
+    snprintf(r.name, sizeof r.name, "%s", name);
+    const char *v = json_string_value(json_object_get(line, "verdict"));
+    snprintf(r.verdict, sizeof r.verdict, "%s", v ? v : "none");
+    json_t *sp = json_object_get(line, "speedup");
+    r.speedup = json_is_number(sp) ? json_number_value(sp) : -1;
+    return kb_recs_add(recs, &r);
+}
+
+void kb_recs_free(kb_recs *recs)
+{
+    free(recs->r);
+    memset(recs, 0, sizeof *recs);
+}
+
+int kb_jsonl_load(const char *path, kb_recs *recs, int *ends_clean,
+                  kg_err *err)
+{
+    *ends_clean = 1;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT
+                   ? 0
+                   : kg_errf(err, KG_EIO, "%s: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long no = 0;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        no++;
+        *ends_clean = line[len - 1] == '\n';
+        json_t *j = json_loadb(line, (size_t)len, 0, NULL);
+        if (!j || kb_recs_put(recs, j))
+            kg_warn("%s:%ld: not a result line (cut by an interrupt?): "
+                    "skipped, its problem runs again",
+                    path, no);
+        json_decref(j);
+    }
+    int bad = ferror(f);
+    free(line);
+    fclose(f);
+    if (bad)
+        return kg_errf(err, KG_EIO, "%s: read error", path);
+    return 0;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A verdict's column: its name's width, at least 5. */
+static int colw(int v)
+{
+    int w = (int)strlen(VERDICTS[v]);
+    return w > 5 ? w : 5;
+}
+
+/* The problems x verdicts count table, one row per level and a total. */
+static void verdict_table(FILE *f, const kb_recs *recs)
+{
+    int levels[KB_MAX_LEVEL + 2] = {0};
+    for (int i = 0; i < recs->n; i++)
+        if (recs->r[i].level >= 1 && recs->r[i].level <= KB_MAX_LEVEL)
+            levels[recs->r[i].level] = 1;
+    levels[KB_MAX_LEVEL + 1] = 1; /* the total */
+    fprintf(f, "%-7s %5s", "level", "total");
+    for (int v = 0; v < NVERDICTS; v++)
+        fprintf(f, " %*s", colw(v), VERDICTS[v]);
+    fprintf(f, "\n");
+    for (int lv = 1; lv <= KB_MAX_LEVEL + 1; lv++) {
+        if (!levels[lv])
+            continue;
+        int cnt[NVERDICTS] = {0}, tot = 0;
+        for (int i = 0; i < recs->n; i++) {
+            if (lv <= KB_MAX_LEVEL && recs->r[i].level != lv)
+                continue;
+            tot++;
+            for (int v = 0; v < NVERDICTS; v++)
+                if (!strcmp(recs->r[i].verdict, VERDICTS[v]))
+                    cnt[v]++;
+        }
+        char name[16];
+        snprintf(name, sizeof name, lv <= KB_MAX_LEVEL ? "%d" : "all", lv);
+        fprintf(f, "%-7s %5d", name, tot);
+        for (int v = 0; v < NVERDICTS; v++)
+            fprintf(f, " %*d", colw(v), cnt[v]);
+        fprintf(f, "\n");
+    }
+}
+
+/* The speedups of the passing problems: count, min, median, max; self:
+ * the shares within [0.95, 1.05] and [0.90, 1.10] and the problems
+ * outside the wider band (the outliers), most extreme first. */
+static void speedups(FILE *f, const kb_recs *recs, int self)
+{
+    double *s = malloc(((size_t)recs->n + 1) * sizeof *s);
+    if (!s)
+        return;
+    int n = 0, in5 = 0, in10 = 0;
+    for (int i = 0; i < recs->n; i++) {
+        double x = recs->r[i].speedup;
+        if (x < 0)
+            continue;
+        s[n++] = x;
+        in5 += x >= 0.95 && x <= 1.05;
+        in10 += x >= 0.90 && x <= 1.10;
+    }
+    const char *what = self ? "self-speedup" : "speedup";
+    if (n == 0) {
+        fprintf(f, "%s: no problem passed\n", what);
+        free(s);
+        return;
+    }
+    qsort(s, (size_t)n, sizeof *s, cmp_dbl);
+    double med = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    fprintf(f, "%s of %d passing: min %.3fx median %.3fx max %.3fx\n", what, n,
+            s[0], med, s[n - 1]);
+    free(s);
+    if (!self)
+        return;
+    fprintf(f, "within [0.95, 1.05]: %d of %d (%.1f%%); within [0.90, 1.10]: "
+               "%d of %d (%.1f%%)\n",
+            in5, n, 100.0 * in5 / n, in10, n, 100.0 * in10 / n);
+    if (in5 == n)
+        return;
+    fprintf(f, "outside [0.95, 1.05]:");
+    for (int i = 0; i < recs->n; i++) {
+        double x = recs->r[i].speedup;
+        if (x >= 0 && (x < 0.95 || x > 1.05))
+            fprintf(f, " level%d/%s %.3fx", recs->r[i].level, recs->r[i].name,
+                    x);
+    }
+    fprintf(f, "\n");
+}
+
+void kb_summary(FILE *f, const kb_recs *recs, int self)
+{
+    fprintf(f, "\n== %d problems\n", recs->n);
+    verdict_table(f, recs);
+    speedups(f, recs, self);
+    int shown = 0;
+    for (int i = 0; i < recs->n; i++) {
+        if (!strcmp(recs->r[i].verdict, "pass"))
+            continue;
+        if (!shown++)
+            fprintf(f, "not pass:");
+        fprintf(f, " level%d/%s=%s", recs->r[i].level, recs->r[i].name,
+                recs->r[i].verdict);
+    }
+    if (shown)
+        fprintf(f, "\n");
+    fflush(f);
+}
