@@ -15,6 +15,20 @@
 #include "worker/engine_impl.h"
 #include "worker/sandbox_json.h"
 
+/*
+ * RLIMIT_FSIZE of both children. It also bounds ftruncate of a memfd: the
+ * channel's shared-memory region (channel.py, a power of two from 16 MiB
+ * up to MAX_MESSAGE_BYTES) is one, so a fixed 2 GiB failed every problem
+ * whose inputs or outputs cross above 2 GiB ("[Errno 27] File too large"
+ * in the judge sending inputs, exit status 70 in the candidate sending
+ * outputs). The limit is the largest region the channel makes, so the
+ * channel never meets it; what a runaway candidate writes is bounded by
+ * its private tmpfs (TASK_TMP_BYTES, as root) and its memory cgroup, not by
+ * this per-file limit. Must equal channel.py's MAX_MESSAGE_BYTES
+ * (tests/integration/test_kernelbench_cli.py checks).
+ */
+#define FSIZE_BYTES ((json_int_t)16 << 30)
+
 /* 1 if path is dir or inside it. */
 static int under(const char *path, const char *dir)
 {
@@ -30,12 +44,26 @@ static int under_private_tmp(const char *path)
            under(path, "/dev/shm");
 }
 
-/* A memory limit larger than the machine is no limit: the kernel's OOM
- * killer would act first, on whatever it picks. Limits are capped at half
- * the physical memory. */
-static uint64_t mem_limit(const kg_engine *e, uint64_t want)
+/*
+ * Host memory per child, sized from the machine rather than fixed (a fixed
+ * 16 GiB address space failed problems whose tensors, with the channel's
+ * region and the judge's copies, need more: a 2.4 GB output costs the
+ * judge its reference output, the mapped region (the next power of two)
+ * and its copy). The candidate (untrusted) gets half the physical memory,
+ * as RLIMIT_AS on a cpu worker and as its cgroup's memory.max: a runaway
+ * candidate is stopped before the machine is, and a problem whose
+ * reference runs in half the machine fits. The judge (trusted: it runs the
+ * reference) gets the whole physical memory as RLIMIT_AS, so only a
+ * reference that could not run on this machine at all is stopped. A GPU
+ * worker sets no RLIMIT_AS (CUDA maps a huge virtual range). Unknown
+ * physical memory: 16 GiB (cpu) and 64 GiB (GPU), as before.
+ */
+static uint64_t mem_limit(const kg_engine *e, int cand)
 {
-    return e->mem_cap && e->mem_cap < want ? e->mem_cap : want;
+    int gpu = strncmp(e->cfg.device, "cuda", 4) == 0;
+    if (!e->mem_cap) /* half the physical memory; 0: unknown */
+        return gpu ? (uint64_t)64 << 30 : (uint64_t)16 << 30;
+    return cand ? e->mem_cap : 2 * e->mem_cap;
 }
 
 /* What the candidate still imports after the fork (the harness, the
@@ -103,10 +131,9 @@ static json_t *sandbox_cfg(kg_engine *e, const char *role,
     json_object_set_new(s, "seccomp", json_boolean(cand));
     /* CUDA maps a huge virtual range: no RLIMIT_AS on a GPU worker. */
     json_object_set_new(
-        s, "as_bytes",
-        json_integer(gpu ? 0 : (json_int_t)mem_limit(e, (uint64_t)16 << 30)));
+        s, "as_bytes", json_integer(gpu ? 0 : (json_int_t)mem_limit(e, cand)));
     json_object_set_new(s, "cpu_seconds", json_integer(cand ? 600 : 1200));
-    json_object_set_new(s, "fsize_bytes", json_integer((json_int_t)2 << 30));
+    json_object_set_new(s, "fsize_bytes", json_integer(FSIZE_BYTES));
     json_object_set_new(s, "nofile", json_integer(1024));
     json_object_set_new(s, "nproc", json_integer(cand ? 512 : 0));
     int uid = cand && e->drop_uid ? eng_uid_of(c->wd) : -1;
@@ -130,9 +157,7 @@ static void cand_cgroup(kg_engine *e, struct child *c)
         return;
     char name[64];
     snprintf(name, sizeof name, "kgym-%d-%ld", (int)getpid(), e->next_id + 1);
-    uint64_t mem =
-        mem_limit(e, strncmp(e->cfg.device, "cuda", 4) ? (uint64_t)16 << 30
-                                                       : (uint64_t)64 << 30);
+    uint64_t mem = mem_limit(e, 1);
     kg_err cgerr;
     if (kg_sandbox_cgroup_open(&e->cgroups, name, mem, 1024, &c->cg, &cgerr) ==
         0)
