@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from . import (audit, compare, cpustat, guards, loader, prewarm, problem, profiling, quiet, schema,
-               timing)
+from . import (audit, compare, cpustat, guards, loader, precision, prewarm, problem, profiling,
+               quiet, schema, timing)
 from .devlock import DeviceLock, LockTimeout
 from .channel import Channel, ChannelTimeout, PeerClosed, ProtocolError
 from .frame import write_result
@@ -98,6 +98,7 @@ class Judge:
         self.facts = audit.ReferenceFacts()   # what the reference does to its inputs
         self.samples: list[tuple[list, Any]] = []  # (input digests, expected), 2 trials
         self.low_precision: set[str] = set()  # the candidate's fp16/bf16 evidence
+        self.precision64_found: list = []  # trial 0's measured downgrade, reported after it
         self.float_dtypes: set[torch.dtype] = set()  # of the problem's inputs and outputs
         # the phase of reference code running now, for a worker that finds
         # this process dead without a frame (problem.py; in $TMPDIR, which
@@ -143,6 +144,11 @@ class Judge:
         except ValueError as e:
             self.fail("infra_error", "BAD_REQUEST", "ValueError", str(e))
         req = self.req
+        # the reference in full fp32 (TF32 only by request), for its
+        # correctness and its timing alike; this process is the judge's
+        precision.set_reference_precision(req["allow_tf32"])
+        if req["allow_tf32"]:
+            self.result["checks"]["allow_tf32"] = True
         self.result["task_id"] = req["task_id"]
         self.result["device"].update(worker_id=req["worker_id"], backend=req["backend"])
         self.result["timings"]["queued"] = req["queued_ms"]
@@ -347,6 +353,9 @@ class Judge:
                 self.report([("lazy_output", "LAZY_OUTPUT", out_problem)])
             return {"code": "OUTPUT_TYPE", "message": out_problem, "output_index": 0,
                     "max_abs_err": None, "max_rel_err": None, "bad_fraction": None}
+        # trial 0's float64 reference starts from the state this forward sees
+        state0 = (self.state_before_forward() if guard and check and label == "trial:0"
+                  else None)
         expected = self.reference_forward(inputs, mode, grad, sent) if check else None
         t3 = _now()
         if guard:
@@ -369,6 +378,8 @@ class Judge:
                     x.dtype for x in list(inputs) + compare.flatten(expected)
                     if isinstance(x, torch.Tensor) and x.is_floating_point())
                 self.report(self.rounding_fingerprint(inputs, got, expected))
+                # reported after the direct evidence (correctness), which names its source
+                self.precision64_found = self.precision64(inputs, got, expected, state0, t3 - t2)
         if fail is None and len(self.samples) < 2 and label.startswith("trial:"):
             self.samples.append((sent if sent is not None else guards.digests(inputs), expected))
         self.lap("reference", t3 - t2)
@@ -430,6 +441,38 @@ class Judge:
                          f"itself (distance {d:.3g}): the kernel computes with {name} operands")]
         return []
 
+    def state_before_forward(self) -> dict:
+        """The reference's parameters (unchanged by a no-grad forward) and
+        copies of its buffers (which a forward may update), for precision64."""
+        state = dict(self.ref_model.named_parameters())
+        state.update({k: v.detach().clone() for k, v in self.ref_model.named_buffers()})
+        return state
+
+    def precision64(self, inputs: list, got: Any, expected: Any, state: dict | None,
+                    ref_s: float) -> list[audit.Finding]:
+        """precision_downgrade by measurement (precision.py): on a
+        full-precision problem, the candidate's error against the judge's
+        float64 reference is more than precision.KAPPA times the float32
+        reference's own and above precision.FLOOR of the output's norm.
+        checks.precision64 says what was measured, or why it was skipped."""
+        if not self.full_precision():
+            return []
+        loader.set_mode(self.ref_model, "train")
+        with self.marker.mark("reference:forward"):
+            m = precision.measure(self.ref_model, inputs, got, expected, state,
+                                  lambda: timing.sync(self.device), ref_s,
+                                  self.req["allow_tf32"])
+        self.result["checks"]["precision64"] = m
+        if not m.get("downgrade"):
+            return []
+        rel = m["e_c"] / m["norm"]
+        return [("precision_downgrade", "PRECISION_DOWNGRADE",
+                 f"the output's error against the reference computed in float64 is "
+                 f"{m['e_c']:.3g} ({rel:.2g} of its norm), more than {precision.KAPPA:g}x "
+                 f"the float32 reference's own ({m['e_ref']:.3g}): the kernel computes "
+                 f"with less than fp32 precision (TF32, bf16/fp16 or reduced-precision "
+                 f"reductions)")]
+
     def precision_evidence(self) -> None:
         """precision_downgrade by direct evidence: on a problem whose float
         tensors are all fp32/fp64, custom kernels launched with fp16/bf16/
@@ -487,6 +530,7 @@ class Judge:
         self.result["checks"]["custom_kernels"] = sorted(self.kernel_names)[:16]
         self.result["checks"]["launch_records"] = self.records[:4]
         self.precision_evidence()
+        self.report(self.precision64_found)
         counts = list(self.launches.values())
         if not any(counts):
             self.result["decoy_kernel"] = True

@@ -144,6 +144,8 @@ def normalize_request(d: Any) -> dict:
     out["priority"] = _choice(d, "priority", "normal", PRIORITIES)
     out["enable_profiling"] = _bool(d, "enable_profiling", True)
     out["run_hack_checks"] = _bool(d, "run_hack_checks", True)
+    # TF32 as policy: the reference too computes and is timed with it
+    out["allow_tf32"] = _bool(d, "allow_tf32", False)
     seed = d.get("seed")
     if seed is None:
         seed = secrets.randbits(53)

@@ -1,0 +1,155 @@
+"""precision_downgrade by measurement: the judge's float64 reference.
+
+Judge-only (docs/harness.md, "precision_downgrade"). On a full-precision
+problem the judge evaluates the reference once more in float64 (trial 0)
+and compares two errors it computes itself: the float32 reference's own,
+e_ref = ||expected - ref64||, and the candidate's, e_c = ||got - ref64||
+(Euclidean over the float outputs, float64 arithmetic). A candidate that
+computes with fewer mantissa bits than fp32 (TF32 matmuls or convolutions,
+bf16/fp16 operands, reduced-precision reductions), whatever flag or
+environment variable made it do so, has e_c far above e_ref. The
+candidate's output is the only thing of the candidate's that this reads.
+
+Also the precision of the judge's own reference: TF32 off for cuBLAS and
+cuDNN (cuDNN's default is on) unless the request says allow_tf32.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+
+from . import compare
+
+# e_c > KAPPA * e_ref and e_c > FLOOR * ||ref64||: precision_downgrade.
+# Measured relative errors (||y - ref64|| / ||ref64||) of a 128x256x192
+# Linear on the CPU: fp32 2.0e-7, TF32-rounded operands 2.9e-4, fp16
+# operands 3.6e-4, bf16 2.4e-3 to 2.9e-3 (docs/harness.md has the H200's).
+# An honest fp32 kernel with another summation order stays within a few x
+# of e_ref and orders of magnitude under FLOOR; TF32 (unit roundoff 2^-11)
+# lies about 10x above FLOOR and 1000x above an fp32 e_ref.
+KAPPA = 32.0
+FLOOR = 2.0 ** -15
+MAX_REF_S = 10.0   # a float32 reference forward slower than this: skipped (cost)
+
+
+def set_reference_precision(allow_tf32: bool) -> None:
+    """The judge's own process: fp32 matmuls and convolutions in full fp32
+    (TF32 only with allow_tf32), for the reference's correctness and timing
+    alike. Never called in the candidate's process for any check."""
+    torch.backends.cuda.matmul.allow_tf32 = bool(allow_tf32)
+    torch.backends.cudnn.allow_tf32 = bool(allow_tf32)
+    torch.set_float32_matmul_precision("high" if allow_tf32 else "highest")
+
+
+def process_defaults() -> None:
+    """Every role's process starts with cuDNN TF32 off like cuBLAS's (torch
+    turns it on by default for cuDNN only), so that an honest candidate
+    that calls torch's convolution computes in fp32 as the reference does.
+    A default, not a defence: the candidate may change it and is then
+    judged by the numbers (measure below)."""
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def _double(t: Any) -> Any:
+    if isinstance(t, torch.Tensor):
+        t = t.detach()
+        return t.double() if t.is_floating_point() else t.clone()
+    return t
+
+
+def reference64(model: torch.nn.Module, inputs: list, state: dict | None = None,
+                call: Callable[[], Any] | None = None) -> Any:
+    """The reference in float64: float inputs, parameters and buffers as
+    float64 copies (the model itself untouched, torch.func.functional_call),
+    no grad. state: the parameters/buffers to use (a snapshot taken before
+    the float32 forward changed any buffer), else the model's own."""
+    if state is None:
+        state = dict(list(model.named_parameters()) + list(model.named_buffers()))
+    state64 = {k: _double(v) for k, v in state.items()}
+    args = tuple(_double(x) for x in inputs)
+    with torch.no_grad():
+        return torch.func.functional_call(model, state64, args)
+
+
+def _floats(value: Any) -> list:
+    return [x for x in compare.flatten(value) if isinstance(x, torch.Tensor)]
+
+
+def errors(got: Any, expected: Any, ref64: Any) -> tuple[float, float, float] | str:
+    """(e_ref, e_c, ||ref64||) over the float outputs where the reference is
+    finite in both precisions, or why they cannot be had."""
+    g, e, r = _floats(got), _floats(expected), _floats(ref64)
+    if not (len(g) == len(e) == len(r)):
+        return "the float64 reference's outputs differ in structure"
+    e_ref = e_c = norm = 0.0
+    seen = False
+    for a, b, c in zip(g, e, r):
+        if not b.is_floating_point():
+            continue
+        if not c.is_floating_point() or a.shape != b.shape or c.shape != b.shape:
+            return "the float64 reference's outputs differ in shape or type"
+        c = c.detach().double()
+        b = b.detach().to(c.device).double()
+        a = a.detach().to(c.device).double()
+        ok = torch.isfinite(b) & torch.isfinite(c)
+        if not bool(ok.any()):
+            continue
+        b, c, a = b[ok], c[ok], a[ok]
+        if not bool(torch.isfinite(a).all()):
+            return "the output is not finite where the reference is"
+        e_ref += float(((b - c) ** 2).sum())
+        e_c += float(((a - c) ** 2).sum())
+        norm += float((c * c).sum())
+        seen = True
+    if not seen:
+        return "no finite float output"
+    return e_ref ** 0.5, e_c ** 0.5, norm ** 0.5
+
+
+def verdict(e_ref: float, e_c: float, norm: float,
+            kappa: float = KAPPA, floor: float = FLOOR) -> bool:
+    """precision_downgrade: far above the reference's own error and above
+    float noise (an exact reference, e_ref = 0, needs the floor)."""
+    return e_c > kappa * e_ref and e_c > floor * norm
+
+
+def measure(model: torch.nn.Module, inputs: list, got: Any, expected: Any,
+            state: dict | None, sync: Callable[[], None], ref_s: float,
+            allow_tf32: bool = False) -> dict:
+    """checks.precision64: {e_ref, e_c, ratio, kappa, floor, ms, downgrade}
+    or {skipped: why}. Never raises: a float64 reference that cannot run
+    (no double kernel, out of memory) skips the check."""
+    out: dict[str, Any] = {"kappa": KAPPA, "floor": FLOOR}
+    if allow_tf32:
+        out["allow_tf32"] = True
+    if ref_s > MAX_REF_S:
+        out["skipped"] = f"the float32 reference took {ref_s:.1f} s (> {MAX_REF_S:g} s)"
+        return out
+    t0 = time.perf_counter()
+    ref64 = None
+    try:
+        ref64 = reference64(model, inputs, state)
+        sync()
+        got_err = errors(got, expected, ref64)
+    except torch.cuda.OutOfMemoryError:
+        got_err = "out of memory"
+    except Exception as e:  # an op without a float64 kernel, a dtype check, ...
+        got_err = f"{type(e).__name__}: {str(e)[:160]}"
+    finally:
+        ref64 = None
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    out["ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+    if isinstance(got_err, str):
+        out["skipped"] = got_err
+        return out
+    e_ref, e_c, norm = got_err
+    out.update(e_ref=e_ref, e_c=e_c, norm=norm,
+               ratio=(e_c / e_ref) if e_ref > 0 else (None if e_c == 0 else float("inf")),
+               downgrade=verdict(e_ref, e_c, norm))
+    if out["ratio"] == float("inf"):
+        out["ratio"] = None  # JSON has no infinity; e_ref = 0 says it
+    return out
