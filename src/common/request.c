@@ -60,6 +60,7 @@ static const struct field FIELDS[] = {
     {"priority", F_ENUM, 0, 0, 0, "normal", 0, 0, "low|normal|high", 0},
     {"enable_profiling", F_BOOL, 0, 0, 0, NULL, 1, 1, NULL, 1},
     {"run_hack_checks", F_BOOL, 0, 0, 0, NULL, 1, 1, NULL, 1},
+    {"allow_tf32", F_BOOL, 0, 0, 0, NULL, 0, 1, NULL, 1},
     {"seed", F_INT, 0, 0, 9007199254740991.0, NULL, 0, 0, NULL, 1},
     {"force_refresh", F_BOOL, 0, 0, 0, NULL, 0, 1, NULL, 0},
     {"speedup_recheck_bound", F_NUM, 0, 1, 1e6, NULL, 10, 1, NULL, 1},

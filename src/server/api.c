@@ -171,6 +171,8 @@ static int right_type(const char *field, const json_t *v)
                                        "speedup_recheck_bound"};
     if (!v)
         return 0;
+    if (!strcmp(field, "allow_tf32"))
+        return json_is_boolean(v);
     for (size_t i = 0; i < 4; i++) {
         if (!strcmp(field, strings[i]))
             return json_is_string(v);

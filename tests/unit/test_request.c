@@ -131,6 +131,7 @@ static void test_defaults(void **state)
                         "normal");
     assert_true(json_is_true(json_object_get(out, "enable_profiling")));
     assert_true(json_is_true(json_object_get(out, "run_hack_checks")));
+    assert_true(json_is_false(json_object_get(out, "allow_tf32")));
     assert_null(json_object_get(out, "seed"));
     assert_null(json_object_get(out, "task_id"));
     assert_null(json_object_get(out, "unknown"));
@@ -269,7 +270,7 @@ static void test_cache_key_fields(void **state)
        every stored cache entry */
     assert_string_equal(
         base,
-        "80613182cf67b4f4cf667ab41cbbce27f261d14567b605c91fcfbd1cc0618a07");
+        "896e23083678feeaa775b6860e06c306ef7c532258c54faa6371a3ce71e870a8");
     key_of("{\"kernel_code\": \"c\", \"reference_code\": \"ab\"}", k);
     assert_string_equal(k, base);
     key_of("{" BASE ", \"backend\": \"triton\", \"num_perf_trials\": 100, "
@@ -303,6 +304,7 @@ static void test_cache_key_fields(void **state)
         "{" BASE ", \"reference_backend\": \"torch_compile\"}",
         "{" BASE ", \"enable_profiling\": false}",
         "{" BASE ", \"run_hack_checks\": false}",
+        "{" BASE ", \"allow_tf32\": true}",
         "{" BASE ", \"seed\": 0}",
         "{" BASE ", \"seed\": 1}",
         "{" BASE ", \"speedup_recheck_bound\": 11}",
