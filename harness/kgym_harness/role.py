@@ -44,6 +44,16 @@ def apply_cpu_threads() -> None:
         torch.set_num_threads(int(v))
 
 
+def apply_precision_defaults() -> None:
+    """cuDNN without TF32, as cuBLAS is by torch's default, in each role's
+    process before its role starts (precision.process_defaults): an honest
+    candidate that calls torch's convolution then computes in fp32, as the
+    judge's reference does. A default only; precision is judged by the
+    judge's measurement."""
+    from .precision import process_defaults
+    process_defaults()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kgym_harness.role")
     sub = parser.add_subparsers(dest="role", required=True)
@@ -57,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     probe.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     apply_cpu_threads()
+    apply_precision_defaults()
     if args.role == "probe":
         from .probe import run_probe
         return run_probe(args.device)

@@ -60,6 +60,8 @@ def _child(req: dict, fds: list[int], ctl: socket.socket) -> None:
         import tempfile
         tempfile.tempdir = None
         sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        from .role import apply_precision_defaults
+        apply_precision_defaults()
         if req["role"] == "judge":
             from .judge import run_judge
             from .role import _read_task
