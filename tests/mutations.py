@@ -183,7 +183,8 @@ MUTATIONS = [
              ["tests/harness/test_integrity_gaps.py -k converting_to_fp16"]),
     Mutation("judge-no-precision64", "an error far above the fp32 reference's own against "
              "its float64 evaluation is precision_downgrade", "harness/kgym_harness/precision.py",
-             "    return e_c > kappa * e_ref and e_c > floor * norm\n", "    return False\n",
+             "    return e_c > kappa * e_ref and e_c > floor * norm and e_c <= CEIL * norm\n",
+             "    return False\n",
              ["tests/harness/test_precision64.py -k lost_precision"]),
     Mutation("judge-speedup-not-rechecked", "a speedup above the bound is evaluated again",
              "harness/kgym_harness/judge.py",

@@ -140,6 +140,9 @@ def test_measure_and_verdict_units():
     assert not precision.verdict(e_ref, e_c, norm)
     # an exact reference (e_ref = 0): the floor alone decides
     assert not precision.verdict(0.0, 1e-7, 1.0) and precision.verdict(0.0, 1e-3, 1.0)
+    # an output nowhere near the reference (zeros on a degenerate problem)
+    # is no precision question
+    assert not precision.verdict(0.0, 1.0, 1.0)
     # non-finite reference elements are left out; integer outputs are not floats
     inf = torch.tensor([float("inf"), 1.0])
     assert precision.errors(inf, inf, inf.double()) == (0.0, 0.0, 1.0)
