@@ -113,21 +113,23 @@ static int value_opt(struct kbrun *run, kg_engine_cfg *cfg, json_t *fields,
         run->out = v;
     else if (!strcmp(a, "--device"))
         cfg->device = v;
-    else if (!strcmp(a, "--concurrency"))
-        n = cfg->concurrency = count_opt(a, v, 1, 64);
-    else if (!strcmp(a, "--prewarm")) {
-        n = count_opt(a, v, 0, 32);
-        cfg->prewarm = n > 0 ? n : -1;
-    } else if (!strcmp(a, "--stage"))
-        n = cfg->stage = count_opt(a, v, 0, 32);
-    else if (!strcmp(a, "--python"))
+    else if (!strcmp(a, "--concurrency")) {
+        if ((n = count_opt(a, v, 1, 64)) > 0)
+            cfg->concurrency = n;
+    } else if (!strcmp(a, "--prewarm")) {
+        if ((n = count_opt(a, v, 0, 32)) >= 0)
+            cfg->prewarm = n > 0 ? n : -1;
+    } else if (!strcmp(a, "--stage")) {
+        if ((n = count_opt(a, v, 0, 32)) >= 0)
+            cfg->stage = n;
+    } else if (!strcmp(a, "--python"))
         cfg->python = v;
     else if (!strcmp(a, "--candidates") || !strcmp(a, "--ref") ||
-             !strcmp(a, "--cand"))
-        return kg_error("%s: not with %s", a,
-                        run->self ? "selfcheck" : "--kernelbench"),
-               2;
-    else if (kg_cli_request_flag(fields, a, v, &err))
+             !strcmp(a, "--cand")) {
+        kg_error("%s: not with %s", a,
+                 run->self ? "selfcheck" : "--kernelbench");
+        return 2;
+    } else if (kg_cli_request_flag(fields, a, v, &err))
         n = -1;
     if (n < 0 && err.msg[0])
         kg_error("%s", err.msg);
@@ -144,6 +146,8 @@ static int parse_args(int argc, char **argv, struct kbrun *run,
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout, run->self);
             return 0;
+        } else if (!strcmp(a, "--json")) {
+            /* kgym eval's: the lines are JSON here anyway */
         } else if (!strcmp(a, "--resume")) {
             run->resume = 1;
         } else if (!strcmp(a, "--progress")) {
@@ -212,6 +216,26 @@ static json_t *make_task(const struct kbrun *run, const kb_problem *p,
     free(ref);
     free(cand);
     return task;
+}
+
+/* The request fields given, checked once on a stand-in program so that a
+ * bad one is refused before anything runs (not once per problem). 0, or 2
+ * after logging why. */
+static int check_fields(const json_t *fields)
+{
+    kg_err err = {{0}};
+    json_t *req = json_deep_copy(fields);
+    json_object_set_new(req, "reference_code", json_string("x = 1\n"));
+    json_object_set_new(req, "kernel_code", json_string("x = 1\n"));
+    int code;
+    json_t *task = kg_request_normalize(req, &code, NULL, &err);
+    json_decref(req);
+    if (!task) {
+        kg_error("%s", err.msg);
+        return 2;
+    }
+    json_decref(task);
+    return 0;
 }
 
 /* The progress line: on a TTY one line rewritten in place, else (with
@@ -395,6 +419,8 @@ static int kb_main(int argc, char **argv, int self)
     if (rc >= 0)
         goto out;
     rc = 2;
+    if (check_fields(fields))
+        goto out;
     if (kb_tree_read(&run.tree, run.dir, run.levels, run.globs, &err)) {
         kg_error("%s", err.msg);
         goto out;
