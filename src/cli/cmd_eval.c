@@ -436,6 +436,9 @@ static int run_tasks(struct evalrun *run, const kg_engine_cfg *cfg,
 
 int kg_cli_eval(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++) /* a KernelBench tree: cmd_selfcheck.c */
+        if (!strcmp(argv[i], "--kernelbench"))
+            return kg_cli_eval_kernelbench(argc, argv);
     static struct evalrun run;
     static json_t *tasks[MAX_CANDS];
     const char *ref = NULL;
@@ -443,9 +446,6 @@ int kg_cli_eval(int argc, char **argv)
     kg_engine_cfg cfg = {.device = NULL, .concurrency = 1, .idle_warm = -1};
     json_t *fields = json_object();
     int rc;
-    for (int i = 1; i < argc; i++) /* a KernelBench tree: cmd_selfcheck.c */
-        if (!strcmp(argv[i], "--kernelbench"))
-            return kg_cli_eval_kernelbench(argc, argv);
     memset(&run, 0, sizeof run);
     kg_log_init("kgym eval", NULL, 0);
 

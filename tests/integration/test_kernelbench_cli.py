@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -144,6 +146,63 @@ def lines_tolerant(path) -> list[dict]:
         except ValueError:
             pass
     return rows
+
+
+SLOW = '''import os
+import time
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x + 1
+
+
+def get_inputs():
+    while os.path.exists({flag!r}):  # slow while the test wants it
+        time.sleep(0.2)
+    return [torch.randn(16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_interrupt_keeps_finished_lines_and_resume_runs_the_rest(tmp_path):
+    """SIGINT mid-run: the lines of the problems that finished are in the
+    file, whole; the summary covers them; --resume runs only the rest."""
+    flag = tmp_path / "slow"
+    flag.write_text("")
+    kb = tmp_path / "kb"
+    write(kb / "level1" / "1_Fast.py", PROBLEM.format(expr="x * 2.0", shape="16"))
+    write(kb / "level1" / "2_Slow.py", SLOW.format(flag=str(flag)))
+    out = tmp_path / "i.jsonl"
+    e = dict(os.environ)
+    e.setdefault("TMPDIR", "/tmp")
+    proc = subprocess.Popen([KGYM, "selfcheck", "--kernelbench", str(kb), "--out", str(out),
+                             *FAST], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=e)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n")):
+            time.sleep(0.2)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, stderr
+    assert [r["problem"] for r in lines(out)] == ["1_Fast"]
+    assert re.search(r"^all\s+1\s+1\s", stdout, re.M), stdout
+    assert "--resume continues" in stderr
+    flag.unlink()
+    p = kgym("selfcheck", "--kernelbench", str(kb), "--out", str(out), "--resume", *FAST)
+    assert p.returncode == 0, p.stderr
+    assert [r["problem"] for r in lines(out)] == ["1_Fast", "2_Slow"]
+    assert "1 to run" in p.stderr and re.search(r"^all\s+2\s+2\s", p.stdout, re.M), p.stdout
 
 
 def test_eval_kernelbench_pairs_candidates_by_name(tree, tmp_path):
