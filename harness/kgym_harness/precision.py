@@ -37,6 +37,7 @@ FLOOR = 2.0 ** -15
 # admits near-anything lets such an output pass (degenerate_problem).
 CEIL = 0.25
 MAX_REF_S = 10.0   # a float32 reference forward slower than this: skipped (cost)
+KEEP_CACHE = 1 << 30  # device memory the float64 pass may leave cached in the judge
 
 
 def set_reference_precision(allow_tf32: bool) -> None:
@@ -96,18 +97,18 @@ def errors(got: Any, expected: Any, ref64: Any) -> tuple[float, float, float] | 
         if not c.is_floating_point() or a.shape != b.shape or c.shape != b.shape:
             return "the float64 reference's outputs differ in shape or type"
         c = c.detach().double()
-        b = b.detach().to(c.device).double()
-        a = a.detach().to(c.device).double()
-        ok = torch.isfinite(b) & torch.isfinite(c)
-        if not bool(ok.any()):
+        ok = torch.isfinite(b.detach()).to(c.device) & torch.isfinite(c)
+        zero = c.new_zeros(())
+        d_ref = torch.where(ok, b.detach().to(c.device).double() - c, zero)
+        d_c = torch.where(ok, a.detach().to(c.device).double() - c, zero)
+        sums = torch.stack([d_ref.square().sum(), d_c.square().sum(),
+                            torch.where(ok, c, zero).square().sum(), ok.sum().double()])
+        s_ref, s_c, s_norm, n_ok = sums.tolist()  # one synchronisation
+        if not n_ok:
             continue
-        b, c, a = b[ok], c[ok], a[ok]
-        if not bool(torch.isfinite(a).all()):
+        if s_c != s_c or s_c == float("inf"):
             return "the output is not finite where the reference is"
-        e_ref += float(((b - c) ** 2).sum())
-        e_c += float(((a - c) ** 2).sum())
-        norm += float((c * c).sum())
-        seen = True
+        e_ref, e_c, norm, seen = e_ref + s_ref, e_c + s_c, norm + s_norm, True
     if not seen:
         return "no finite float output"
     return e_ref ** 0.5, e_c ** 0.5, norm ** 0.5
@@ -134,6 +135,8 @@ def measure(model: torch.nn.Module, inputs: list, got: Any, expected: Any,
         out["skipped"] = f"the float32 reference took {ref_s:.1f} s (> {MAX_REF_S:g} s)"
         return out
     t0 = time.perf_counter()
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    reserved = torch.cuda.memory_reserved() if cuda else 0
     ref64 = None
     try:
         ref64 = reference64(model, inputs, state)
@@ -145,7 +148,10 @@ def measure(model: torch.nn.Module, inputs: list, got: Any, expected: Any,
         got_err = f"{type(e).__name__}: {str(e)[:160]}"
     finally:
         ref64 = None
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        # what the float64 pass left cached goes back to the device when it
+        # is much (the candidate's process shares it), or after running out
+        if cuda and (got_err == "out of memory"
+                     or torch.cuda.memory_reserved() - reserved > KEEP_CACHE):
             torch.cuda.empty_cache()
     out["ms"] = round((time.perf_counter() - t0) * 1e3, 3)
     if isinstance(got_err, str):
