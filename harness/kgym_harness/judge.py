@@ -587,7 +587,8 @@ class Judge:
         req = self.req
         config = {"n_warmup": req["num_warmup"], "n_iter": req["num_perf_trials"],
                   "backend": req["reference_backend"], "entry": req["entry_point"],
-                  "blocks": len(plan), "warmup_ms": timing.WARMUP_MIN_MS, "prewarmed": True}
+                  "blocks": len(plan), "warmup_ms": timing.WARMUP_MIN_MS, "prewarmed": True,
+                  "allow_tf32": req["allow_tf32"]}  # the reference's precision
         key = None
         if not req["force_refresh"] and os.environ.get("KGYM_REFTIME_CACHE", "0") == "1":
             key = timing.reftime_key(req["reference_code"], config,
