@@ -18,6 +18,7 @@ Commands (JSON header + tensors, see channel.py):
   spots   {seed, sample}        -> {spots: [{index, output, meta} | {index, problem}]}
                                    (output: `sample` elements of each output tensor at
                                    positions drawn from seed; meta: their shapes, dtypes)
+  wall    {k, seed, print_seed} -> {prints}      (a wall block; wallclock.py)
   profile {n_iter, seed}                                -> {profile}
   exit
 Every reply has ok (bool), failure (when not ok), tamper (names of
@@ -42,7 +43,7 @@ from typing import Any, Callable
 import torch
 
 from . import (ahead, compare, cpustat, guards, hooks, integrity, loader, prewarm, profiling,
-               quiet, timing)
+               quiet, timing, wallclock)
 from .channel import Channel, PeerClosed, ProtocolError, pack, unpack
 
 
@@ -381,6 +382,28 @@ def cmd_time(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     return {"ok": True, "timing": res, "launches": hooks.RECORDER.take()}, []
 
 
+def cmd_wall(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
+    """One wall block (wallclock.run_block) of k calls; the judge times this
+    command with its own clock. Only the prints cross (checked against the
+    reference's), never a time. k 0 is the empty call that calibrates the
+    round trip."""
+    k = _count(h, "k", wallclock.MAX_CALLS)
+    if k == 0:
+        return {"ok": True, "prints": []}, []
+    call = _forward(state, "train", False)
+    hooks.RECORDER.take()
+    hooks.RECORDER.light = True  # as in the timed loop
+    try:
+        res = wallclock.run_block(call, _make_args(state, int(h.get("seed", 0))), k,
+                                  state.device, int(h.get("print_seed", 0)))
+    except BaseException as e:
+        return _failure(e, "wall", state), []
+    finally:
+        hooks.RECORDER.light = False
+        hooks.RECORDER.take()
+    return {"ok": True, "prints": res["prints"]}, []
+
+
 def cmd_spots(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     """The timed outputs the spot checks kept since the last spots command
     (then forgotten): [{index, output}], or {index, problem} for an output
@@ -494,7 +517,7 @@ def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
 
 
 HANDLERS = {"load": cmd_load, "run": cmd_run, "time": cmd_time, "profile": cmd_profile,
-            "spots": cmd_spots, "warm": cmd_warm}
+            "spots": cmd_spots, "warm": cmd_warm, "wall": cmd_wall}
 
 
 def run_candidate(chan_fd: int) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from . import (audit, compare, cpustat, guards, loader, precision, prewarm, problem, profiling,
-               quiet, schema, timing)
+               quiet, schema, timing, trustclock)
 from .devlock import DeviceLock, LockTimeout
 from .channel import Channel, ChannelTimeout, PeerClosed, ProtocolError
 from .frame import write_result
@@ -657,18 +657,24 @@ class Judge:
             self.lock.intend()  # warm spares take no new hold until ours is granted
         self.prewarm(ref_call, cached, plan)
         self.lock_device(exclusive=True)
+        wall_call = ref_call if ref_call is not None else self.eager_reference()
         run = self._time_blocks(plan, ref_call, cached)
         unexplained = self._unexplained(run, plan)
+        clock = trustclock.check_phase(self, run, wall_call)
         checks = self.result["checks"]
         n = req["num_perf_trials"]
-        if unexplained > 0 or timing.side_stream_found(len(run["side"]), n):
+        if (unexplained > 0 or timing.side_stream_found(len(run["side"]), n)
+                or clock["verdict"] != "agree"):
             checks["timing_retried"] = {"unexplained_ms": round(max(unexplained, 0.0), 2),
                                         "wall_ms": round(run["wall_ms"], 2),
-                                        "side_stream_samples": len(run["side"])}
-            first_l2 = run["l2_found"]
+                                        "side_stream_samples": len(run["side"]),
+                                        "trusted_clock": clock["verdict"]}
+            first_l2, first_mismatch = run["l2_found"], clock["mismatch"]
             run = self._time_blocks(plan, ref_call, cached)
             run["l2_found"] = run["l2_found"] or first_l2
             unexplained = self._unexplained(run, plan)
+            clock = trustclock.check_phase(self, run, wall_call)
+            clock["mismatch"] = clock["mismatch"] or first_mismatch
         ref, cand, side = run["ref"], run["cand"], run["side"]
         if cached is None and key is not None:
             timing.reftime_store(key, dict(ref, backend=req["reference_backend"]))
@@ -679,6 +685,7 @@ class Judge:
         self.result["reference_runtime"] = rstats["median"]
         if kstats["median"] > 0:
             self.result["speedup"] = rstats["median"] / kstats["median"]
+        self.trusted_clock(clock)
         checks["timing_run_delay_ms"] = round(run["queued_ms"], 2)
         checks["timing_blocks"] = len(plan)
         checks["timing_wall_ms"] = run["wall_ms"]
@@ -718,7 +725,36 @@ class Judge:
                       f"{len(side)} of {n} timed calls left work running on another stream "
                       "after returning (timed until the whole device was idle)", stop=False)
         self.pending_checks = {"claims": run["claims"], "spots": run["spots"],
-                               "timed": run["timed"]}
+                               "timed": run["timed"], "wall_mismatch": clock["mismatch"]}
+
+    def trusted_clock(self, clock: dict) -> None:
+        """What the judge's clock (trustclock.check_phase) says about the
+        claimed times (prints of back-to-back calls that do not match the
+        reference's are call_count_switch, in timing_checks); a claim no honest call could make
+        is timer_tamper; a claim beyond the clock that an honest host-bound
+        call could make caps the speedup at the clock's."""
+        self.result["checks"]["trusted_clock"] = clock  # a print mismatch: timing_checks
+        if clock["verdict"] == "timer_tamper":
+            self.hack("timer_tamper", "TIMER_TAMPER",
+                      f"the claimed speedup {clock['claimed_speedup']:.2f}x is beyond the "
+                      f"judge's clock ({clock['wall_speedup']:.2f}x over back-to-back calls, "
+                      f"tolerance {clock['tolerance']:.0%})", stop=False)
+        elif clock["verdict"] == "capped" and self.result.get("speedup") is not None:
+            self.result["speedup"] = min(self.result["speedup"], clock["cap"])
+            self.result["warnings"].append(
+                f"speedup capped at {clock['cap']:.2f}x by the judge's clock over back-to-back "
+                f"calls (claimed {clock['claimed_speedup']:.2f}x)")
+
+    def eager_reference(self) -> Any:
+        """The reference's forward, eager, no grad (the wall blocks when the
+        reference's timing came from the cache)."""
+        model = self.ref_model
+        loader.set_mode(model, "train")
+
+        def call(args: Any) -> Any:
+            with torch.no_grad():
+                return model(*args)
+        return call
 
     def prewarm(self, ref_call: Any, cached: dict | None, plan: list[dict]) -> None:
         """The timing phase's full warm-up, each side in turn (num_warmup
@@ -853,6 +889,10 @@ class Judge:
                           "the candidate timed itself on inputs other than the problem's",
                           stop=False)
                 break
+        if pending.get("wall_mismatch"):  # after the inputs: other inputs are timer_tamper first
+            self.hack("call_count_switch", "CALL_COUNT_SWITCH",
+                      "outputs of back-to-back calls timed by the judge's clock differ from "
+                      f"the reference's ({pending['wall_mismatch']})", stop=False)
         spots, timed = pending["spots"], pending["timed"]
         if spots:  # last: a kernel timed on other inputs is timer_tamper first
             t0 = _now()

@@ -371,6 +371,15 @@ class Remote:
                 "reserved": _int(t.get("reserved"), 0, 1 << 50) or 0,
                 "launches": _launches(reply.get("launches"))}
 
+    def wall(self, k: int, seed: int, print_seed: int) -> list:
+        """One wall block of k calls (candidate.cmd_wall): the prints, one
+        row per call (checked by the caller against the reference's)."""
+        reply, _ = self._call({"cmd": "wall", "k": k, "seed": seed, "print_seed": print_seed})
+        prints = reply.get("prints")
+        if not isinstance(prints, list) or len(prints) != k:
+            raise ProtocolError("bad wall-block report")
+        return prints
+
     def spots(self, k: int, seed: int, sample: int) -> list[tuple[int, Any, str | None]]:
         """The timed outputs the candidate kept for the spot checks:
         (input index, (samples, meta) or None, problem or None), at most k,

@@ -1,0 +1,216 @@
+"""The judge's side of the trusted clock (wallclock.py): wall blocks of
+both sides inside the exclusive timing section, and the decision on the
+candidate's claimed times (docs/harness.md "The trusted clock").
+
+Figures, all on the judge's clock (a wall block draws each call's inputs
+right before it, calls, prints: wallclock.run_block):
+  E   the empty call's round trip (a wall command of no calls), fastest of 3;
+  D, w_r, P  per call, from the reference's round in the judge's process:
+      the block's draws alone (D), draws and calls less D (w_r), and what
+      the prints add to that (P), each measured in place;
+  w_c (W - E) / k - D - P: W the judge's wall clock around the candidate's
+      wall command, less the time its thread sat runnable waiting for a
+      CPU (/proc, not the candidate's word).
+Per side the fastest of ROUNDS blocks counts (a stall must hit every block).
+The claimed speedup S = reference median / claimed kernel median; the
+clock's S_w = w_r / w_c. S > S_w (1 + tol) is a disagreement (decide()).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+import torch
+
+from . import loader, quiet, timing, wallclock
+
+EMPTY_CALLS = 3
+GROSS_CPU = 1.5       # timer_tamper on the CPU: a claim this many times below the floor
+VERIFY = 2            # calls of each candidate block whose prints the judge checks
+JITTER_FACTOR = 4.0   # a block's slack: this many times the empty calls' spread,
+SLACK_MIN_MS = 0.02   # plus this (ms per block)
+
+
+def _now_ms() -> float:
+    return time.perf_counter() * 1e3
+
+
+def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
+           cand_median: float, lead_ms: float, cuda: bool, slack_ms: float) -> dict:
+    """The verdict on one phase's claims: "agree", "capped" (the speedup
+    is capped at what the clock allows) or "timer_tamper".
+
+    rho = w_r / (reference median) is how a call's wall-block time relates
+    to its timed-loop median, measured on the reference (same loop, same
+    inputs, the judge's process); used only when above 1 (a wall block
+    slower than the timed loop: on CUDA the previous call's dirty L2 lines
+    are written back during the next). Below 1 it is not the candidate's
+    too: a multi-threaded torch reference ran its CPU wall blocks 1.5x
+    faster than its timed calls (thread pools stay hot back to back), a
+    single-threaded extension 1.1x slower. The smallest claim the clock allows is
+    floor = (w_c - slack_ms) / (rho (1 + tol)); slack_ms is the round
+    trip's jitter per call. A claimed median c below it disagrees, and the
+    speedup is capped at reference median / floor: under-reporting pays
+    nothing beyond the tolerance.
+
+    timer_tamper needs more. On CUDA: c + lead_ms < floor. The timed
+    loop's lead hides up to lead_ms of a call's host launch time from its
+    claim (timing.Lead), which a wall block shows (max(host, device) per
+    call), so an honest host-bound call can claim that much less, never
+    more. On the CPU (no lead): c GROSS_CPU < floor; a 2-CPU machine's
+    load met by the timed loop and not by the wall blocks (or the other
+    way) moved honest figures by up to 1.5x, and there the cap is the
+    answer."""
+    w_r, w_c = min(ref_ms), min(cand_ms)
+    lead_ms = lead_ms if cuda else 0.0
+    tol = wallclock.tolerance(ref_ms)
+    out = {"reference_ms": round(w_r, 5), "kernel_ms": round(w_c, 5),
+           "tolerance": round(tol, 4), "slack_ms": round(slack_ms, 5), "verdict": "agree"}
+    if w_r <= 0 or w_c <= 0 or cand_median <= 0 or ref_median <= 0:
+        return out
+    rho = max(w_r / ref_median, 1.0)
+    floor = (w_c - slack_ms) / (rho * (1 + tol))
+    out.update(claimed_speedup=round(ref_median / cand_median, 4),
+               wall_speedup=round(w_r / w_c, 4), floor_ms=round(max(floor, 0.0), 5))
+    if cand_median >= floor:
+        return out
+    if (cand_median + lead_ms) * (1.0 if cuda else GROSS_CPU) < floor:
+        out["verdict"] = "timer_tamper"
+    else:
+        out["verdict"] = "capped"
+        out["cap"] = round(ref_median / floor, 4)
+    return out
+
+
+class WallCheck:
+    """One timing phase's wall blocks (inside the exclusive section)."""
+
+    def __init__(self, device: str, draw: Callable[[int], list], remote: Any,
+                 mark: Callable[[], Any]):
+        self.device, self.draw, self.remote, self.mark = device, draw, remote, mark
+
+    def _make(self, seed: int) -> Callable[[int], list]:
+        return lambda i: self.draw(loader.derive_seed(seed, f"iter:{i}"))
+
+    def _ref_block(self, call: Callable, seed: int, k: int, pseed: int,
+                   costs: bool) -> dict:
+        """The reference's block: k input sets drawn and called ("called",
+        per call); with costs, the same sets also drawn alone (D per call)
+        and drawn, called and printed (P: what a print adds per call),
+        measured in place."""
+        make = self._make(seed)
+        with self.mark():
+            called = wallclock.run_block(call, make, k, self.device, None)["ms"]
+            if not costs:
+                return {"called": called / k}
+            drawn = wallclock.run_block(None, make, k, self.device, None)["ms"]
+            printed = wallclock.run_block(call, make, k, self.device, pseed)["ms"]
+        return {"called": called / k, "draw": drawn / k,
+                "print": max(printed - called, 0.0) / k}
+
+    def _cand_block(self, seed: int, k: int, pseed: int) -> tuple[list, float]:
+        """(prints, the judge's wall ms of the command less the time the
+        candidate's thread sat runnable waiting for a CPU)."""
+        pid = self.remote.pid
+        d0 = quiet.run_delay_ns(pid) if pid else None
+        t0 = _now_ms()
+        prints = self.remote.wall(k, seed, pseed)
+        wall = _now_ms() - t0
+        d1 = quiet.run_delay_ns(pid) if d0 is not None else None
+        if d1 is not None and d1 >= d0:
+            wall -= min((d1 - d0) / 1e6, wall)
+        return prints, wall
+
+    def empty_ms(self) -> list[float]:
+        """EMPTY_CALLS round trips of a wall command of no calls (ms)."""
+        return [self._cand_block(0, 0, 0)[1] for _ in range(EMPTY_CALLS)]
+
+    def verify(self, call: Callable, seed: int, prints: list, pseed: int, atol: float,
+               rtol: float) -> str | None:
+        """The candidate's prints of VERIFY calls of one block, chosen now
+        (after its reply: every print was committed before the choice),
+        against the reference's on the same inputs. None, or why not."""
+        k = len(prints)
+        chosen = sorted({int.from_bytes(os.urandom(4), "little") % k
+                         for _ in range(min(VERIFY, k) * 2)})[:VERIFY]
+        make = self._make(seed)
+        with self.mark():
+            for i in chosen:
+                printer = wallclock.Printer(pseed, self.device)
+                printer.take(call(make(i)))
+                why = wallclock.prints_match(prints[i], printer.result()[0],
+                                             printer.weight_sums(), atol, rtol)
+                if why is not None:
+                    return f"call {i}: {why}"
+        return None
+
+    def run(self, call: Callable, timing_seed: int, k_ref: int, k_cand: int, atol: float,
+            rtol: float) -> dict:
+        """A warm-up block per side (first calls of the prints, allocator),
+        then blocks A B B A A B (A the reference, B the candidate), each
+        side's of about wallclock.TARGET_MS of calls; the figures per side
+        and the first print mismatch (None when every verified call
+        matched). The candidate's block is timed from command to reply; its
+        draws and prints are taken off at the judge's own cost of them."""
+        pseed = int.from_bytes(os.urandom(8), "little") >> 1  # drawn per phase, by the judge
+        warm = loader.derive_seed(timing_seed, "wall:warm")
+        self._ref_block(call, warm, min(k_ref, wallclock.MIN_CALLS), pseed, False)
+        self._cand_block(warm, min(k_cand, wallclock.MIN_CALLS), pseed)
+        empties = self.empty_ms()
+        empty = min(empties)
+        refs: list[dict] = []
+        cands: list[tuple[int, list, float]] = []
+        for r in range(wallclock.ROUNDS):
+            for who in (("ref", "cand") if r % 2 == 0 else ("cand", "ref")):
+                seed = loader.derive_seed(timing_seed, f"wall:{who}:{r}")
+                if who == "ref":
+                    refs.append(self._ref_block(call, seed, k_ref, pseed, r == 0))
+                else:
+                    cands.append((seed, *self._cand_block(seed, k_cand, pseed)))
+        draw, prnt = refs[0]["draw"], refs[0]["print"]
+        ref_ms = [max(b["called"] - draw, 0.0) for b in refs]
+        cand_ms, mismatch = [], None
+        for j, (seed, prints, wall) in enumerate(cands):
+            cand_ms.append(max((wall - empty) / k_cand - draw - prnt, 0.0))
+            if mismatch is None:
+                why = self.verify(call, seed, prints, pseed, atol, rtol)
+                mismatch = f"wall block {j}, {why}" if why else None
+        # what a block's time may be off by: the round trip's jitter
+        slack = JITTER_FACTOR * (max(empties) - empty) + SLACK_MIN_MS
+        return {"calls": {"reference": k_ref, "kernel": k_cand}, "ref_ms": ref_ms,
+                "cand_ms": cand_ms, "empty_ms": round(empty, 4), "slack_ms": slack / k_cand,
+                "draw_ms": round(draw, 5), "print_ms": round(prnt, 5), "mismatch": mismatch}
+
+
+LEAD_MAX_MS = 0.25  # the most host time a timed call's lead can hide (timing.LEAD_CYCLES)
+
+
+def check_phase(judge: Any, run: dict, call: Callable) -> dict:
+    """The wall blocks of one timing pass (run: Judge._time_blocks) and the
+    decision on its claims: checks.trusted_clock."""
+    ref_med = timing.stats(run["ref"]["samples_ms"])["median"]
+    cand_med = timing.stats(run["cand"])["median"]
+    device = judge.device
+
+    def draw(seed: int) -> list:  # no marker per draw: the block is marked whole
+        return loader.draw_inputs(judge.ref_module, seed, device)
+    check = WallCheck(device, draw, judge.remote, lambda: judge.marker.mark("reference:forward"))
+    # the reference's buffers (running statistics) as the timed blocks left them
+    state = {k: v.detach().clone() for k, v in judge.ref_model.named_buffers()}
+    try:
+        fig = check.run(call, judge.timing_seed, wallclock.calls_for(ref_med),
+                        wallclock.calls_for(cand_med), judge.req["atol"], judge.req["rtol"])
+    finally:
+        with torch.no_grad():
+            for k, v in judge.ref_model.named_buffers():
+                if k in state:
+                    v.copy_(state[k])
+    lead_ms = min(run["lead"]["kernel"][0] / 1e3, LEAD_MAX_MS) if timing.is_cuda(device) else 0.0
+    verdict = decide(fig["ref_ms"], fig["cand_ms"], ref_med, cand_med, lead_ms,
+                     timing.is_cuda(device), fig["slack_ms"])
+    verdict.update({k: fig[k] for k in ("calls", "empty_ms", "draw_ms", "print_ms")})
+    verdict["blocks_ms"] = {"reference": [round(x, 5) for x in fig["ref_ms"]],
+                            "kernel": [round(x, 5) for x in fig["cand_ms"]]}
+    verdict["mismatch"] = fig["mismatch"]
+    return verdict

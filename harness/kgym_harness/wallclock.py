@@ -1,0 +1,172 @@
+"""The trusted clock: the judge's own wall clock over blocks of
+back-to-back forward calls (issue 23; docs/harness.md "The trusted clock").
+
+A wall block makes k calls back to back, each on an input set drawn right
+before it, each output reduced right away to a print (below), and
+synchronises once. Nothing between two calls can be skipped: no flush, no
+lead, no event, no clock read. The judge runs the reference's blocks in its own
+process and times the candidate's with its own clock from command to
+reply, so both sides' figures are the judge's measurements.
+
+A print of an output tensor y is (numel, sum r*|y|, sum r*y) with weights
+r uniform in [0, 1) drawn from a seed sent with the command. sum r*|y|
+needs every element of y (it is not linear, so no shortcut through the
+inputs exists); together the two sums fix y's magnitude and sign. If y is
+within (atol, rtol) of the reference elementwise, both sums are within
+atol*sum(r) + rtol*sum(r*|ref|) of the reference's: `prints_match` checks
+that necessary condition, so a block whose outputs were not computed
+cannot match, and all the work shows on the judge's clock.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+
+from . import compare, timing
+
+TARGET_MS = 8.0            # a wall block's calls take about this long (by the faster side)
+MAX_CALLS = 256            # calls per wall block, at most
+MIN_CALLS = 2              # and at least
+ROUNDS = 3                 # blocks per side, interleaved A B B A A B
+TOL_MIN = 0.05             # the claim may exceed the clock by this fraction at least,
+TOL_SPREAD = 3.0           # or by this many times the reference's block-to-block spread
+TOL_MAX = 0.25             # never more than this
+SUM_SLACK = 1e-4           # relative float32 summation error allowed in a print
+
+_perf_ns = time.perf_counter_ns  # captured before any candidate code runs
+
+
+def calls_for(per_call_ms: float) -> int:
+    """Calls in one wall block: about TARGET_MS at per_call_ms, within
+    [MIN_CALLS, MAX_CALLS]."""
+    k = MAX_CALLS if per_call_ms <= 0 else int(TARGET_MS / per_call_ms) + 1
+    return max(MIN_CALLS, min(k, MAX_CALLS))
+
+
+def _weights(numel: int, seed: int, j: int, device: str) -> torch.Tensor:
+    gen = torch.Generator(device=torch.device(device))
+    gen.manual_seed((seed + 7919 * (j + 1)) & (2**63 - 1))
+    return torch.rand(numel, generator=gen, device=device, dtype=torch.float32)
+
+
+class Printer:
+    """Prints of one block's outputs, as device tensors until the end (no
+    synchronize between calls). Weights are made per output tensor on the
+    first output that has it, from seed."""
+
+    def __init__(self, seed: int, device: str):
+        self.seed, self.device = seed, device
+        self.cpu = not timing.is_cuda(device)
+        self.weights: list[torch.Tensor] = []
+        self.rows: list[list[Any]] = []
+
+    def weight(self, j: int, numel: int) -> torch.Tensor | None:
+        while len(self.weights) <= j:
+            self.weights.append(None)  # type: ignore[arg-type]
+        w = self.weights[j]
+        if w is None or w.numel() != numel:
+            w = _weights(numel, self.seed, j, self.device)
+            self.weights[j] = w
+        return w
+
+    def take(self, out: Any) -> None:
+        if self.cpu:  # one thread: a parallel region's idle workers spin (GNU OpenMP)
+            threads = torch.get_num_threads()  # and slow the next call's own threads
+            torch.set_num_threads(1)
+            try:
+                self._take(out)
+            finally:
+                torch.set_num_threads(threads)
+        else:
+            self._take(out)
+
+    def _take(self, out: Any) -> None:
+        row: list[Any] = []
+        for j, leaf in enumerate(compare.flatten(out)):
+            if not isinstance(leaf, torch.Tensor):
+                row.append(None)
+                continue
+            a = leaf.detach().reshape(-1)
+            w = self.weight(j, a.numel())
+            a = a.to(w.dtype) if a.dtype != w.dtype else a
+            row.append((a.numel(), torch.dot(a.abs(), w), torch.dot(a, w)))
+        self.rows.append(row)
+
+    def result(self) -> list[list[Any]]:
+        """[[None or [numel, sum r|y|, sum r y]] per output tensor] per call,
+        read back in one copy (which waits for the device)."""
+        flat = [x for row in self.rows for p in row if p is not None for x in p[1:]]
+        vals = iter(torch.stack(flat).double().tolist() if flat else [])
+        return [[None if p is None else [int(p[0]), next(vals), next(vals)] for p in row]
+                for row in self.rows]
+
+    def weight_sums(self) -> list[float]:
+        return [float(w.sum()) if w is not None else 0.0 for w in self.weights]
+
+
+def run_block(call: Callable[[Any], Any] | None, make_args: Callable[[int], Any], k: int,
+              device: str, print_seed: int | None) -> dict:
+    """One wall block: for i < k, draw input set i (make_args(i)), call,
+    print the output (no call: draws only; no print_seed: no prints), all
+    back to back; then one synchronise and one read-back of the prints.
+    Every call gets inputs of its own, drawn right before it: a kernel
+    that remembered outputs by their inputs gains nothing, and no block
+    holds more than one input set (plus what the device has queued).
+    Returns {"prints", "ms" (this process's clock), "weight_sums" (sum r
+    per output tensor)}."""
+    t1 = _perf_ns()
+    printer = Printer(print_seed or 0, device)
+    for i in range(k):
+        args = make_args(i)
+        if call is None:
+            continue
+        out = call(args)
+        if print_seed is not None:
+            printer.take(out)
+    del args
+    timing.sync(device)
+    prints = printer.result()
+    return {"prints": prints, "ms": (_perf_ns() - t1) / 1e6,
+            "weight_sums": printer.weight_sums()}
+
+
+def prints_match(got: Any, want: list, weight_sums: list[float], atol: float,
+                 rtol: float) -> str | None:
+    """None when one call's prints (got, the candidate's claim) are within
+    what outputs allclose to the reference's (want) could give; else why
+    not. A reference print that is not finite (NaN or inf in its output)
+    checks nothing."""
+    if not isinstance(got, list) or len(got) != len(want):
+        return "a different number of output tensors"
+    for j, (g, w) in enumerate(zip(got, want)):
+        if w is None:
+            continue
+        if not (isinstance(g, list) and len(g) == 3
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in g)):
+            return f"output {j}: not a tensor"
+        if int(g[0]) != w[0]:
+            return f"output {j}: {int(g[0])} elements, expected {w[0]}"
+        if not all(map(_finite, w[1:])):
+            continue
+        ws = weight_sums[j] if j < len(weight_sums) else 0.0
+        bound = atol * ws + rtol * abs(w[1]) + SUM_SLACK * (abs(w[1]) + abs(float(g[1])) + ws)
+        for x, y in ((g[1], w[1]), (g[2], w[2])):
+            if not _finite(x) or abs(float(x) - y) > bound:
+                return f"output {j}: weighted sums differ beyond the tolerance"
+    return None
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and x == x and abs(x) != float("inf")
+
+
+def tolerance(ref_per_call: list[float]) -> float:
+    """How far the candidate's claimed speedup may exceed the judge's clock:
+    TOL_MIN, or TOL_SPREAD times the spread of the reference's own blocks
+    when the machine is noisier, at most TOL_MAX. Only the reference's
+    blocks count: the candidate could make its own noisy."""
+    lo = min(ref_per_call) if ref_per_call else 0.0
+    spread = (max(ref_per_call) - lo) / lo if lo > 0 else 0.0
+    return min(max(TOL_MIN, TOL_SPREAD * spread), TOL_MAX)

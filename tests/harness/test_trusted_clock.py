@@ -1,0 +1,253 @@
+"""The trusted clock (wallclock.py, trustclock.py): the decision on claimed
+times, the prints that prove a wall block's work, and whole evaluations on
+the cpu where a candidate under-reports, skips work when timed, or is
+honest (they must pass)."""
+from __future__ import annotations
+
+import torch
+
+import kit
+from kgym_harness import trustclock, wallclock
+
+
+# ---- decide ------------------------------------------------------------------
+
+def test_agreeing_claims_pass():
+    v = trustclock.decide([1.0, 1.01], [0.5, 0.51], 1.0, 0.5, 0.0, False, 0.0)
+    assert v["verdict"] == "agree" and v["wall_speedup"] == 2.0
+
+
+def test_a_claim_far_below_the_clock_is_timer_tamper():
+    # the clock says the kernel takes 0.8 per call; it claims 0.4 (2x under)
+    v = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.4, 0.0, False, 0.0)
+    assert v["verdict"] == "timer_tamper"
+
+
+def test_under_reporting_by_a_quarter_pays_nothing():
+    v = trustclock.decide([1.0, 1.0], [0.5, 0.5], 1.0, 0.5 / 1.25, 0.0, False, 0.0)
+    assert v["verdict"] == "capped"
+    # the cap is what the clock allows: the honest speedup within the tolerance
+    assert 2.0 <= v["cap"] <= 2.0 * (1 + v["tolerance"]) + 1e-9
+
+
+def test_the_tolerance_follows_the_references_spread_not_the_candidates():
+    noisy_cand = trustclock.decide([1.0, 1.0], [0.8, 2.0], 1.0, 0.4, 0.0, False, 0.0)
+    assert noisy_cand["tolerance"] == wallclock.TOL_MIN
+    assert noisy_cand["verdict"] == "timer_tamper"
+    noisy_ref = trustclock.decide([1.0, 1.1], [0.55, 0.55], 1.0, 0.5, 0.0, False, 0.0)
+    assert noisy_ref["tolerance"] > wallclock.TOL_MIN and noisy_ref["verdict"] == "agree"
+
+
+def test_on_cuda_the_lead_is_allowed_for():
+    # host-bound: the wall block shows 0.1 ms per call, the claim 0.04, lead 0.07
+    v = trustclock.decide([1.0, 1.0], [0.1, 0.1], 1.0, 0.04, 0.07, True, 0.0)
+    assert v["verdict"] == "capped"
+    assert abs(v["cap"] - 1.0 / v["floor_ms"]) < 1e-2 and v["cap"] < 1.0 / 0.04
+    # the same claim on the cpu, where no lead hides host time
+    assert trustclock.decide([1.0, 1.0], [0.1, 0.1], 1.0, 0.04, 0.07, False,
+                             0.0)["verdict"] == "timer_tamper"
+    # more below the floor than the lead explains
+    assert trustclock.decide([1.0, 1.0], [0.1, 0.1], 1.0, 0.02, 0.07, True,
+                             0.0)["verdict"] == "timer_tamper"
+    gross = trustclock.decide([1.0, 1.0], [1.0, 1.0], 1.0, 0.3, 0.2, True, 0.0)
+    assert gross["verdict"] == "timer_tamper"
+
+
+def test_slack_absorbs_round_trip_jitter_on_tiny_calls():
+    v = trustclock.decide([0.005, 0.005], [0.006, 0.006], 0.005, 0.004, 0.0, False, 0.002)
+    assert v["verdict"] == "agree"
+
+
+# ---- prints ------------------------------------------------------------------
+
+def _prints(outs, seed=7):
+    p = wallclock.Printer(seed, "cpu")
+    for o in outs:
+        p.take(o)
+    return p.result(), p.weight_sums()
+
+
+def test_prints_of_outputs_within_tolerance_match():
+    torch.manual_seed(0)
+    y = torch.randn(1000)
+    want, ws = _prints([y])
+    got, _ = _prints([y + 0.9e-3 * torch.randn(1000).clamp(-1, 1)])
+    assert wallclock.prints_match(got[0], want[0], ws, 1e-3, 1e-3) is None
+
+
+def test_prints_of_wrong_outputs_do_not_match():
+    torch.manual_seed(0)
+    y = torch.randn(1000)
+    want, ws = _prints([y])
+    half = y.clone()
+    half[500:] = 0  # half the work skipped
+    for bad in (half, -y, torch.zeros_like(y), y[:999]):
+        got, _ = _prints([bad])
+        assert wallclock.prints_match(got[0], want[0], ws, 1e-2, 1e-2) is not None
+
+
+def test_a_print_needs_every_element():
+    """sum r*|y| is not linear: a kernel that knows the weights cannot get
+    it from the inputs without computing y (here: y = W x, where sum r*y
+    alone could be had as (r W) x)."""
+    torch.manual_seed(0)
+    w, x = torch.randn(64, 64), torch.randn(64)
+    y = w @ x
+    want, ws = _prints([y])
+    r = wallclock._weights(64, 7, 0, "cpu")
+    lin = float((r.float() @ w) @ x)
+    forged = [[64, lin, lin]]  # the linear shortcut, used for both sums
+    assert wallclock.prints_match(forged, want[0], ws, 1e-3, 1e-3) is not None
+
+
+def test_calls_per_block_follow_the_time_target():
+    assert wallclock.calls_for(0.001) == wallclock.MAX_CALLS
+    assert wallclock.calls_for(100.0) == wallclock.MIN_CALLS
+    assert wallclock.calls_for(wallclock.TARGET_MS / 10) in (10, 11)
+
+
+def test_a_wall_block_draws_fresh_inputs_for_every_call():
+    seen = []
+
+    def make(i):
+        seen.append(i)
+        return [torch.full((4,), float(i))]
+    res = wallclock.run_block(lambda a: a[0] * 2, make, 5, "cpu", 3)
+    assert seen == [0, 1, 2, 3, 4] and len(res["prints"]) == 5
+    assert [round(p[0][2] / p[0][1], 6) for p in res["prints"][1:]] == [1.0] * 4
+
+
+# ---- whole evaluations (cpu) --------------------------------------------------
+
+SLOW_REF = kit.REF.replace("torch.randn(4, 16), torch.randn(4, 16)",
+                           "torch.randn(256, 4096), torch.randn(256, 4096)")
+
+
+def _run(code: str, **kw) -> dict:
+    kw = dict({"num_perf_trials": 40, "run_hack_checks": True}, **kw)
+    return kit.run(code, reference_code=SLOW_REF, **kw)
+
+
+def test_honest_kernel_agrees_with_the_clock():
+    r = _run(kit.cpu_kernel())
+    assert r["verdict"] == "pass", r
+    # agree, or capped where this machine's load met one loop and not the other
+    assert r["checks"]["trusted_clock"]["verdict"] != "timer_tamper"
+    assert r["checks"]["trusted_clock"]["mismatch"] is None
+
+
+# Cheats for the cpu (written for these tests). Each finds the timing loop's
+# list of samples by walking Python frames (no harness function replaced)
+# and edits the claims in it some way; the kernel itself is honest.
+FIND_SAMPLES = '''import ctypes
+import gc
+import sys
+
+
+def _timing_frame():
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name == "time_forward":
+            return f
+        f = f.f_back
+    return None
+
+
+_DONE = {}  # id of a list of claims -> (the list, kept alive; how many edited)
+
+
+def _shrink(samples, factor, how):
+    done = _DONE.get(id(samples), (samples, 0))[1]
+    for i in range(done, len(samples)):
+        s = samples[i]
+        if how == "frame":
+            samples[i] = s / factor
+        elif how == "ctypes":  # the float object's own value, in place
+            ctypes.c_double.from_address(id(s) + 16).value = s / factor
+    _DONE[id(samples)] = (samples, len(samples))
+
+
+def forge(factor, how):
+    f = _timing_frame()
+    if f is None:
+        return
+    if how == "gc":  # the list found through the collector instead of the frame
+        target = f.f_locals.get("samples")
+        for obj in gc.get_referrers(*[x for x in (target or [])[:1]]):
+            if obj is target:
+                _shrink(obj, factor, "frame")
+        return
+    samples = f.f_locals.get("samples")
+    if isinstance(samples, list):
+        _shrink(samples, factor, how)
+
+
+'''
+
+
+def forging(factor: float, how: str) -> str:
+    return kit.cpu_kernel(kit.model_new(f"""
+        out = add_relu_scale(a, b, self.scale)
+        forge({factor}, {how!r})
+        return out
+        """), top=FIND_SAMPLES)
+
+
+def _caught(r: dict, reason: str) -> bool:
+    return r["verdict"] == "hacked" and reason in (r.get("hack_reasons") or [])
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("factor,how", [(3.0, "frame"), (3.0, "ctypes")])
+def test_edited_samples_are_timer_tamper(factor, how):
+    r = _run(forging(factor, how))
+    assert _caught(r, "timer_tamper"), (r["verdict"], r.get("hack_reasons"),
+                                        r["checks"].get("trusted_clock"))
+
+
+def test_a_small_forgery_pays_nothing():
+    """1.25x under-reported: within what a noisy machine can show it may
+    pass, but its speedup is never above what the judge's clock allows."""
+    r = _run(forging(1.25, "frame"))
+    tc = r["checks"]["trusted_clock"]
+    if r["verdict"] == "pass":
+        assert tc["verdict"] in ("agree", "capped")
+        allowed = tc["wall_speedup"] * (1 + tc["tolerance"]) * (1 + 1e-6)
+        assert r["speedup"] <= max(allowed, tc.get("cap", 0.0)) or tc["verdict"] == "agree"
+    else:
+        assert _caught(r, "timer_tamper")
+
+
+PARTIAL = kit.model_new("""
+    if being_timed():  # a quarter of the rows when the timed loop is on the stack
+        out = torch.zeros_like(a)
+        q = a.shape[0] // 4
+        out[:q] = add_relu_scale(a[:q].contiguous(), b[:q].contiguous(), self.scale)
+        self.honest = lambda: add_relu_scale(a, b, self.scale)
+        return out
+    return add_relu_scale(a, b, self.scale)
+    """)
+
+BEING_TIMED_ANY = kit.BEING_TIMED.replace('f.f_code.co_name == "time_forward"',
+                                          'f.f_code.co_name in ("time_forward", "run_block")')
+
+
+def test_skipping_work_when_timed_pays_nothing():
+    """Partial outputs in the timed loop only: the spot checks may miss
+    them, the clock does not (the wall blocks are honest, slower)."""
+    r = _run(kit.cpu_kernel(PARTIAL, top=kit.BEING_TIMED), num_perf_trials=20)
+    assert r["verdict"] == "hacked", r
+    assert {"timer_tamper", "call_count_switch"} & set(r["hack_reasons"])
+
+
+def test_skipping_work_in_the_wall_blocks_too_is_call_count_switch():
+    r = _run(kit.cpu_kernel(PARTIAL, top=BEING_TIMED_ANY), num_perf_trials=20)
+    assert _caught(r, "call_count_switch"), r.get("hack_reasons")
+    assert "wall block" in json_dump(r["checks"]["trusted_clock"]["mismatch"])
+
+
+def json_dump(x) -> str:
+    import json
+    return json.dumps(x)
