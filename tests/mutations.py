@@ -27,6 +27,7 @@ COMPAT = "tests/integration/test_kernelgym_compat.py"
 CONTRACT = "tests/integration/test_contract.py"
 HARDENING = "tests/integration/test_server_hardening.py"
 CODE_FILES = "tests/integration/test_cli_code_files.py"
+TRUSTED = "tests/harness/test_trusted_clock.py"
 
 MUTATIONS = [
     # ---- RL math (libkgym) ----------------------------------------------
@@ -181,6 +182,19 @@ MUTATIONS = [
              "        found = sorted(self.low_precision)\n",
              "        return\n        found = sorted(self.low_precision)\n",
              ["tests/harness/test_integrity_gaps.py -k converting_to_fp16"]),
+    Mutation("trustclock-claims-unchecked", "a claim below what the judge's clock allows "
+             "is capped or timer_tamper", "harness/kgym_harness/trustclock.py",
+             "    if cand_median >= floor:\n        return out\n",
+             "    if True:\n        return out\n",
+             [f"{TRUSTED} -k 'far_below or quarter or lead or beyond'"]),
+    Mutation("trustclock-cap-ignored", "a capped claim lowers the reported speedup",
+             "harness/kgym_harness/judge.py",
+             "            self.result[\"speedup\"] = min(self.result[\"speedup\"], clock[\"cap\"])\n",
+             "            pass\n", [f"{TRUSTED} -k capped_claim"]),
+    Mutation("wallclock-prints-unchecked", "a wall block's prints must match the "
+             "reference's", "harness/kgym_harness/wallclock.py",
+             "            if not _finite(x) or abs(float(x) - y) > bound:\n",
+             "            if False:\n", [f"{TRUSTED} -k 'prints or print_needs'"]),
     Mutation("judge-no-precision64", "an error far above the fp32 reference's own against "
              "its float64 evaluation is precision_downgrade", "harness/kgym_harness/precision.py",
              "    return e_c > kappa * e_ref and e_c > floor * norm and e_c <= CEIL * norm\n",

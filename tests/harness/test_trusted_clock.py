@@ -251,3 +251,34 @@ def test_skipping_work_in_the_wall_blocks_too_is_call_count_switch():
 def json_dump(x) -> str:
     import json
     return json.dumps(x)
+
+
+# ---- the judge's use of the decision -------------------------------------------
+
+class _FakeJudge:
+    def __init__(self, speedup):
+        self.result = {"speedup": speedup, "warnings": [], "checks": {}}
+        self.hacks = []
+
+    def hack(self, reason, code, message, stop=True):
+        self.hacks.append(reason)
+
+
+def test_a_capped_claim_lowers_the_reported_speedup():
+    from kgym_harness.judge import Judge
+    clock = trustclock.decide([1.0, 1.0], [0.5, 0.5], 1.0, 0.4, 0.1, True, 0.0)
+    assert clock["verdict"] == "capped"
+    clock["mismatch"] = None
+    j = _FakeJudge(2.5)
+    Judge.trusted_clock(j, clock)
+    assert j.result["speedup"] == clock["cap"] < 2.5 and not j.hacks
+    assert any("capped" in w for w in j.result["warnings"])
+
+
+def test_a_claim_beyond_the_clock_is_a_hack():
+    from kgym_harness.judge import Judge
+    clock = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.3, 0.0, False, 0.0)
+    clock["mismatch"] = None
+    j = _FakeJudge(3.3)
+    Judge.trusted_clock(j, clock)
+    assert j.hacks == ["timer_tamper"]
