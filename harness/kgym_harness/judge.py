@@ -736,14 +736,14 @@ class Judge:
         self.result["checks"]["trusted_clock"] = clock  # a print mismatch: timing_checks
         if clock["verdict"] == "timer_tamper":
             self.hack("timer_tamper", "TIMER_TAMPER",
-                      f"the claimed speedup {clock['claimed_speedup']:.2f}x is beyond the "
-                      f"judge's clock ({clock['wall_speedup']:.2f}x over back-to-back calls, "
+                      f"the claimed speedup {clock['claimed_speedup']:.3g}x is beyond the "
+                      f"judge's clock ({clock['wall_speedup']:.3g}x over back-to-back calls, "
                       f"tolerance {clock['tolerance']:.0%})", stop=False)
         elif clock["verdict"] == "capped" and self.result.get("speedup") is not None:
             self.result["speedup"] = min(self.result["speedup"], clock["cap"])
             self.result["warnings"].append(
-                f"speedup capped at {clock['cap']:.2f}x by the judge's clock over back-to-back "
-                f"calls (claimed {clock['claimed_speedup']:.2f}x)")
+                f"speedup capped at {clock['cap']:.3g}x by the judge's clock over back-to-back "
+                f"calls (claimed {clock['claimed_speedup']:.3g}x)")
 
     def eager_reference(self) -> Any:
         """The reference's forward, eager, no grad (the wall blocks when the

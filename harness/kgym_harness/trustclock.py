@@ -5,9 +5,10 @@ candidate's claimed times (docs/harness.md "The trusted clock").
 Figures, all on the judge's clock (a wall block draws each call's inputs
 right before it, calls, prints: wallclock.run_block):
   E   the empty call's round trip (a wall command of no calls), fastest of 3;
-  D, w_r, P  per call, from the reference's round in the judge's process:
+  D, w_r, P  per call, from the reference's blocks in the judge's process:
       the block's draws alone (D), draws and calls less D (w_r), and what
-      the prints add to that (P), each measured in place;
+      the prints add to that (P), each measured in place (D and P: the
+      least over the blocks);
   w_c (W - E) / k - D - P: W the judge's wall clock around the candidate's
       wall command, less the time its thread sat runnable waiting for a
       CPU (/proc, not the candidate's word).
@@ -93,20 +94,16 @@ class WallCheck:
     def _make(self, seed: int) -> Callable[[int], list]:
         return lambda i: self.draw(loader.derive_seed(seed, f"iter:{i}"))
 
-    def _ref_block(self, call: Callable, seed: int, k: int, pseed: int,
-                   costs: bool) -> dict:
-        """The reference's block: k input sets drawn and called ("called",
-        per call); with costs, the same sets also drawn alone (D per call)
-        and drawn, called and printed (P: what a print adds per call),
-        measured in place."""
+    def _ref_block(self, call: Callable, seed: int, k: int, pseed: int) -> dict:
+        """The reference's block: the same k input sets drawn alone, drawn
+        and called, and drawn, called and printed. Per call: D (a draw),
+        the calls (less D) and P (what a print adds), measured in place."""
         make = self._make(seed)
         with self.mark():
-            called = wallclock.run_block(call, make, k, self.device, None)["ms"]
-            if not costs:
-                return {"called": called / k}
             drawn = wallclock.run_block(None, make, k, self.device, None)["ms"]
+            called = wallclock.run_block(call, make, k, self.device, None)["ms"]
             printed = wallclock.run_block(call, make, k, self.device, pseed)["ms"]
-        return {"called": called / k, "draw": drawn / k,
+        return {"per_call": max(called - drawn, 0.0) / k, "draw": drawn / k,
                 "print": max(printed - called, 0.0) / k}
 
     def _cand_block(self, seed: int, k: int, pseed: int) -> tuple[list, float]:
@@ -155,7 +152,8 @@ class WallCheck:
         draws and prints are taken off at the judge's own cost of them."""
         pseed = int.from_bytes(os.urandom(8), "little") >> 1  # drawn per phase, by the judge
         warm = loader.derive_seed(timing_seed, "wall:warm")
-        self._ref_block(call, warm, min(k_ref, wallclock.MIN_CALLS), pseed, False)
+        # with prints: a first print loads its kernels, which must not count
+        self._ref_block(call, warm, min(k_ref, wallclock.MIN_CALLS), pseed)
         self._cand_block(warm, min(k_cand, wallclock.MIN_CALLS), pseed)
         empties = self.empty_ms()
         empty = min(empties)
@@ -165,11 +163,11 @@ class WallCheck:
             for who in (("ref", "cand") if r % 2 == 0 else ("cand", "ref")):
                 seed = loader.derive_seed(timing_seed, f"wall:{who}:{r}")
                 if who == "ref":
-                    refs.append(self._ref_block(call, seed, k_ref, pseed, r == 0))
+                    refs.append(self._ref_block(call, seed, k_ref, pseed))
                 else:
                     cands.append((seed, *self._cand_block(seed, k_cand, pseed)))
-        draw, prnt = refs[0]["draw"], refs[0]["print"]
-        ref_ms = [max(b["called"] - draw, 0.0) for b in refs]
+        ref_ms = [b["per_call"] for b in refs]
+        draw, prnt = min(b["draw"] for b in refs), min(b["print"] for b in refs)
         cand_ms, mismatch = [], None
         for j, (seed, prints, wall) in enumerate(cands):
             cand_ms.append(max((wall - empty) / k_cand - draw - prnt, 0.0))

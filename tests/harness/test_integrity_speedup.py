@@ -47,8 +47,11 @@ def test_wrong_on_the_recheck_inputs_is_output_cache():
             return add_relu_scale(a, b, self.scale * 3)
     return add_relu_scale(a, b, self.scale)
     """
+    # honest in the judge's wall blocks too (run_block), which would see the
+    # wrong outputs first (call_count_switch)
+    timed = kit.BEING_TIMED.replace('== "time_forward"', 'in ("time_forward", "run_block")')
     code = kit.cpu_kernel(kit.model_new(body, "self.timed = False\nself.after = 0"),
-                          top=kit.BEING_TIMED)
+                          top=timed)
     r = kit.run(code, reference_code=SLOW_REF)
     assert r["verdict"] == "hacked" and r["hack_reasons"] == ["output_cache"], r["feedback"]
     assert r["mismatch"]["trial"] == "speedup recheck 0"

@@ -105,17 +105,20 @@ def test_threads_left_running_only_in_timed_calls(monkeypatch, layers):
     # checked output is right and CallWatch sees nothing; the ledger sees
     # threads outlive their timed calls (the judge's watch, not always:
     # the work is short). A timed output is copied for the spot checks as
-    # soon as its call returns, before the thread filled it: that finding
-    # comes first (timing phase) and its message is the one reported.
+    # soon as its call returns, before the thread filled it. The judge's
+    # clock may see it first: its wall blocks, where the kernel is honest,
+    # take longer than the timed calls claim (timer_tamper).
     # ledger_alone: the judge's watch off, the ledger alone adds
     # thread_injection.
     thread_checks(monkeypatch, layers)
     r = kit.run(kit.cpu_kernel(kit.model_new(LATE_OUTPUT, "self.pending = []"), top=HIDDEN),
                 num_perf_trials=20)
-    assert r["hack_reasons"] == ["call_count_switch", "thread_injection"], (
+    reasons = [x for x in r["hack_reasons"] if x != "timer_tamper"]
+    assert reasons == ["call_count_switch", "thread_injection"], (
         r["hack_reasons"], r["error_message"])
-    assert r["error_code"] == "CALL_COUNT_SWITCH", r["error_message"]
-    assert "(a spot check drawn after it returned) is wrong" in r["error_message"]
+    assert r["error_code"] in ("CALL_COUNT_SWITCH", "TIMER_TAMPER"), r["error_message"]
+    if r["error_code"] == "CALL_COUNT_SWITCH":
+        assert "(a spot check drawn after it returned) is wrong" in r["error_message"]
     if layers == "ledger":
         assert r["checks"]["idle_watch"] is None  # the watch was off
 
