@@ -26,10 +26,10 @@ import torch
 
 from . import compare, timing
 
-TARGET_MS = 8.0            # a wall block's calls take about this long (by the faster side)
+TARGET_MS = 5.0            # a wall block's calls take about this long (each side's own)
 MAX_CALLS = 256            # calls per wall block, at most
 MIN_CALLS = 2              # and at least
-ROUNDS = 3                 # blocks per side, interleaved A B B A A B
+ROUNDS = 2                 # blocks per side, interleaved A B B A
 TOL_MIN = 0.05             # the claim may exceed the clock by this fraction at least,
 TOL_SPREAD = 3.0           # or by this many times the reference's block-to-block spread
 TOL_MAX = 0.25             # never more than this
