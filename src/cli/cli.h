@@ -17,5 +17,7 @@ int kg_cli_result(int argc, char **argv);
 int kg_cli_wait(int argc, char **argv);
 int kg_cli_cancel(int argc, char **argv);
 int kg_cli_redteam(int argc, char **argv);
+/* src/agent/cmd_rollout.c: multi-turn rollouts of a policy (docs/agent.md) */
+int kg_cli_rollout(int argc, char **argv);
 
 #endif

@@ -30,6 +30,9 @@ static const struct subcommand commands[] = {
     {"redteam", kg_cli_redteam,
      "run the red-team corpus (cheats and honest candidates) and check every "
      "verdict"},
+    {"rollout", kg_cli_rollout,
+     "multi-turn rollouts of an OpenAI-compatible policy, scored: JSONL "
+     "rows"},
     {"rl", kg_cli_rl,
      "RL math: reward|returns|advantages|mrs|prs|fastp|select (JSON stdin -> "
      "stdout)"},

@@ -1,0 +1,497 @@
+/* cmd_rollout.c - `kgym rollout`: K samples x T turns of a policy on each
+ * problem, every turn's code evaluated by `kgym serve`, one JSONL row per
+ * turn with its reward, return, advantages and keep flag (docs/agent.md).
+ * Exit codes: 0 done, 1 the policy or the server failed the run, 2 bad
+ * usage or input, 130/143 stopped by a signal. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/prompt.h"
+#include "agent/rollout.h"
+#include "cli/cli.h"
+#include "cli/cli_util.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/request.h"
+
+static volatile sig_atomic_t stop_sig;
+
+static void on_signal(int sig)
+{
+    if (stop_sig)
+        _exit(128 + sig);
+    stop_sig = sig;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: kgym rollout --policy URL --model NAME --problems PATH "
+        "--out FILE.jsonl [options]\n"
+        "\n"
+        "Asks an OpenAI-compatible policy for kernels, K samples x T turns "
+        "per problem;\n"
+        "each turn's code is evaluated by a kgym server and its feedback "
+        "goes into the\n"
+        "next turn. One JSONL row per turn (docs/agent.md). A rerun with the "
+        "same --out\n"
+        "skips the trajectories it holds.\n"
+        "\n"
+        "  --policy URL          the chat endpoint's base (http://host:8000"
+        "[/v1])\n"
+        "  --model NAME          the model field\n"
+        "  --key-file F          API key (default $KGYM_POLICY_KEY)\n"
+        "  --server URL          kgym server (default $KGYM_SERVER, else " KG_CLI_DEFAULT_SERVER
+        ")\n"
+        "  --token-file F        its client token (default $KGYM_TOKEN_FILE)\n"
+        "  --problems PATH       KernelBench tree, folder of *.py, one .py, or "
+        "dataset JSONL\n"
+        "  --samples K --turns T default 16 x 3\n"
+        "  --temperature X --top-p X --max-tokens N --stop S (repeatable) "
+        "--seed S\n"
+        "  --logprobs            ask for logprobs and token ids, keep them\n"
+        "  --gamma G (1) --w-pr W (0) --cap C (3) --penalty P (0)\n"
+        "  --prs-tau X (0.3) --prs-s X (0.1)\n"
+        "  --policy-concurrency N (64) --policy-rate R/s (none)\n"
+        "  --policy-deadline S (600) --policy-retries N (6) "
+        "--policy-backoff S (1)\n"
+        "  --no-group-n          turn 0: K requests of n=1, not one of n=K\n"
+        "  --chunk N             problems rolled out together (8)\n"
+        "  --eval-timeout S      wait at most S for a turn's results (3600)\n"
+        "  --prompt-system F --prompt-first F --prompt-refine F --no-system\n"
+        "  --dataset-prompt      a JSONL row's prompt is the first turn\n"
+        "  --write-prompts DIR   write the default prompts there and exit\n"
+        "  --FIELD VALUE         any request field: --backend cpu "
+        "--num-perf-trials 20\n");
+}
+
+/* Numbers of the command line; -1 on a bad one (logged). */
+static int parse_num(const char *flag, const char *v, double lo, double hi,
+                     double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(x >= lo && x <= hi)) {
+        kg_error("%s: expected a number in [%g, %g], got '%s'", flag, lo, hi,
+                 v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+struct numflag {
+    const char *flag;
+    double lo, hi;
+    int integer;
+};
+
+static const struct numflag NUMS[] = {
+    {"--samples", 1, RO_MAX_SAMPLES, 1},
+    {"--turns", 1, RO_MAX_TURNS, 1},
+    {"--temperature", 0, 100, 0},
+    {"--top-p", 0, 1, 0},
+    {"--max-tokens", 1, 1e9, 1},
+    {"--seed", 0, 9007199254740991.0, 1},
+    {"--gamma", 0, 1, 0},
+    {"--w-pr", 0, 1e6, 0},
+    {"--cap", 0, 1e9, 0},
+    {"--penalty", -1e6, 1e6, 0},
+    {"--prs-tau", -1e6, 1e6, 0},
+    {"--prs-s", 0, 1e6, 0},
+    {"--policy-concurrency", 1, 100000, 1},
+    {"--policy-rate", 0, 1e6, 0},
+    {"--policy-deadline", 0.001, 1e7, 0},
+    {"--policy-retries", 0, 1000, 1},
+    {"--policy-backoff", 0, 3600, 0},
+    {"--chunk", 1, 1e6, 1},
+    {"--eval-timeout", 0.001, 1e7, 0},
+};
+
+/* Stores number flag f's value x into o. */
+static void set_num(ro_opts *o, const char *f, double x)
+{
+    struct {
+        const char *flag;
+        double *d;
+        int *i;
+    } T[] = {
+        {"--samples", NULL, &o->samples},
+        {"--turns", NULL, &o->turns},
+        {"--temperature", &o->pcfg.temperature, NULL},
+        {"--top-p", &o->pcfg.top_p, NULL},
+        {"--gamma", &o->gamma, NULL},
+        {"--w-pr", &o->reward.w_pr, NULL},
+        {"--cap", &o->reward.cap, NULL},
+        {"--penalty", &o->reward.penalty, NULL},
+        {"--prs-tau", &o->prs_tau, NULL},
+        {"--prs-s", &o->prs_s, NULL},
+        {"--policy-concurrency", NULL, &o->pcfg.concurrency},
+        {"--policy-rate", &o->pcfg.rate, NULL},
+        {"--policy-deadline", &o->pcfg.deadline_s, NULL},
+        {"--policy-retries", NULL, &o->pcfg.max_retries},
+        {"--policy-backoff", &o->pcfg.backoff_s, NULL},
+        {"--chunk", NULL, &o->chunk},
+        {"--eval-timeout", &o->eval_timeout_s, NULL},
+    };
+    if (!strcmp(f, "--max-tokens"))
+        o->pcfg.max_tokens = (long)x;
+    if (!strcmp(f, "--seed")) {
+        o->seed = (uint64_t)x;
+        o->has_seed = 1;
+    }
+    for (size_t k = 0; k < sizeof T / sizeof T[0]; k++)
+        if (!strcmp(f, T[k].flag)) {
+            if (T[k].d)
+                *T[k].d = x;
+            else
+                *T[k].i = (int)x;
+        }
+}
+
+/* A flag that takes a string. 1 when it was one. */
+static int string_flag(ro_opts *o, const char *a, const char *v)
+{
+    static const struct {
+        const char *flag;
+        size_t off;
+    } S[] = {
+        {"--policy", offsetof(ro_opts, policy)},
+        {"--model", offsetof(ro_opts, model)},
+        {"--key-file", offsetof(ro_opts, key_file)},
+        {"--server", offsetof(ro_opts, server)},
+        {"--token-file", offsetof(ro_opts, token_file)},
+        {"--problems", offsetof(ro_opts, problems)},
+        {"--out", offsetof(ro_opts, out)},
+        {"--write-prompts", offsetof(ro_opts, write_prompts)},
+        {"--prompt-system", offsetof(ro_opts, prompt_system)},
+        {"--prompt-first", offsetof(ro_opts, prompt_first)},
+        {"--prompt-refine", offsetof(ro_opts, prompt_refine)},
+    };
+    for (size_t i = 0; i < sizeof S / sizeof S[0]; i++)
+        if (!strcmp(a, S[i].flag)) {
+            *(const char **)((char *)o + S[i].off) = v;
+            return 1;
+        }
+    return 0;
+}
+
+/* A switch. 1 when it was one. */
+static int switch_flag(ro_opts *o, const char *a)
+{
+    if (!strcmp(a, "--logprobs"))
+        o->pcfg.logprobs = 1;
+    else if (!strcmp(a, "--no-group-n"))
+        o->group_n = 0;
+    else if (!strcmp(a, "--no-system"))
+        o->no_system = 1;
+    else if (!strcmp(a, "--dataset-prompt"))
+        o->dataset_prompt = 1;
+    else if (!strcmp(a, "--verbose"))
+        kg_log_level(KG_LOG_DEBUG);
+    else
+        return 0;
+    return 1;
+}
+
+/* argv into o. -1 to go on, else the exit code (0: --help). */
+static int parse_args(int argc, char **argv, ro_opts *o)
+{
+    kg_err err = {{0}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (switch_flag(o, a))
+            continue;
+        if (strncmp(a, "--", 2) || !v) {
+            kg_error("%s: %s", a,
+                     strncmp(a, "--", 2) ? "unexpected argument"
+                                         : "needs a value");
+            return 2;
+        }
+        i++;
+        size_t k = 0;
+        while (k < sizeof NUMS / sizeof NUMS[0] && strcmp(a, NUMS[k].flag))
+            k++;
+        double x;
+        if (k < sizeof NUMS / sizeof NUMS[0]) {
+            if (parse_num(a, v, NUMS[k].lo, NUMS[k].hi, &x))
+                return 2;
+            if (NUMS[k].integer && x != (double)(long long)x) {
+                kg_error("%s: expected an integer, got '%s'", a, v);
+                return 2;
+            }
+            set_num(o, a, x);
+        } else if (!strcmp(a, "--stop")) {
+            json_array_append_new(o->pcfg.stop, json_string(v));
+        } else if (!string_flag(o, a, v) &&
+                   kg_cli_request_flag(o->fields, a, v, &err)) {
+            kg_error("%s", err.msg);
+            return 2;
+        }
+    }
+    return -1;
+}
+
+/* Checks the request fields given as flags the way the server will. */
+static int check_fields(const ro_opts *o)
+{
+    json_t *req = json_copy(o->fields);
+    json_object_set_new(req, "reference_code", json_string("x"));
+    json_object_set_new(req, "kernel_code", json_string("x"));
+    kg_err err = {{0}};
+    int code;
+    json_t *norm = kg_request_normalize(req, &code, NULL, &err);
+    json_decref(req);
+    if (!norm) {
+        kg_error("%s", err.msg);
+        return -1;
+    }
+    json_decref(norm);
+    if (json_object_get(o->fields, "task_id") ||
+        json_object_get(o->fields, "entry_point")) {
+        kg_error("--task-id and --entry-point are set per task by rollout");
+        return -1;
+    }
+    return 0;
+}
+
+/* --write-prompts DIR: the defaults as files. */
+static int write_prompts(const char *dir)
+{
+    const char *names[] = {"system.txt", "first.txt", "refine.txt"};
+    const char *texts[] = {kg_prompt_default_system, kg_prompt_default_first,
+                           kg_prompt_default_refine};
+    if (mkdir(dir, 0777) < 0 && errno != EEXIST) {
+        kg_error("--write-prompts %s: %s", dir, strerror(errno));
+        return 2;
+    }
+    for (int i = 0; i < 3; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "w");
+        if (!f || fprintf(f, "%s\n", texts[i]) < 0 || fclose(f)) {
+            kg_error("%s: %s", path, strerror(errno));
+            return 2;
+        }
+        printf("%s\n", path);
+    }
+    return 0;
+}
+
+/* A template: the file's text, else the default. NULL on error (logged). */
+static char *template_of(const char *path, const char *def)
+{
+    if (!path)
+        return strdup(def);
+    kg_err err = {{0}};
+    char *t = kg_prompt_read_file(path, &err);
+    if (!t)
+        kg_error("prompt %s", err.msg);
+    return t;
+}
+
+/* The policy's API key: $KGYM_POLICY_KEY, else --key-file's first token.
+ * *key NULL when there is none. 0, or -1 (logged). */
+static int read_key(const ro_opts *o, char **key)
+{
+    *key = NULL;
+    const char *env = getenv("KGYM_POLICY_KEY");
+    if (o->key_file) {
+        kg_err err = {{0}};
+        if (kg_client_read_token(o->key_file, key, &err)) {
+            kg_error("--key-file %s", err.msg);
+            return -1;
+        }
+    } else if (env && *env && !(*key = strdup(env))) {
+        return -1;
+    }
+    return 0;
+}
+
+/* Everything before the first turn: prompts, problems, the policy and the
+ * server (both checked), the --out file. The exit code on failure, else
+ * -1. */
+static int set_up(ro_run *r)
+{
+    ro_opts *o = r->o;
+    kg_err err = {{0}};
+    if (!(r->system = template_of(o->prompt_system, kg_prompt_default_system)) ||
+        !(r->first = template_of(o->prompt_first, kg_prompt_default_first)) ||
+        !(r->refine = template_of(o->prompt_refine, kg_prompt_default_refine)))
+        return 2;
+    if (kg_problems_load(&r->ps, o->problems, &err)) {
+        kg_error("%s", err.msg);
+        return 2;
+    }
+    if (r->ps.skipped)
+        kg_warn("%d problem(s) skipped, %d loaded", r->ps.skipped, r->ps.n);
+    char *key;
+    if (read_key(o, &key))
+        return 2;
+    o->pcfg.url = o->policy;
+    o->pcfg.model = o->model;
+    o->pcfg.key = key;
+    int rc = kg_policy_new(&r->policy, &o->pcfg, &err);
+    if (key)
+        memset(key, 0, strlen(key));
+    free(key);
+    o->pcfg.key = NULL;
+    if (rc || kg_cli_connect(&r->server, o->server, o->token_file, &err)) {
+        kg_error("%s", err.msg);
+        return 2;
+    }
+    kg_client_set_abort(r->server, &stop_sig);
+    if ((rc = kg_policy_health(r->policy, &err)) ||
+        (rc = ro_env_health(r, &err))) {
+        kg_error("%s", err.msg);
+        return rc == KG_EINVAL ? 2 : 1;
+    }
+    if ((rc = ro_out_open(r, &err))) {
+        kg_error("%s", err.msg);
+        return rc == KG_EINVAL ? 2 : 1;
+    }
+    return -1;
+}
+
+/* 1 when an earlier run wrote every turn of (problem p, sample s). */
+static int done_before(const ro_run *r, int p, int s)
+{
+    int all = (int)((1u << r->o->turns) - 1);
+    return r->prior[(size_t)p * (size_t)r->o->samples + (size_t)s]
+               .turns_seen == all;
+}
+
+/* Rolls out problems [p0, p1): T turns of each trajectory not done, then
+ * scores and writes them. 0, or the exit code. */
+static int run_chunk(ro_run *r, int p0, int p1)
+{
+    int K = r->o->samples, T = r->o->turns, n = 0, rc = 0;
+    ro_traj *tj = calloc((size_t)(p1 - p0) * (size_t)K, sizeof *tj);
+    if (!tj)
+        return 1;
+    kg_err err = {{0}};
+    for (int p = p0; p < p1; p++)
+        for (int s = 0; s < K; s++) {
+            ro_traj *tr = &tj[n++];
+            tr->problem = p, tr->sample = s;
+            tr->done_before = done_before(r, p, s);
+            if (!tr->done_before && ro_first_messages(r, tr, &err))
+                rc = 1;
+        }
+    for (int t = 0; t < T && rc == 0; t++) {
+        if (ro_policy_turn(r, tj, n, t) || stop_sig)
+            rc = stop_sig ? 128 + stop_sig : 1;
+        for (int i = 0; i < n && rc == 0; i++)
+            r->st.no_code += tj[i].turns[t].reply && !tj[i].turns[t].code;
+        if (rc == 0 && ro_env_turn(r, tj, n, t, &err))
+            rc = stop_sig ? 128 + stop_sig : 1;
+        if (rc == 0)
+            ro_next_messages(r, tj, n, t);
+        ro_progress(r, "turn done", 1);
+    }
+    for (int p = p0; p < p1 && rc == 0; p++) {
+        ro_traj *g = &tj[(size_t)(p - p0) * (size_t)K];
+        if (ro_score_problem(r, g, K, p, &err))
+            rc = 1;
+        for (int s = 0; s < K && rc == 0; s++)
+            if (!g[s].done_before && ro_out_write(r, &g[s], &err))
+                rc = 1;
+    }
+    if (rc && err.msg[0])
+        kg_error("%s", err.msg);
+    for (int i = 0; i < n; i++)
+        ro_traj_clear(&tj[i], T);
+    free(tj);
+    return rc;
+}
+
+static void run_free(ro_run *r)
+{
+    kg_problems_free(&r->ps);
+    kg_policy_free(r->policy);
+    kg_client_free(r->server);
+    free(r->system), free(r->first), free(r->refine), free(r->prior);
+    if (r->out)
+        fclose(r->out);
+    json_decref(r->o->fields);
+    json_decref(r->o->pcfg.stop);
+}
+
+static void defaults(ro_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    kg_policy_cfg_default(&o->pcfg);
+    kg_reward_cfg_default(&o->reward);
+    o->pcfg.stop = json_array();
+    o->fields = json_object();
+    o->samples = 16;
+    o->turns = 3;
+    o->chunk = 8;
+    o->group_n = 1;
+    o->gamma = 1;
+    o->prs_tau = 0.3;
+    o->prs_s = 0.1;
+    o->eval_timeout_s = 3600;
+}
+
+int kg_cli_rollout(int argc, char **argv)
+{
+    ro_opts o;
+    ro_run r = {0};
+    defaults(&o);
+    r.o = &o;
+    r.stop = &stop_sig;
+    kg_log_init("kgym rollout", NULL, 0);
+    int code = parse_args(argc, argv, &o);
+    if (code < 0 && o.write_prompts)
+        code = write_prompts(o.write_prompts);
+    if (code < 0 && (!o.policy || !o.model || !o.problems || !o.out)) {
+        kg_error("--policy, --model, --problems and --out are needed "
+                 "(kgym rollout --help)");
+        code = 2;
+    }
+    if (code < 0 && check_fields(&o))
+        code = 2;
+    if (code < 0)
+        code = set_up(&r);
+    if (code >= 0) {
+        run_free(&r);
+        return code;
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    snprintf(r.run_id, sizeof r.run_id, "ro%llx-%x",
+             (unsigned long long)kg_now_ms(), (unsigned)getpid());
+    r.st.t0_ms = kg_now_ms();
+    r.st.tty = isatty(2);
+    r.st.traj_total = (long)r.ps.n * o.samples;
+    for (int p = 0; p < r.ps.n; p++)
+        for (int s = 0; s < o.samples; s++)
+            r.st.traj_done += done_before(&r, p, s);
+    if (r.st.traj_done)
+        kg_info("--out %s holds %ld of %ld trajectories: skipping them", o.out,
+                r.st.traj_done, r.st.traj_total);
+    code = 0;
+    for (int p = 0; p < r.ps.n && code == 0; p += o.chunk)
+        code = run_chunk(&r, p, p + o.chunk < r.ps.n ? p + o.chunk : r.ps.n);
+    ro_progress_end(&r);
+    kg_info("%s: %ld/%ld trajectories in %s; %ld evaluations, pass %ld, "
+            "hacked %ld, no code %ld, policy failures %ld (%.1f s)",
+            code ? "stopped" : "done", r.st.traj_done, r.st.traj_total, o.out,
+            r.st.evals_done, r.st.pass, r.st.hacked, r.st.no_code,
+            r.st.policy_failed, (kg_now_ms() - r.st.t0_ms) / 1e3);
+    run_free(&r);
+    return code;
+}

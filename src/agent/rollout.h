@@ -1,0 +1,118 @@
+/*
+ * rollout.h - `kgym rollout`'s parts (not an API): the run's options and
+ * state, and the modules that work on them:
+ *   cmd_rollout.c   the command line, set-up, the loop over problem chunks
+ *   rollout_turn.c  one turn of every trajectory of a chunk: the policy's
+ *                   requests, the code of each reply, the next prompts
+ *   rollout_env.c   the environment: a turn's codes to `kgym serve` in
+ *                   batches, results polled
+ *   rollout_score.c rewards, returns, advantages, PRS keep, loss mask
+ *   rollout_out.c   the --out JSONL: checked, resumed, appended
+ * docs/agent.md describes the command and the rows.
+ */
+#ifndef KGYM_AGENT_ROLLOUT_H
+#define KGYM_AGENT_ROLLOUT_H
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "agent/policy.h"
+#include "agent/problems.h"
+#include "common/http_client.h"
+#include "kgym/rl.h"
+
+#define RO_SCHEMA "kgym.rollout/1"
+#define RO_MAX_TURNS 64
+#define RO_MAX_SAMPLES 1024
+
+typedef struct ro_opts {
+    const char *policy, *model, *key_file, *server, *token_file;
+    const char *problems, *out, *write_prompts;
+    const char *prompt_system, *prompt_first, *prompt_refine;
+    int samples, turns, chunk, group_n, no_system, dataset_prompt;
+    double gamma, prs_tau, prs_s, eval_timeout_s;
+    int has_seed;
+    uint64_t seed;
+    kg_reward_cfg reward;
+    kg_policy_cfg pcfg;
+    json_t *fields; /* request fields given as flags (owned) */
+} ro_opts;
+
+/* One turn of one trajectory. Everything owned here. */
+typedef struct ro_turn {
+    json_t *messages; /* the prompt of this turn (a copy) */
+    char *reply;      /* NULL: no reply (the policy failed) */
+    char *finish_reason;
+    char *code;       /* NULL: none found, or no reply */
+    char *error;      /* why there is no reply, code or result; NULL */
+    json_t *token_ids, *logprobs;
+    long prompt_tokens, completion_tokens;
+    int choices;      /* completions of the reply's request */
+    char task_id[64]; /* "" when nothing was submitted */
+    json_t *result;   /* the server's result, or NULL */
+    char *feedback;   /* what the next turn was told, or NULL */
+    int valid, correct, hacked;
+    double speedup, coverage; /* -1: none */
+    double reward, ret, adv_trloo, adv_grpo, keep_prob;
+    int keep, loss_mask;
+} ro_turn;
+
+typedef struct ro_traj {
+    int problem, sample;
+    int done_before; /* written by an earlier run: not rolled out */
+    json_t *history; /* the chat so far (system, user, assistant, ...) */
+    ro_turn turns[RO_MAX_TURNS];
+} ro_traj;
+
+/* What an earlier run wrote of one trajectory (rollout_out.c). */
+typedef struct ro_prior {
+    int turns_seen;                /* bit t: a row for turn t */
+    double reward[RO_MAX_TURNS];   /* NaN: invalid */
+} ro_prior;
+
+/* Counters for the progress line. */
+typedef struct ro_stats {
+    long traj_total, traj_done, evals_done, evals_in_flight, pass, hacked;
+    long no_code, policy_failed, policy_in_flight;
+    double t0_ms;
+    int tty;
+} ro_stats;
+
+typedef struct ro_run {
+    ro_opts *o;
+    kg_problems ps;
+    kg_policy *policy;
+    kg_client *server;
+    char *system, *first, *refine; /* templates */
+    ro_prior *prior;               /* ps.n * samples entries */
+    FILE *out;
+    char run_id[40];
+    long task_seq;
+    ro_stats st;
+    volatile sig_atomic_t *stop;
+} ro_run;
+
+/* rollout_turn.c */
+int ro_first_messages(ro_run *r, ro_traj *tr, kg_err *err);
+int ro_policy_turn(ro_run *r, ro_traj *tj, int n, int t);
+void ro_next_messages(ro_run *r, ro_traj *tj, int n, int t);
+void ro_traj_clear(ro_traj *tr, int turns);
+
+/* rollout_env.c: submits the codes of turn t and waits for their results.
+ * 0, or KG_EUNAVAIL / KG_ESTATE (stopped) with err set. */
+int ro_env_turn(ro_run *r, ro_traj *tj, int n, int t, kg_err *err);
+int ro_env_health(ro_run *r, kg_err *err);
+
+/* rollout_score.c: scores the trajectories of one problem (tj[0..n), all
+ * of problem p) together with what earlier runs wrote of it. */
+int ro_score_problem(ro_run *r, ro_traj *tj, int n, int p, kg_err *err);
+
+/* rollout_out.c */
+int ro_out_open(ro_run *r, kg_err *err);
+int ro_out_write(ro_run *r, const ro_traj *tr, kg_err *err);
+void ro_progress(ro_run *r, const char *phase, int force);
+void ro_progress_end(ro_run *r);
+
+#endif

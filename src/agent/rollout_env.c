@@ -1,0 +1,225 @@
+/* rollout_env.c - a turn's codes through `kgym serve` (rollout.h): POST
+ * /evaluate/batch in batches, then GET /results/{id} until each is
+ * finished. Task ids are "<run id>-<n>", so a batch sent again after a
+ * lost reply is answered with the tasks already there (docs/api.md). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agent/rollout.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+#define BATCH 256
+#define REQ_TIMEOUT_MS 60000L
+#define AWAY_S 120 /* the server unreachable this long ends the run */
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+int ro_env_health(ro_run *r, kg_err *err)
+{
+    kg_client_resp resp;
+    kg_err e = {{0}};
+    int rc = kg_client_request(r->server, "GET", "/health", NULL, 10000,
+                               &resp, &e);
+    if (rc) {
+        kg_client_resp_free(&resp);
+        return kg_errf(err, KG_EUNAVAIL, "server unreachable: %s", e.msg);
+    }
+    long status = resp.status;
+    kg_client_resp_free(&resp);
+    if (status != 200)
+        return kg_errf(err, KG_EUNAVAIL,
+                       "server is not healthy: GET /health answered HTTP %ld",
+                       status);
+    return 0;
+}
+
+/* The task of turn u of trajectory tr (new reference). */
+static json_t *make_task(ro_run *r, const ro_traj *tr, ro_turn *u)
+{
+    const kg_problem *p = &r->ps.p[tr->problem];
+    json_t *task = json_copy(r->o->fields);
+    snprintf(u->task_id, sizeof u->task_id, "%s-%ld", r->run_id,
+             r->task_seq++);
+    json_object_set_new(task, "task_id", json_string(u->task_id));
+    json_object_set_new(task, "reference_code", json_string(p->reference));
+    json_object_set_new(task, "kernel_code", json_string(u->code));
+    if (p->entry_point)
+        json_object_set_new(task, "entry_point", json_string(p->entry_point));
+    return task;
+}
+
+/* What the server said of one task of a batch. */
+static void take_entry(ro_turn *u, const json_t *e)
+{
+    json_t *res = json_object_get(e, "result");
+    if (json_object_get(e, "status_code")) {
+        json_t *er = json_object_get(e, "error");
+        const char *code = json_string_value(json_object_get(er, "code"));
+        const char *msg = json_string_value(json_object_get(er, "message"));
+        char why[300];
+        snprintf(why, sizeof why, "the server refused the task: %s %s",
+                 code ? code : "?", msg ? msg : "");
+        u->error = strdup(why);
+        u->task_id[0] = 0;
+    } else if (json_is_object(res)) {
+        u->result = json_incref(res);
+    }
+}
+
+/* POSTs tasks (taken) for us[0..n); retries while the server is away. */
+static int post_batch(ro_run *r, json_t *tasks, ro_turn **us, int n,
+                      kg_err *err)
+{
+    json_t *body = json_pack("{s:o}", "tasks", tasks);
+    double t0 = kg_now_ms();
+    for (;;) {
+        kg_client_resp resp;
+        kg_err e = {{0}};
+        int rc = kg_client_request(r->server, "POST", "/evaluate/batch", body,
+                                   REQ_TIMEOUT_MS, &resp, &e);
+        json_t *entries = json_object_get(resp.json, "tasks");
+        if (rc == 0 && resp.status == 200 &&
+            json_array_size(entries) == (size_t)n) {
+            for (int i = 0; i < n; i++)
+                take_entry(us[i], json_array_get(entries, i));
+            kg_client_resp_free(&resp);
+            json_decref(body);
+            return 0;
+        }
+        char why[400];
+        if (rc)
+            snprintf(why, sizeof why, "%s", e.msg);
+        else
+            kg_client_error_text(&resp, why, sizeof why);
+        int fatal = rc == 0 && resp.status >= 400 && resp.status < 500;
+        kg_client_resp_free(&resp);
+        if (fatal || (r->stop && *r->stop) ||
+            kg_now_ms() - t0 > AWAY_S * 1000.0) {
+            json_decref(body);
+            return kg_errf(err, fatal ? KG_EINVAL : KG_EUNAVAIL,
+                           "POST /evaluate/batch: %s", why);
+        }
+        kg_warn("POST /evaluate/batch: %s (retrying)", why);
+        sleep_ms(1000);
+    }
+}
+
+/* One GET /results of u: 1 when it is finished (result or error), 0 when
+ * not yet, -1 when the server did not answer. */
+static int poll_one(ro_run *r, ro_turn *u)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/results/%s", u->task_id);
+    kg_client_resp resp;
+    kg_err e = {{0}};
+    int rc = kg_client_request(r->server, "GET", path, NULL, REQ_TIMEOUT_MS,
+                               &resp, &e);
+    int done = 0;
+    if (rc || resp.status >= 500) {
+        done = -1;
+    } else if (resp.status == 200 && json_is_object(resp.json)) {
+        u->result = json_incref(resp.json);
+        done = 1;
+    } else if (resp.status != 202) {
+        char why[400];
+        u->error = strdup(kg_client_error_text(&resp, why, sizeof why));
+        done = 1;
+    }
+    kg_client_resp_free(&resp);
+    return done;
+}
+
+/* Counts a finished evaluation for the progress line. */
+static void count(ro_run *r, const ro_turn *u)
+{
+    const char *v = json_string_value(json_object_get(u->result, "verdict"));
+    r->st.evals_done++;
+    if (v && !strcmp(v, "pass"))
+        r->st.pass++;
+    if (v && !strcmp(v, "hacked"))
+        r->st.hacked++;
+}
+
+/* Polls us[0..n) until each is finished. */
+static int wait_all(ro_run *r, ro_turn **us, int n, kg_err *err)
+{
+    double t0 = kg_now_ms(), away_since = 0;
+    long pause = 100;
+    int left = 0;
+    for (int i = 0; i < n; i++)
+        left += us[i]->task_id[0] && !us[i]->result && !us[i]->error;
+    while (left > 0) {
+        for (int i = 0; i < n; i++) {
+            if (!us[i]->task_id[0] || us[i]->result || us[i]->error)
+                continue;
+            int d = poll_one(r, us[i]);
+            if (d < 0) {
+                away_since = away_since ? away_since : kg_now_ms();
+                break;
+            }
+            away_since = 0;
+            if (d > 0) {
+                left--;
+                count(r, us[i]);
+            }
+        }
+        r->st.evals_in_flight = left;
+        ro_progress(r, "evaluating", 0);
+        if (!left)
+            break;
+        if (r->stop && *r->stop)
+            return kg_errf(err, KG_ESTATE, "interrupted");
+        if (away_since && kg_now_ms() - away_since > AWAY_S * 1000.0)
+            return kg_errf(err, KG_EUNAVAIL,
+                           "the server did not answer for %d s", AWAY_S);
+        if (kg_now_ms() - t0 > r->o->eval_timeout_s * 1000) {
+            for (int i = 0; i < n; i++)
+                if (us[i]->task_id[0] && !us[i]->result && !us[i]->error)
+                    us[i]->error = strdup("no result within --eval-timeout");
+            break;
+        }
+        sleep_ms(pause);
+        pause = pause * 3 / 2 > 1000 ? 1000 : pause * 3 / 2;
+    }
+    r->st.evals_in_flight = 0;
+    return 0;
+}
+
+int ro_env_turn(ro_run *r, ro_traj *tj, int n, int t, kg_err *err)
+{
+    ro_turn **us = calloc((size_t)n + 1, sizeof *us);
+    ro_traj **ts = calloc((size_t)n + 1, sizeof *ts);
+    if (!us || !ts) {
+        free(us), free(ts);
+        return kg_errf(err, KG_ENOMEM, "out of memory");
+    }
+    int m = 0, rc = 0;
+    for (int i = 0; i < n; i++)
+        if (!tj[i].done_before && tj[i].turns[t].code) {
+            ts[m] = &tj[i];
+            us[m++] = &tj[i].turns[t];
+        }
+    for (int b = 0; rc == 0 && b < m; b += BATCH) {
+        int k = m - b < BATCH ? m - b : BATCH;
+        json_t *tasks = json_array();
+        for (int i = b; i < b + k; i++)
+            json_array_append_new(tasks, make_task(r, ts[i], us[i]));
+        r->st.evals_in_flight += k;
+        ro_progress(r, "submitting", 0);
+        rc = post_batch(r, tasks, us + b, k, err);
+    }
+    for (int i = 0; rc == 0 && i < m; i++)
+        if (us[i]->result)
+            count(r, us[i]);
+    if (rc == 0)
+        rc = wait_all(r, us, m, err);
+    free(us), free(ts);
+    return rc;
+}

@@ -1,0 +1,227 @@
+/* rollout_turn.c - one turn of a chunk's trajectories on the policy's
+ * side (rollout.h): the first prompt, the chat requests of a turn, the
+ * code read from each reply, and the prompt of the next turn. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/prompt.h"
+#include "agent/rollout.h"
+#include "common/log.h"
+
+static json_t *message(const char *role, const char *content)
+{
+    json_t *m = json_object();
+    json_object_set_new(m, "role", json_string(role));
+    json_object_set_new(m, "content", json_string(content));
+    return m;
+}
+
+static const char *backend(const ro_run *r)
+{
+    const char *b = json_string_value(json_object_get(r->o->fields, "backend"));
+    return b ? b : "triton";
+}
+
+int ro_first_messages(ro_run *r, ro_traj *tr, kg_err *err)
+{
+    const kg_problem *p = &r->ps.p[tr->problem];
+    tr->history = json_array();
+    if (r->o->dataset_prompt && json_is_array(p->prompt)) {
+        json_decref(tr->history);
+        tr->history = json_deep_copy(p->prompt);
+        return tr->history ? 0 : kg_errf(err, KG_ENOMEM, "out of memory");
+    }
+    if (!r->o->no_system)
+        json_array_append_new(tr->history, message("system", r->system));
+    if (r->o->dataset_prompt && json_is_string(p->prompt)) {
+        json_array_append_new(tr->history,
+                              message("user", json_string_value(p->prompt)));
+        return 0;
+    }
+    const char *keys[] = {"reference", "entry_point", "backend",
+                          "backend_hint"};
+    const char *vals[] = {p->reference,
+                          p->entry_point ? p->entry_point : "Model",
+                          backend(r), kg_prompt_backend_hint(backend(r))};
+    char *text = kg_prompt_fill(r->first, keys, vals, 4);
+    if (!text)
+        return kg_errf(err, KG_ENOMEM, "out of memory");
+    json_array_append_new(tr->history, message("user", text));
+    free(text);
+    return 0;
+}
+
+/* The X-Kgym-Tag of a request: {"problem", "turn", "samples": [...]}
+ * (for test servers and logs; a real server ignores the header). */
+static char *make_tag(const ro_run *r, ro_traj **grp, int k, int t)
+{
+    json_t *s = json_array();
+    for (int i = 0; i < k; i++)
+        json_array_append_new(s, json_integer(grp[i]->sample));
+    json_t *j = json_pack("{s:s, s:i, s:o}", "problem",
+                          r->ps.p[grp[0]->problem].name, "turn", t,
+                          "samples", s);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return text;
+}
+
+/* Reads choice c of q into turn t of tr; appends the reply to its chat. */
+static void take_reply(ro_traj *tr, int t, const kg_policy_req *q, int c)
+{
+    ro_turn *u = &tr->turns[t];
+    if (!q->ok || c >= q->nchoices || !q->choices[c].content) {
+        u->error = strdup(!q->ok ? q->error
+                                 : "the policy's reply has fewer choices "
+                                   "than asked");
+        return;
+    }
+    const kg_policy_choice *ch = &q->choices[c];
+    u->reply = strdup(ch->content);
+    u->finish_reason = ch->finish_reason ? strdup(ch->finish_reason) : NULL;
+    u->token_ids = ch->token_ids ? json_incref(ch->token_ids) : NULL;
+    u->logprobs = ch->logprobs ? json_incref(ch->logprobs) : NULL;
+    u->prompt_tokens = q->prompt_tokens;
+    u->completion_tokens = q->completion_tokens;
+    u->choices = q->n;
+    const char *why;
+    if (kg_extract_code(ch->content, &u->code, &why) != KG_CODE_OK)
+        u->error = strdup(why);
+    json_array_append_new(tr->history, message("assistant", ch->content));
+}
+
+/* Groups of trajectories that share one request: at turn 0 with group_n,
+ * the active ones of a problem (same prompt, n = their count); else one
+ * each. grp gets pointers, starts[g] where group g begins. */
+static int make_groups(ro_run *r, ro_traj *tj, int n, int t, ro_traj **grp,
+                       int *starts)
+{
+    int ng = 0, k = 0;
+    for (int i = 0; i < n; i++) {
+        if (tj[i].done_before)
+            continue;
+        int same = r->o->group_n && t == 0 && k > 0 &&
+                   grp[k - 1]->problem == tj[i].problem;
+        if (!same)
+            starts[ng++] = k;
+        grp[k++] = &tj[i];
+    }
+    starts[ng] = k;
+    return ng;
+}
+
+static void on_progress(void *ctx, int in_flight, int done)
+{
+    ro_run *r = ctx;
+    (void)done;
+    r->st.policy_in_flight = in_flight;
+    ro_progress(r, "policy", 0);
+}
+
+int ro_policy_turn(ro_run *r, ro_traj *tj, int n, int t)
+{
+    ro_traj **grp = calloc((size_t)n + 1, sizeof *grp);
+    int *starts = calloc((size_t)n + 2, sizeof *starts);
+    kg_policy_req *q = calloc((size_t)n + 1, sizeof *q);
+    char **tags = calloc((size_t)n + 1, sizeof *tags);
+    if (!grp || !starts || !q || !tags) {
+        free(grp), free(starts), free(q), free(tags);
+        return KG_ENOMEM;
+    }
+    int ng = make_groups(r, tj, n, t, grp, starts);
+    for (int g = 0; g < ng; g++) {
+        ro_traj *first = grp[starts[g]];
+        int k = starts[g + 1] - starts[g];
+        for (int i = starts[g]; i < starts[g + 1]; i++)
+            grp[i]->turns[t].messages = json_deep_copy(grp[i]->history);
+        q[g].messages = first->turns[t].messages;
+        q[g].n = k;
+        q[g].has_seed = r->o->has_seed;
+        q[g].seed = (long long)((r->o->seed + 1000003ull * first->problem +
+                                 1009ull * first->sample + (uint64_t)t) &
+                                0x7fffffffffffull);
+        q[g].tag = tags[g] = make_tag(r, &grp[starts[g]], k, t);
+    }
+    int rc = kg_policy_run(r->policy, q, ng, r->stop, on_progress, r);
+    r->st.policy_in_flight = 0;
+    for (int g = 0; g < ng; g++) {
+        for (int i = starts[g]; i < starts[g + 1]; i++)
+            take_reply(grp[i], t, &q[g], i - starts[g]);
+        if (!q[g].ok) {
+            r->st.policy_failed += starts[g + 1] - starts[g];
+            kg_warn("policy: %s (turn %d): %s", tags[g] ? tags[g] : "?", t,
+                    q[g].error);
+        }
+        kg_policy_req_clear(&q[g]);
+        free(tags[g]);
+    }
+    free(grp), free(starts), free(q), free(tags);
+    return rc;
+}
+
+/* The feedback of turn t of tr for its next prompt (caller frees). */
+static char *feedback_text(const ro_turn *u)
+{
+    char buf[600];
+    const char *fb = json_string_value(json_object_get(u->result, "feedback"));
+    if (u->result && fb && *fb)
+        return strdup(fb);
+    if (u->result) {
+        const char *v =
+            json_string_value(json_object_get(u->result, "verdict"));
+        snprintf(buf, sizeof buf, "Verdict: %s", v ? v : "unknown");
+    } else if (u->reply && !u->code) {
+        snprintf(buf, sizeof buf,
+                 "Your program was not evaluated: %s. Answer with the "
+                 "complete program as one fenced ```python block that "
+                 "defines `class ModelNew`.",
+                 u->error ? u->error : "no code");
+    } else if (u->code) {
+        snprintf(buf, sizeof buf,
+                 "The environment could not evaluate your program this time "
+                 "(%s); it was not scored. Submit it again or improve it.",
+                 u->error ? u->error : "no result");
+    } else {
+        return NULL;
+    }
+    return strdup(buf);
+}
+
+void ro_next_messages(ro_run *r, ro_traj *tj, int n, int t)
+{
+    for (int i = 0; i < n; i++) {
+        ro_turn *u = &tj[i].turns[t];
+        if (tj[i].done_before || !(u->feedback = feedback_text(u)))
+            continue;
+        if (t + 1 >= r->o->turns)
+            continue;
+        char turn[16];
+        snprintf(turn, sizeof turn, "%d", t + 1);
+        const char *keys[] = {"feedback", "turn"};
+        const char *vals[] = {u->feedback, turn};
+        char *text = kg_prompt_fill(r->refine, keys, vals, 2);
+        if (text)
+            json_array_append_new(tj[i].history, message("user", text));
+        free(text);
+    }
+}
+
+void ro_traj_clear(ro_traj *tr, int turns)
+{
+    json_decref(tr->history);
+    tr->history = NULL;
+    for (int t = 0; t < turns; t++) {
+        ro_turn *u = &tr->turns[t];
+        json_decref(u->messages);
+        free(u->reply);
+        free(u->finish_reason);
+        free(u->code);
+        free(u->error);
+        json_decref(u->token_ids);
+        json_decref(u->logprobs);
+        json_decref(u->result);
+        free(u->feedback);
+        memset(u, 0, sizeof *u);
+    }
+}

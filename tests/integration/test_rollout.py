@@ -1,0 +1,274 @@
+"""`kgym rollout` end to end: a scripted OpenAI-compatible policy
+(scripted_policy.py, replaying replies written here) against a real `kgym
+serve --workers 2` on the cpu backend. Two problems x 3 samples x 2 turns
+cover an honest kernel, a wrong one, a cheat, a reply without code, one
+without ModelNew, 429s before an answer, a reply slower than the deadline
+and a malformed reply. Checked: the feedback of each turn reaches the next
+prompt (in the rows and at the policy), and every reward, return, TRLOO
+and GRPO advantage, keep flag and loss mask against values computed here
+by hand from the rows' verdicts and speedups; then resuming, and the
+one-line errors of bad input."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from kgym_env import KGYM, ROOT, Env, read
+from scripted_policy import ScriptedPolicy
+
+pytestmark = pytest.mark.skipif(not os.access(KGYM, os.X_OK), reason=f"{KGYM} not built (make)")
+
+SOL = os.path.join(ROOT, "problems", "cpu", "level1", "solutions")
+GELU, SOFTMAX = "1_GELU", "2_RowSoftmax"
+GAMMA = 0.5
+
+
+def block(code: str, before: str = "Here is my kernel.") -> str:
+    return f"{before}\n\n```python\n{code}```\n\nIt should be faster."
+
+
+def honest(name: str) -> str:
+    with open(os.path.join(SOL, f"{name}.cpu.py")) as f:
+        return block(f.read(), "I fuse the op into one OpenMP loop.")
+
+
+def wrong_gelu() -> str:
+    """The honest GELU with the wrong constant: a mismatch."""
+    with open(os.path.join(SOL, f"{GELU}.cpu.py")) as f:
+        code = f.read()
+    code = code.replace("0.70710678118654752f", "0.5f").replace(
+        "kgym_cpu_level1_1_GELU_cpu", "kgym_rollout_gelu_wrong")
+    return block(code, "A faster GELU with a tuned constant.")
+
+
+CHEAT = block("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+              "    def forward(self, x):\n        return torch.nn.functional.gelu(x)\n",
+              "PyTorch's own GELU is already optimal.")
+NO_BLOCK = "I would write an OpenMP loop over the elements, but I will not show it."
+NO_MODELNEW = block("import torch\n\n\nclass Model(torch.nn.Module):\n"
+                    "    def forward(self, x):\n        return torch.softmax(x, -1)\n")
+
+
+def script() -> dict:
+    return {
+        GELU: {0: {0: {"text": honest(GELU)}, 1: {"text": honest(GELU)}},
+               1: {0: {"text": wrong_gelu()}, 1: {"text": honest(GELU)}},
+               2: {0: {"text": NO_BLOCK}, 1: {"text": CHEAT}}},
+        SOFTMAX: {0: {0: {"text": honest(SOFTMAX), "status429": 2}, 1: {"malformed": True}},
+                  1: {0: {"text": honest(SOFTMAX), "slow": 5}, 1: {"text": honest(SOFTMAX)}},
+                  2: {0: {"text": honest(SOFTMAX)}, 1: {"text": NO_MODELNEW}}},
+    }
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = Env("sqlite")
+    try:
+        e.start_server("--workers", "2")
+        probs = os.path.join(e.base, "problems")
+        os.makedirs(probs)
+        for name in (GELU, SOFTMAX):
+            shutil.copy(os.path.join(ROOT, "problems", "cpu", "level1", f"{name}.py"), probs)
+        with open(os.path.join(probs, "0_broken.py"), "w") as f:
+            f.write("x = 1\n")
+        e.problems = probs
+        yield e
+    finally:
+        e.close()
+
+
+def rollout(env: Env, policy: str, out: str, *extra: str,
+            timeout: float = 400) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [KGYM, "rollout", "--policy", policy, "--model", "scripted", "--server", env.url,
+         "--token-file", env.token_file, "--problems", env.problems, "--samples", "3",
+         "--turns", "2", "--gamma", str(GAMMA), "--seed", "7", "--logprobs",
+         "--no-group-n", "--policy-deadline", "2", "--policy-backoff", "0.05",
+         "--backend", "cpu", "--num-perf-trials", "5", "--num-correct-trials", "2",
+         "--out", out, *extra],
+        capture_output=True, text=True, timeout=timeout)
+
+
+def rows_of(out: str) -> dict[tuple[str, int, int], dict]:
+    with open(out) as f:
+        rows = [json.loads(ln) for ln in f]
+    return {(r["problem"], r["sample"], r["turn"]): r for r in rows}
+
+
+def by_hand(rows: dict, only: set | None = None) -> None:
+    """Every number of every row, computed here from the verdicts and
+    speedups: R = 1 + min(s, 3) for a pass, 0 for any other scored turn,
+    none for a turn that was not scored; reward-to-go with GAMMA; TRLOO and
+    GRPO per (problem, turn) over the valid samples. only: the (problem,
+    sample) pairs to check (None: all); the others count in the groups."""
+    def reward(r: dict) -> float | None:
+        if not r["valid"]:
+            return None
+        res = r["result"]
+        if res and res["verdict"] == "pass":
+            return 1 + min(res["speedup"], 3)
+        return 0.0
+
+    for prob in (GELU, SOFTMAX):
+        R = {(s, t): reward(rows[prob, s, t]) for s in range(3) for t in range(2)}
+        G = {}
+        for s in range(3):
+            G[s, 1] = R[s, 1]
+            G[s, 0] = None if R[s, 0] is None else R[s, 0] + GAMMA * (R[s, 1] or 0)
+        for t in range(2):
+            V = [s for s in range(3) if G[s, t] is not None]
+            mean = sum(G[s, t] for s in V) / len(V) if V else 0
+            for s in range(3):
+                r = rows[prob, s, t]
+                if only is not None and (prob, s) not in only:
+                    continue
+                if G[s, t] is None:
+                    assert r["reward"] is None and r["return"] is None, r
+                    assert r["advantage_trloo"] is None and not r["keep"], r
+                    continue
+                others = [G[j, t] for j in V if j != s]
+                trloo = G[s, t] - sum(others) / len(others) if others else 0
+                grpo = G[s, t] - mean if len(V) > 1 else 0
+                assert r["reward"] == pytest.approx(R[s, t], abs=1e-9), (prob, s, t, r)
+                assert r["return"] == pytest.approx(G[s, t], abs=1e-9), (prob, s, t)
+                assert r["advantage_trloo"] == pytest.approx(trloo, abs=1e-9), (prob, s, t)
+                assert r["advantage_grpo"] == pytest.approx(grpo, abs=1e-9), (prob, s, t)
+                # PRS: a correct turn with coverage c is kept with
+                # probability clip((c - 0.3) / 0.1, 0, 1); others are kept
+                res = r["result"]
+                if res and res["verdict"] == "pass":
+                    p = min(1.0, max(0.0, (res["coverage"] - 0.3) / 0.1))
+                    assert r["keep_prob"] == pytest.approx(p), r
+                else:
+                    assert r["keep"] and r["keep_prob"] == 1, r
+        # the loss mask: a scored turn after a success with a lower reward
+        for s in range(3):
+            if only is not None and (prob, s) not in only:
+                continue
+            r0, r1 = rows[prob, s, 0], rows[prob, s, 1]
+            regress = (R[s, 0] is not None and R[s, 1] is not None
+                       and r0["result"] and r0["result"]["verdict"] == "pass"
+                       and R[s, 1] < R[s, 0])
+            assert r1["loss_mask"] == (R[s, 1] is not None and not regress), (prob, s)
+
+
+def test_rollout_feedback_rewards_and_resume(env: Env) -> None:
+    pol = ScriptedPolicy(script())
+    out = os.path.join(env.base, "rollout.jsonl")
+    try:
+        p = rollout(env, pol.url, out)
+        assert p.returncode == 0, p.stderr
+        assert "problem 0_broken skipped" in p.stderr and "no `class Model`" in p.stderr, p.stderr
+        rows = rows_of(out)
+        assert len(rows) == 12, sorted(rows)
+        v = {k: (r["result"] or {}).get("verdict") for k, r in rows.items()}
+        assert v[GELU, 0, 0] == v[GELU, 0, 1] == v[GELU, 1, 1] == "pass", v
+        assert v[GELU, 1, 0] == "mismatch" and v[GELU, 2, 1] == "hacked", v
+        assert rows[GELU, 2, 1]["result"]["hack_reasons"] == ["no_custom_kernel"]
+        assert v[SOFTMAX, 0, 0] == v[SOFTMAX, 1, 1] == v[SOFTMAX, 2, 0] == "pass", v
+        # feedback reaches the next prompt: the rows' messages and the policy
+        r = rows[GELU, 1, 1]
+        assert r["messages"][-1]["role"] == "user"
+        assert "Verdict: mismatch" in r["messages"][-1]["content"]
+        assert "Verdict: mismatch" in rows[GELU, 1, 0]["feedback"]
+        assert r["messages"][-2] == {"role": "assistant", "content": wrong_gelu()}
+        seen = [b for tag, b, _ in pol.requests
+                if tag == {"problem": GELU, "turn": 1, "samples": [1]}]
+        assert len(seen) == 1 and seen[0]["messages"] == r["messages"]
+        assert seen[0]["logprobs"] is True and seen[0]["return_token_ids"] is True
+        assert seen[0]["seed"] >= 0 and seen[0]["n"] == 1
+        nb = rows[GELU, 2, 0]
+        assert nb["code"] is None and nb["reward"] == 0 and nb["valid"], nb
+        assert "no fenced ```python" in nb["error"]
+        assert "no fenced ```python" in rows[GELU, 2, 1]["messages"][-1]["content"]
+        # the first turn's prompt: the reference and what ModelNew must be
+        first = rows[GELU, 0, 0]["messages"]
+        assert [m["role"] for m in first] == ["system", "user"]
+        assert "def get_inputs" in first[1]["content"] and "ModelNew" in first[1]["content"]
+        assert "load_inline" in first[1]["content"]  # the cpu backend's hint
+        # 429 twice, then the answer
+        assert sum(1 for tag, _, _ in pol.requests
+                   if tag == {"problem": SOFTMAX, "turn": 0, "samples": [0]}) == 3
+        mal = rows[SOFTMAX, 0, 1]
+        assert not mal["valid"] and "not JSON" in mal["error"] and mal["reply"] is None, mal
+        slow = rows[SOFTMAX, 1, 0]
+        assert not slow["valid"] and "no reply from the policy within 2 s" in slow["error"]
+        # no reply: the next turn asks again with the same chat
+        assert rows[SOFTMAX, 1, 1]["messages"] == slow["messages"]
+        nm = rows[SOFTMAX, 2, 1]
+        assert nm["code"] is None and nm["reward"] == 0 and "class ModelNew" in nm["error"]
+        # token ids, logprobs and usage kept per reply
+        ok = rows[GELU, 0, 0]
+        assert len(ok["token_ids"]) == len(ok["logprobs"]) == len(ok["reply"].split())
+        assert ok["usage"]["prompt_tokens"] > 0 and ok["usage"]["completion_tokens"] > 0
+        assert ok["trajectory_id"] == f"{GELU}:0" and ok["schema"] == "kgym.rollout/1"
+        by_hand(rows)
+
+        # a rerun skips what is done: no request reaches the policy
+        before = len(pol.requests)
+        p = rollout(env, pol.url, out)
+        assert p.returncode == 0, p.stderr
+        assert "holds 6 of 6 trajectories" in p.stderr, p.stderr
+        assert len(pol.requests) == before and rows_of(out) == rows
+
+        # a trajectory lost (its rows cut off): only it is rolled out again,
+        # and scored in its group with the rows that stayed
+        with open(out) as f:
+            lines = f.readlines()
+        keep = [ln for ln in lines if json.loads(ln)["trajectory_id"] != f"{SOFTMAX}:2"]
+        with open(out, "w") as f:
+            f.writelines(keep[:-1])
+            f.write(keep[-1][:-20])  # and a cut last line
+        p = rollout(env, pol.url, out)
+        assert p.returncode == 0, p.stderr
+        assert "last line was cut off" in p.stderr, p.stderr
+        again = [tag for tag, _, _ in pol.requests[before:]]
+        lost = json.loads(keep[-1])
+        assert {(t["problem"], t["samples"][0]) for t in again} == {
+            (SOFTMAX, 2), (lost["problem"], lost["sample"])}, again
+        rows2 = rows_of(out)
+        assert len(rows2) == 12
+        redone = {(SOFTMAX, 2), (lost["problem"], lost["sample"])}
+        for k, r in rows.items():
+            if k[:2] not in redone:
+                assert rows2[k] == r, k
+        # the same code evaluated again may time differently (identical
+        # submissions in one batch are separate evaluations; the cache keeps
+        # one): the new rows are checked against the group as it is now
+        by_hand(rows2, only=redone)
+    finally:
+        pol.close()
+
+
+def test_bad_input_gets_one_line(env: Env) -> None:
+    out = os.path.join(env.base, "bad.jsonl")
+    # an unreachable policy: found at start, before anything is sent
+    p = rollout(env, "http://127.0.0.1:1", out, timeout=60)
+    assert p.returncode == 1 and "policy http://127.0.0.1:1 unreachable" in p.stderr, p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("kgym rollout: policy http://127.0.0.1:1 unreachable: "), p.stderr
+    pol = ScriptedPolicy(script())
+    try:
+        # an unreachable server
+        p = subprocess.run([KGYM, "rollout", "--policy", pol.url, "--model", "m",
+                            "--server", "http://127.0.0.1:1", "--problems", env.problems,
+                            "--out", out], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 1 and "server unreachable" in p.stderr, p.stderr
+        # an --out that is not ours is left alone
+        with open(out, "w") as f:
+            f.write('{"prompt": "not ours"}\n')
+        p = rollout(env, pol.url, out, timeout=60)
+        assert p.returncode == 2 and "not a kgym rollout file (line 1" in p.stderr, p.stderr
+        assert read(out) == '{"prompt": "not ours"}\n'
+        assert pol.requests == []
+        # bad flags
+        p = rollout(env, pol.url, out, "--samples", "0", timeout=60)
+        assert p.returncode == 2 and "--samples" in p.stderr, p.stderr
+        p = rollout(env, pol.url, out, "--backend", "fortran", timeout=60)
+        assert p.returncode == 2 and "backend" in p.stderr, p.stderr
+    finally:
+        pol.close()
