@@ -6,7 +6,8 @@ a reply slower than the client's deadline, 429s before an answer.
 
     srv = ScriptedPolicy(script)   # script[problem][sample][turn] -> Step
     srv.url                        # http://127.0.0.1:PORT
-    srv.requests                   # every chat request: (tag, body)
+    srv.requests                   # every chat request: (tag, body, headers)
+    srv.starts, srv.max_in_flight  # arrival times; most requests at once
     srv.close()
 
 A Step is a dict: {"text": reply} answers it; "status429": N first answers
@@ -56,7 +57,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b'{"error": {"message": "not found"}}')
             return
         tag = json.loads(self.headers.get("X-Kgym-Tag", "{}"))
-        self.server.owner.record(tag, body, dict(self.headers))
+        owner = self.server.owner
+        owner.record(tag, body, dict(self.headers))
+        with owner._lock:
+            owner.in_flight += 1
+            owner.max_in_flight = max(owner.max_in_flight, owner.in_flight)
+        try:
+            self._answer(tag, body)
+        finally:
+            with owner._lock:
+                owner.in_flight -= 1
+
+    def _answer(self, tag: dict, body: dict) -> None:
         steps = [self.server.owner.step(tag["problem"], s, tag["turn"])
                  for s in tag["samples"]]
         first = steps[0]
@@ -107,6 +119,8 @@ class ScriptedPolicy:
         self.script = script
         self.requests: list[tuple[dict, dict, dict]] = []
         self._429: dict[tuple, int] = {}
+        self.starts: list[float] = []  # when each chat request arrived
+        self.in_flight = self.max_in_flight = 0
         self._lock = threading.Lock()
         self._srv = _Server(("127.0.0.1", 0), _Handler)
         self._srv.owner = self
@@ -120,6 +134,7 @@ class ScriptedPolicy:
     def record(self, tag: dict, body: dict, headers: dict) -> None:
         with self._lock:
             self.requests.append((tag, body, headers))
+            self.starts.append(time.monotonic())
 
     def take_429(self, key: tuple, times: int) -> bool:
         """True while key has had fewer than `times` 429s."""

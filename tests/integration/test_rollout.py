@@ -272,3 +272,63 @@ def test_bad_input_gets_one_line(env: Env) -> None:
         assert p.returncode == 2 and "backend" in p.stderr, p.stderr
     finally:
         pol.close()
+
+
+def test_dataset_jsonl_group_n_concurrency_and_rate(env: Env) -> None:
+    """A dataset JSONL (a bad row skipped), one n=K request per problem at
+    turn 0, the concurrency cap and the rate limit, the key and sampling
+    fields as sent. Every reply lacks code, so nothing is evaluated."""
+    with open(os.path.join(ROOT, "problems", "cpu", "level1", f"{GELU}.py")) as f:
+        ref = f.read()
+    data = os.path.join(env.base, "data.jsonl")
+    rows = [{"prompt": [{"role": "user", "content": "Kernel for p0, please."}],
+             "reward_model": {"ground_truth": ref}, "extra_info": {"name": "p0"}},
+            {"prompt": "Kernel for p1, please.", "reward_model": {"ground_truth": ref},
+             "extra_info": {"name": "p1", "entry_point": "Model"}},
+            {"prompt": "no reference here", "extra_info": {"name": "bad"}},
+            {"reward_model": {"ground_truth": ref}, "extra_info": {"index": 3}},
+            {"reward_model": {"ground_truth": ref}}]
+    with open(data, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    names = ["p0", "p1", "3", "line5"]
+    step = {"text": NO_BLOCK, "slow": 0.3}
+    pol = ScriptedPolicy({n: {s: {0: step, 1: step} for s in range(3)} for n in names})
+    out = os.path.join(env.base, "data-out.jsonl")
+    try:
+        p = subprocess.run(
+            [KGYM, "rollout", "--policy", pol.url + "/v1/", "--model", "scripted",
+             "--server", env.url, "--token-file", env.token_file, "--problems", data,
+             "--samples", "3", "--turns", "2", "--dataset-prompt",
+             "--policy-concurrency", "2", "--policy-rate", "10",
+             "--temperature", "0.7", "--top-p", "0.9", "--max-tokens", "512",
+             "--stop", "</answer>", "--stop", "END", "--backend", "cpu", "--out", out],
+            capture_output=True, text=True, timeout=120,
+            env=dict(os.environ, KGYM_POLICY_KEY="sk-scripted-0123456789"))
+        assert p.returncode == 0, p.stderr
+        assert "problem bad (" in p.stderr and "skipped: no string reward_model" in p.stderr
+        tags = [t for t, _, _ in pol.requests]
+        assert sorted((t["problem"], t["turn"], tuple(t["samples"])) for t in tags
+                      if t["turn"] == 0) == [(n, 0, (0, 1, 2)) for n in sorted(names)]
+        assert len(tags) == 4 + 12
+        assert pol.max_in_flight == 2
+        gaps = [b - a for a, b in zip(pol.starts, pol.starts[1:])]
+        assert min(gaps) >= 0.09, gaps
+        _, body, headers = pol.requests[0]
+        assert headers["Authorization"] == "Bearer sk-scripted-0123456789"
+        assert body["temperature"] == 0.7 and body["top_p"] == 0.9
+        assert body["max_tokens"] == 512 and body["stop"] == ["</answer>", "END"]
+        assert "logprobs" not in body and "seed" not in body
+        got = rows_of(out)
+        assert len(got) == 4 * 3 * 2
+        assert got["p0", 0, 0]["messages"] == rows[0]["prompt"]
+        assert [m["role"] for m in got["p1", 0, 0]["messages"]] == ["system", "user"]
+        assert got["p1", 0, 0]["messages"][1]["content"] == "Kernel for p1, please."
+        assert "def get_inputs" in got["3", 0, 0]["messages"][1]["content"]
+        for r in got.values():
+            assert r["valid"] and r["code"] is None and r["result"] is None, r
+            assert r["reward"] == r["return"] == r["advantage_trloo"] == 0, r
+            assert r["usage"]["choices"] == (3 if r["turn"] == 0 else 1)
+            if r["turn"] == 1:
+                assert "no fenced ```python" in r["messages"][-1]["content"]
+    finally:
+        pol.close()
