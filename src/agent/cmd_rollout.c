@@ -53,6 +53,10 @@ static void usage(FILE *f)
         "  --problems PATH       KernelBench tree, folder of *.py, one .py, or "
         "dataset JSONL\n"
         "  --samples K --turns T default 16 x 3\n"
+        "  --context C           full (default) or window:T,R[,last|best]: "
+        "restart the chat\n"
+        "                        every T turns from the prompt and R earlier "
+        "turns\n"
         "  --temperature X --top-p X --max-tokens N --stop S (repeatable) "
         "--seed S\n"
         "  --logprobs            ask for logprobs and token ids, keep them\n"
@@ -232,6 +236,11 @@ static int parse_args(int argc, char **argv, ro_opts *o)
                 return 2;
             }
             set_num(o, a, x);
+        } else if (!strcmp(a, "--context")) {
+            if (ro_context_parse(o, v, &err)) {
+                kg_error("%s", err.msg);
+                return 2;
+            }
         } else if (!strcmp(a, "--stop")) {
             json_array_append_new(o->pcfg.stop, json_string(v));
         } else if (!string_flag(o, a, v) &&
@@ -396,6 +405,9 @@ static int run_chunk(ro_run *r, int p0, int p1)
             r->st.no_code += tj[i].turns[t].reply && !tj[i].turns[t].code;
         if (rc == 0 && ro_env_turn(r, tj, n, t, &err))
             rc = stop_sig ? 128 + stop_sig : 1;
+        for (int i = 0; i < n && rc == 0; i++)
+            if (!tj[i].done_before && ro_score_turn(r, &tj[i].turns[t], &err))
+                rc = 1;
         if (rc == 0)
             ro_next_messages(r, tj, n, t);
         ro_progress(r, "turn done", 1);

@@ -2,6 +2,7 @@
  * rollout.h - `kgym rollout`'s parts (not an API): the run's options and
  * state, and the modules that work on them:
  *   cmd_rollout.c   the command line, set-up, the loop over problem chunks
+ *   rollout_context.c what each turn's chat holds (--context)
  *   rollout_turn.c  one turn of every trajectory of a chunk: the policy's
  *                   requests, the code of each reply, the next prompts
  *   rollout_env.c   the environment: a turn's codes to `kgym serve` in
@@ -32,6 +33,8 @@ typedef struct ro_opts {
     const char *problems, *out, *write_prompts;
     const char *prompt_system, *prompt_first, *prompt_refine;
     int samples, turns, chunk, group_n, no_system, dataset_prompt;
+    int ctx_window;      /* --context window:T,R[,last|best]; 0: full */
+    int ctx_T, ctx_R, ctx_best;
     double gamma, prs_tau, prs_s, eval_timeout_s;
     int has_seed;
     uint64_t seed;
@@ -52,6 +55,8 @@ typedef struct ro_turn {
     int choices;      /* completions of the reply's request */
     char task_id[64]; /* "" when nothing was submitted */
     json_t *result;   /* the server's result, or NULL */
+    json_t *context;  /* earlier turns whose replies are in messages */
+    int best_turn;    /* best valid turn so far (<= this one), -1: none */
     char *feedback;   /* what the next turn was told, or NULL */
     int valid, correct, hacked;
     double speedup, coverage; /* -1: none */
@@ -63,6 +68,8 @@ typedef struct ro_traj {
     int problem, sample;
     int done_before; /* written by an earlier run: not rolled out */
     json_t *history; /* the chat so far (system, user, assistant, ...) */
+    json_t *base;    /* the first turn's messages (for --context window) */
+    int ctx[RO_MAX_TURNS], nctx; /* turns whose replies are in history */
     ro_turn turns[RO_MAX_TURNS];
 } ro_traj;
 
@@ -99,6 +106,15 @@ int ro_first_messages(ro_run *r, ro_traj *tr, kg_err *err);
 int ro_policy_turn(ro_run *r, ro_traj *tj, int n, int t);
 void ro_next_messages(ro_run *r, ro_traj *tj, int n, int t);
 void ro_traj_clear(ro_traj *tr, int turns);
+json_t *ro_message(const char *role, const char *content);
+json_t *ro_feedback_message(ro_run *r, const ro_turn *u, int t);
+
+/* rollout_context.c: --context. ro_context_parse reads the flag's value
+ * into o (0, or KG_EINVAL with err); ro_context_turn sets the chat of
+ * turn t of tr (a window restarts it from the first prompt and the chosen
+ * turns) and records which earlier turns it holds. */
+int ro_context_parse(ro_opts *o, const char *spec, kg_err *err);
+void ro_context_turn(ro_run *r, ro_traj *tr, int t);
 
 /* rollout_env.c: submits the codes of turn t and waits for their results.
  * 0, or KG_EUNAVAIL / KG_ESTATE (stopped) with err set. */
@@ -108,6 +124,8 @@ int ro_env_health(ro_run *r, kg_err *err);
 /* rollout_score.c: scores the trajectories of one problem (tj[0..n), all
  * of problem p) together with what earlier runs wrote of it. */
 int ro_score_problem(ro_run *r, ro_traj *tj, int n, int p, kg_err *err);
+/* Classifies turn u's outcome and sets its reward (NaN: not scored). */
+int ro_score_turn(ro_run *r, ro_turn *u, kg_err *err);
 
 /* rollout_out.c */
 int ro_out_open(ro_run *r, kg_err *err);

@@ -172,6 +172,7 @@ static json_t *make_row(const ro_run *r, const ro_traj *tr, int t)
     json_object_set_new(row, "sample", json_integer(tr->sample));
     json_object_set_new(row, "turn", json_integer(t));
     json_object_set(row, "messages", u->messages ? u->messages : json_null());
+    json_object_set(row, "context", u->context ? u->context : json_null());
     json_object_set_new(row, "reply", text(u->reply));
     json_object_set_new(row, "finish_reason", text(u->finish_reason));
     json_object_set_new(row, "code", text(u->code));
@@ -191,6 +192,9 @@ static json_t *make_row(const ro_run *r, const ro_traj *tr, int t)
     json_object_set_new(row, "keep", json_boolean(u->keep));
     json_object_set_new(row, "keep_prob", num(u->keep_prob));
     json_object_set_new(row, "loss_mask", json_boolean(u->loss_mask));
+    json_object_set_new(row, "best_turn", u->best_turn >= 0
+                                              ? json_integer(u->best_turn)
+                                              : json_null());
     return row;
 }
 

@@ -53,13 +53,17 @@ static void classify(ro_turn *u)
     }
 }
 
-/* PRS keep and the loss mask of the turns of tr (rewards already set). */
+/* PRS keep, the loss mask and the best turn so far of the turns of tr
+ * (rewards already set). */
 static void keep_and_mask(ro_run *r, ro_traj *tr, int K, int T)
 {
     double best = -INFINITY;
-    int had_success = 0;
+    int had_success = 0, best_turn = -1;
     for (int t = 0; t < T; t++) {
         ro_turn *u = &tr->turns[t];
+        if (u->valid && (best_turn < 0 || u->reward >= tr->turns[best_turn].reward))
+            best_turn = t;
+        u->best_turn = best_turn;
         u->keep_prob = u->valid ? 1 : 0;
         if (u->valid && u->correct) {
             double pr = u->coverage < 0 ? 0 : u->coverage, p = 0;
@@ -104,21 +108,23 @@ static void gather(ro_run *r, ro_traj *tj, int n, int p, double *R,
     }
 }
 
+int ro_score_turn(ro_run *r, ro_turn *u, kg_err *err)
+{
+    classify(u);
+    uint8_t c = (uint8_t)u->correct, h = (uint8_t)u->hacked;
+    double sp = u->speedup, pr = u->coverage < 0 ? 0 : u->coverage;
+    int rc = kg_rl_reward(&u->reward, &c, &h, &sp, &pr, 1, &r->o->reward, err);
+    if (!u->valid)
+        u->reward = NAN;
+    return rc;
+}
+
 int ro_score_problem(ro_run *r, ro_traj *tj, int n, int p, kg_err *err)
 {
     int K = r->o->samples, T = r->o->turns, rc = 0;
-    for (int i = 0; i < n && rc == 0; i++) {
-        for (int t = 0; t < T && rc == 0 && !tj[i].done_before; t++) {
-            ro_turn *u = &tj[i].turns[t];
-            classify(u);
-            uint8_t c = (uint8_t)u->correct, h = (uint8_t)u->hacked;
-            double sp = u->speedup, pr = u->coverage < 0 ? 0 : u->coverage;
-            rc = kg_rl_reward(&u->reward, &c, &h, &sp, &pr, 1, &r->o->reward,
-                              err);
-            if (!u->valid)
-                u->reward = NAN;
-        }
-    }
+    for (int i = 0; i < n && rc == 0; i++)
+        for (int t = 0; t < T && rc == 0 && !tj[i].done_before; t++)
+            rc = ro_score_turn(r, &tj[i].turns[t], err);
     size_t kt = (size_t)K * (size_t)T;
     double *R = malloc(kt * sizeof *R), *G = malloc(kt * sizeof *G);
     double *A1 = malloc(kt * sizeof *A1), *A2 = malloc(kt * sizeof *A2);

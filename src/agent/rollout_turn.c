@@ -9,7 +9,7 @@
 #include "agent/rollout.h"
 #include "common/log.h"
 
-static json_t *message(const char *role, const char *content)
+json_t *ro_message(const char *role, const char *content)
 {
     json_t *m = json_object();
     json_object_set_new(m, "role", json_string(role));
@@ -30,14 +30,16 @@ int ro_first_messages(ro_run *r, ro_traj *tr, kg_err *err)
     if (r->o->dataset_prompt && json_is_array(p->prompt)) {
         json_decref(tr->history);
         tr->history = json_deep_copy(p->prompt);
-        return tr->history ? 0 : kg_errf(err, KG_ENOMEM, "out of memory");
+        tr->base = json_deep_copy(tr->history);
+        return tr->base ? 0 : kg_errf(err, KG_ENOMEM, "out of memory");
     }
     if (!r->o->no_system)
-        json_array_append_new(tr->history, message("system", r->system));
+        json_array_append_new(tr->history, ro_message("system", r->system));
     if (r->o->dataset_prompt && json_is_string(p->prompt)) {
         json_array_append_new(tr->history,
-                              message("user", json_string_value(p->prompt)));
-        return 0;
+                              ro_message("user", json_string_value(p->prompt)));
+        tr->base = json_deep_copy(tr->history);
+        return tr->base ? 0 : kg_errf(err, KG_ENOMEM, "out of memory");
     }
     const char *keys[] = {"reference", "entry_point", "backend",
                           "backend_hint"};
@@ -47,9 +49,10 @@ int ro_first_messages(ro_run *r, ro_traj *tr, kg_err *err)
     char *text = kg_prompt_fill(r->first, keys, vals, 4);
     if (!text)
         return kg_errf(err, KG_ENOMEM, "out of memory");
-    json_array_append_new(tr->history, message("user", text));
+    json_array_append_new(tr->history, ro_message("user", text));
     free(text);
-    return 0;
+    tr->base = json_deep_copy(tr->history);
+    return tr->base ? 0 : kg_errf(err, KG_ENOMEM, "out of memory");
 }
 
 /* The X-Kgym-Tag of a request: {"problem", "turn", "samples": [...]}
@@ -88,7 +91,8 @@ static void take_reply(ro_traj *tr, int t, const kg_policy_req *q, int c)
     const char *why;
     if (kg_extract_code(ch->content, &u->code, &why) != KG_CODE_OK)
         u->error = strdup(why);
-    json_array_append_new(tr->history, message("assistant", ch->content));
+    json_array_append_new(tr->history, ro_message("assistant", ch->content));
+    tr->ctx[tr->nctx++] = t;
 }
 
 /* Groups of trajectories that share one request: at turn 0 with group_n,
@@ -133,8 +137,10 @@ int ro_policy_turn(ro_run *r, ro_traj *tj, int n, int t)
     for (int g = 0; g < ng; g++) {
         ro_traj *first = grp[starts[g]];
         int k = starts[g + 1] - starts[g];
-        for (int i = starts[g]; i < starts[g + 1]; i++)
+        for (int i = starts[g]; i < starts[g + 1]; i++) {
+            ro_context_turn(r, grp[i], t);
             grp[i]->turns[t].messages = json_deep_copy(grp[i]->history);
+        }
         q[g].messages = first->turns[t].messages;
         q[g].n = k;
         q[g].has_seed = r->o->has_seed;
@@ -188,29 +194,36 @@ static char *feedback_text(const ro_turn *u)
     return strdup(buf);
 }
 
+json_t *ro_feedback_message(ro_run *r, const ro_turn *u, int t)
+{
+    char turn[16];
+    snprintf(turn, sizeof turn, "%d", t + 1);
+    const char *keys[] = {"feedback", "turn"};
+    const char *vals[] = {u->feedback ? u->feedback : "", turn};
+    char *text = kg_prompt_fill(r->refine, keys, vals, 2);
+    json_t *m = text ? ro_message("user", text) : NULL;
+    free(text);
+    return m;
+}
+
 void ro_next_messages(ro_run *r, ro_traj *tj, int n, int t)
 {
     for (int i = 0; i < n; i++) {
         ro_turn *u = &tj[i].turns[t];
         if (tj[i].done_before || !(u->feedback = feedback_text(u)))
             continue;
-        if (t + 1 >= r->o->turns)
-            continue;
-        char turn[16];
-        snprintf(turn, sizeof turn, "%d", t + 1);
-        const char *keys[] = {"feedback", "turn"};
-        const char *vals[] = {u->feedback, turn};
-        char *text = kg_prompt_fill(r->refine, keys, vals, 2);
-        if (text)
-            json_array_append_new(tj[i].history, message("user", text));
-        free(text);
+        if (t + 1 < r->o->turns)
+            json_array_append_new(tj[i].history,
+                                  ro_feedback_message(r, u, t));
     }
 }
 
 void ro_traj_clear(ro_traj *tr, int turns)
 {
     json_decref(tr->history);
-    tr->history = NULL;
+    json_decref(tr->base);
+    tr->history = tr->base = NULL;
+    tr->nctx = 0;
     for (int t = 0; t < turns; t++) {
         ro_turn *u = &tr->turns[t];
         json_decref(u->messages);
@@ -221,6 +234,7 @@ void ro_traj_clear(ro_traj *tr, int turns)
         json_decref(u->token_ids);
         json_decref(u->logprobs);
         json_decref(u->result);
+        json_decref(u->context);
         free(u->feedback);
         memset(u, 0, sizeof *u);
     }

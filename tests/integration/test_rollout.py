@@ -270,6 +270,9 @@ def test_bad_input_gets_one_line(env: Env) -> None:
         assert p.returncode == 2 and "--samples" in p.stderr, p.stderr
         p = rollout(env, pol.url, out, "--backend", "fortran", timeout=60)
         assert p.returncode == 2 and "backend" in p.stderr, p.stderr
+        for bad in ("window:2", "window:0,1", "window:2,1,worst", "most"):
+            p = rollout(env, pol.url, out, "--context", bad, timeout=60)
+            assert p.returncode == 2 and "--context" in p.stderr, (bad, p.stderr)
     finally:
         pol.close()
 
@@ -330,5 +333,61 @@ def test_dataset_jsonl_group_n_concurrency_and_rate(env: Env) -> None:
             assert r["usage"]["choices"] == (3 if r["turn"] == 0 else 1)
             if r["turn"] == 1:
                 assert "no fenced ```python" in r["messages"][-1]["content"]
+    finally:
+        pol.close()
+
+
+@pytest.mark.parametrize("spec,restarted", [
+    ("window:2,1,best", {2: [0], 4: [0]}),
+    ("window:2,1,last", {2: [1], 4: [3]}),
+    ("full", {}),
+])
+def test_context_window(env: Env, spec: str, restarted: dict) -> None:
+    """--context: five turns of one sample (pass, mismatch, no code, cheat,
+    no code). A window of 2 turns restarts the chat at turns 2 and 4 from
+    the first prompt and the best (the pass) or the last turn before it;
+    full keeps everything. The rows record which turns each chat holds,
+    the best turn so far, and the prompt tokens the policy counted."""
+    probs = os.path.join(env.base, "one")
+    os.makedirs(probs, exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "problems", "cpu", "level1", f"{GELU}.py"), probs)
+    replies = [honest(GELU), wrong_gelu(), NO_BLOCK, CHEAT, NO_BLOCK]
+    pol = ScriptedPolicy({GELU: {0: {t: {"text": x} for t, x in enumerate(replies)}}})
+    out = os.path.join(env.base, f"ctx-{spec.replace(':', '-').replace(',', '-')}.jsonl")
+    try:
+        p = subprocess.run(
+            [KGYM, "rollout", "--policy", pol.url, "--model", "scripted", "--server", env.url,
+             "--token-file", env.token_file, "--problems", probs, "--samples", "1",
+             "--turns", "5", "--context", spec, "--backend", "cpu",
+             "--num-perf-trials", "5", "--num-correct-trials", "2", "--out", out],
+            capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        rows = rows_of(out)
+        verdicts = [(rows[GELU, 0, t]["result"] or {}).get("verdict") for t in range(5)]
+        assert verdicts == ["pass", "mismatch", None, "hacked", None], verdicts
+        base = rows[GELU, 0, 0]["messages"]
+        assert len(base) == 2 and rows[GELU, 0, 0]["context"] == []
+        ctx: list[int] = []
+        for t in range(5):
+            r = rows[GELU, 0, t]
+            ctx = restarted.get(t, ctx)
+            assert r["context"] == ctx, (t, r["context"])
+            want = list(base)
+            for s in ctx:
+                want += [{"role": "assistant", "content": replies[s]},
+                         {"role": "user", "content": rows[GELU, 0, s]["feedback"]}]
+            # the feedback message is the refinement template around it
+            got = r["messages"]
+            assert len(got) == len(want), (t, len(got))
+            for g, w in zip(got, want):
+                assert g["role"] == w["role"] and w["content"] in g["content"], t
+            assert r["best_turn"] == 0, r
+            ctx = ctx + [t]
+        tokens = [rows[GELU, 0, t]["usage"]["prompt_tokens"] for t in range(5)]
+        if spec == "full":
+            assert tokens == sorted(tokens) and len(set(tokens)) == 5, tokens
+        else:
+            assert tokens[4] < tokens[3], tokens  # the chat shrank at the restart
+        assert "Verdict: mismatch" in rows[GELU, 0, 1]["feedback"]
     finally:
         pol.close()
