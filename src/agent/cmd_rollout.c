@@ -459,12 +459,17 @@ static void defaults(ro_opts *o)
 
 int kg_cli_rollout(int argc, char **argv)
 {
+    return ro_main(argc, argv, "kgym rollout");
+}
+
+int ro_main(int argc, char **argv, const char *program)
+{
     ro_opts o;
     ro_run r = {0};
     defaults(&o);
     r.o = &o;
     r.stop = &stop_sig;
-    kg_log_init("kgym rollout", NULL, 0);
+    kg_log_init(program, NULL, 0);
     int code = parse_args(argc, argv, &o);
     if (code < 0 && o.write_prompts)
         code = write_prompts(o.write_prompts);

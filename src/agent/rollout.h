@@ -2,6 +2,7 @@
  * rollout.h - `kgym rollout`'s parts (not an API): the run's options and
  * state, and the modules that work on them:
  *   cmd_rollout.c   the command line, set-up, the loop over problem chunks
+ *   cmd_collect.c   `kgym collect`: a rollout, then the SFT export
  *   rollout_context.c what each turn's chat holds (--context)
  *   rollout_turn.c  one turn of every trajectory of a chunk: the policy's
  *                   requests, the code of each reply, the next prompts
@@ -100,6 +101,10 @@ typedef struct ro_run {
     ro_stats st;
     volatile sig_atomic_t *stop;
 } ro_run;
+
+/* cmd_rollout.c: the whole rollout command, logging as `program`
+ * ("kgym rollout", "kgym collect"). Returns the exit code. */
+int ro_main(int argc, char **argv, const char *program);
 
 /* rollout_turn.c */
 int ro_first_messages(ro_run *r, ro_traj *tr, kg_err *err);

@@ -19,5 +19,7 @@ int kg_cli_cancel(int argc, char **argv);
 int kg_cli_redteam(int argc, char **argv);
 /* src/agent/cmd_rollout.c: multi-turn rollouts of a policy (docs/agent.md) */
 int kg_cli_rollout(int argc, char **argv);
+/* src/agent/cmd_collect.c: a rollout, then its SFT export */
+int kg_cli_collect(int argc, char **argv);
 
 #endif

@@ -33,6 +33,9 @@ static const struct subcommand commands[] = {
     {"rollout", kg_cli_rollout,
      "multi-turn rollouts of an OpenAI-compatible policy, scored: JSONL "
      "rows"},
+    {"collect", kg_cli_collect,
+     "cold-start SFT chats from a teacher's rollouts (kgym rollout + a "
+     "filter)"},
     {"rl", kg_cli_rl,
      "RL math: reward|returns|advantages|mrs|prs|fastp|select (JSON stdin -> "
      "stdout)"},

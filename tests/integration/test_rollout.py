@@ -391,3 +391,46 @@ def test_context_window(env: Env, spec: str, restarted: dict) -> None:
         assert "Verdict: mismatch" in rows[GELU, 0, 1]["feedback"]
     finally:
         pol.close()
+
+
+def test_collect_sft(env: Env) -> None:
+    """kgym collect: a rollout, then one SFT chat per trajectory whose final
+    (or, with --filter best, best) turn is correct and not hacked; a rerun
+    resumes the rollout and sends nothing."""
+    probs = os.path.join(env.base, "one-c")
+    os.makedirs(probs, exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "problems", "cpu", "level1", f"{GELU}.py"), probs)
+    pol = ScriptedPolicy({GELU: {0: {0: {"text": wrong_gelu()}, 1: {"text": honest(GELU)}},
+                                 1: {0: {"text": honest(GELU)}, 1: {"text": CHEAT}}}})
+    sft = os.path.join(env.base, "sft.jsonl")
+
+    def collect(*extra: str) -> list[dict]:
+        p = subprocess.run(
+            [KGYM, "collect", "--policy", pol.url, "--model", "teacher", "--server", env.url,
+             "--token-file", env.token_file, "--problems", probs, "--samples", "2",
+             "--turns", "2", "--backend", "cpu", "--num-perf-trials", "5",
+             "--num-correct-trials", "2", "--sft", sft, *extra],
+            capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert "kgym collect: " in p.stderr
+        with open(sft) as f:
+            return [json.loads(ln) for ln in f]
+
+    try:
+        lines = collect()
+        assert os.path.exists(sft + ".rollout.jsonl")
+        assert [(ln["sample"], ln["turn"]) for ln in lines] == [(0, 1)], lines
+        ln = lines[0]
+        rows = rows_of(sft + ".rollout.jsonl")
+        assert ln["messages"][:-1] == rows[GELU, 0, 1]["messages"]
+        assert ln["messages"][-1] == {"role": "assistant", "content": honest(GELU)}
+        assert "Verdict: mismatch" in ln["messages"][-2]["content"]
+        assert ln["final"]["verdict"] == "pass" and ln["final"]["speedup"] > 0
+        n = len(pol.requests)
+        lines = collect("--filter", "best")
+        assert len(pol.requests) == n  # resumed: nothing asked again
+        assert [(ln["sample"], ln["turn"]) for ln in lines] == [(0, 1), (1, 0)], lines
+        assert lines[1]["messages"][-1]["content"] == honest(GELU)
+        assert len(lines[1]["messages"]) == 3  # system, user, the reply
+    finally:
+        pol.close()
