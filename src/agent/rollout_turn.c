@@ -154,7 +154,7 @@ int ro_policy_turn(ro_run *r, ro_traj *tj, int n, int t)
     for (int g = 0; g < ng; g++) {
         for (int i = starts[g]; i < starts[g + 1]; i++)
             take_reply(grp[i], t, &q[g], i - starts[g]);
-        if (!q[g].ok) {
+        if (!q[g].ok && !(r->stop && *r->stop)) {
             r->st.policy_failed += starts[g + 1] - starts[g];
             kg_warn("policy: %s (turn %d): %s", tags[g] ? tags[g] : "?", t,
                     q[g].error);
