@@ -28,6 +28,7 @@ CONTRACT = "tests/integration/test_contract.py"
 HARDENING = "tests/integration/test_server_hardening.py"
 CODE_FILES = "tests/integration/test_cli_code_files.py"
 TRUSTED = "tests/harness/test_trusted_clock.py"
+ROLLOUT = "tests/integration/test_rollout.py"
 
 MUTATIONS = [
     # ---- RL math (libkgym) ----------------------------------------------
@@ -142,6 +143,20 @@ MUTATIONS = [
     Mutation("timing-stream-sample", "a timed call's sample includes side-stream work",
              "harness/kgym_harness/timing.py", "            samples.append(ms)",
              "            samples.append(t_s)", ["tests/harness/test_timing_side_stream.py"]),
+
+    # ---- the agent's scores (kgym rollout, issue 25) -----------------------------
+    Mutation("agent-problem-error-scored", "a problem_error turn is not the policy's: not "
+             "scored", "src/agent/rollout_score.c",
+             '!strcmp(v, "infra_error") || !strcmp(v, "problem_error"))',
+             '!strcmp(v, "infra_error"))',
+             [f"{ROLLOUT} -k broken"]),
+    Mutation("agent-no-code-unscored", "a reply without code scores the penalty",
+             "src/agent/rollout_score.c", "u->valid = u->reply && !u->code;",
+             "u->valid = 0;", [f"{ROLLOUT} -k feedback_rewards"]),
+    Mutation("agent-first-block", "the code is the reply's last python block",
+             "src/agent/prompt.c", "            body = open, end = p, open = NULL;",
+             "            body = body ? body : open, end = end ? end : p, open = NULL;",
+             ["unit:test_agent_prompt"]),
 
     # ---- the judge's checks (harness) ------------------------------------------
     Mutation("judge-no-launch-decoy", "no custom launch in any mode is no_custom_kernel",

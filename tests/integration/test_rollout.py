@@ -434,3 +434,36 @@ def test_collect_sft(env: Env) -> None:
         assert len(lines[1]["messages"]) == 3  # system, user, the reply
     finally:
         pol.close()
+
+
+def test_a_broken_problem_is_not_scored(env: Env) -> None:
+    """A reference whose get_inputs raises loads (it looks like a problem)
+    but every evaluation ends in problem_error: the problem's fault, not the
+    policy's, so its turns are not scored (reward, return and advantages
+    null, not kept, masked) and the next turn is told about it."""
+    probs = os.path.join(env.base, "broken")
+    os.makedirs(probs, exist_ok=True)
+    with open(os.path.join(ROOT, "problems", "cpu", "level1", f"{GELU}.py")) as f:
+        ref = f.read()
+    with open(os.path.join(probs, "9_Broken.py"), "w") as f:
+        f.write(ref.replace("    return [torch.randn(ROWS, COLS)]",
+                            "    raise RuntimeError('this problem is broken')"))
+    pol = ScriptedPolicy({"9_Broken": {s: {t: {"text": honest(GELU)} for t in range(2)}
+                                       for s in range(2)}})
+    out = os.path.join(env.base, "broken.jsonl")
+    try:
+        p = subprocess.run(
+            [KGYM, "rollout", "--policy", pol.url, "--model", "m", "--server", env.url,
+             "--token-file", env.token_file, "--problems", probs, "--samples", "2",
+             "--turns", "2", "--backend", "cpu", "--num-perf-trials", "5", "--out", out],
+            capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        rows = rows_of(out)
+        for r in rows.values():
+            assert r["result"]["verdict"] == "problem_error", r["result"]
+            assert not r["valid"] and r["reward"] is None and r["return"] is None, r
+            assert r["advantage_trloo"] is None and r["advantage_grpo"] is None, r
+            assert not r["keep"] and not r["loss_mask"] and r["best_turn"] is None, r
+        assert "problem_error" in rows["9_Broken", 0, 1]["messages"][-1]["content"]
+    finally:
+        pol.close()
