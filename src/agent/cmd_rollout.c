@@ -376,7 +376,7 @@ static int set_up(ro_run *r)
 /* 1 when an earlier run wrote every turn of (problem p, sample s). */
 static int done_before(const ro_run *r, int p, int s)
 {
-    int all = (int)((1u << r->o->turns) - 1);
+    uint64_t all = r->o->turns >= 64 ? ~0ull : (1ull << r->o->turns) - 1;
     return r->prior[(size_t)p * (size_t)r->o->samples + (size_t)s]
                .turns_seen == all;
 }
@@ -469,6 +469,7 @@ int ro_main(int argc, char **argv, const char *program)
     defaults(&o);
     r.o = &o;
     r.stop = &stop_sig;
+    r.program = program;
     kg_log_init(program, NULL, 0);
     int code = parse_args(argc, argv, &o);
     if (code < 0 && o.write_prompts)

@@ -76,7 +76,7 @@ typedef struct ro_traj {
 
 /* What an earlier run wrote of one trajectory (rollout_out.c). */
 typedef struct ro_prior {
-    int turns_seen;                /* bit t: a row for turn t */
+    uint64_t turns_seen;           /* bit t: a row for turn t */
     double reward[RO_MAX_TURNS];   /* NaN: invalid */
 } ro_prior;
 
@@ -85,7 +85,7 @@ typedef struct ro_stats {
     long traj_total, traj_done, evals_done, evals_in_flight, pass, hacked;
     long no_code, policy_failed, policy_in_flight;
     double t0_ms;
-    int tty;
+    int tty, line_open; /* stderr is a terminal; a progress line is on it */
 } ro_stats;
 
 typedef struct ro_run {
@@ -100,6 +100,7 @@ typedef struct ro_run {
     long task_seq;
     ro_stats st;
     volatile sig_atomic_t *stop;
+    const char *program; /* "kgym rollout" or "kgym collect" */
 } ro_run;
 
 /* cmd_rollout.c: the whole rollout command, logging as `program`
@@ -136,6 +137,7 @@ int ro_score_turn(ro_run *r, ro_turn *u, kg_err *err);
 int ro_out_open(ro_run *r, kg_err *err);
 int ro_out_write(ro_run *r, const ro_traj *tr, kg_err *err);
 void ro_progress(ro_run *r, const char *phase, int force);
+/* Ends the progress line on a terminal, so a log line starts afresh. */
 void ro_progress_end(ro_run *r);
 
 #endif

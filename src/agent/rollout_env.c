@@ -106,6 +106,7 @@ static int post_batch(ro_run *r, json_t *tasks, ro_turn **us, int n,
             return kg_errf(err, fatal ? KG_EINVAL : KG_EUNAVAIL,
                            "POST /evaluate/batch: %s", why);
         }
+        ro_progress_end(r);
         kg_warn("POST /evaluate/batch: %s (retrying)", why);
         sleep_ms(1000);
     }

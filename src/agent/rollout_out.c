@@ -37,7 +37,7 @@ static int take_row(ro_run *r, const json_t *row)
         return 0; /* another problem set or shape: not ours to count */
     ro_prior *pr = &r->prior[(size_t)p * (size_t)r->o->samples + (size_t)sv];
     json_t *rw = json_object_get(row, "reward");
-    pr->turns_seen |= 1 << tv;
+    pr->turns_seen |= 1ull << tv;
     pr->reward[tv] = json_is_number(rw) ? json_number_value(rw) : NAN;
     return 0;
 }
@@ -234,14 +234,16 @@ void ro_progress(ro_run *r, const char *phase, int force)
              r->st.evals_in_flight, r->st.evals_done,
              s > 0 ? r->st.evals_done / s : 0.0, r->st.pass, r->st.hacked,
              r->st.no_code, r->st.policy_failed);
-    if (r->st.tty)
-        fprintf(stderr, "\rkgym rollout: %s\033[K", line);
-    else
+    if (r->st.tty) {
+        fprintf(stderr, "\r%s: %s\033[K", r->program, line);
+        r->st.line_open = 1;
+    } else
         kg_info("%s", line);
 }
 
 void ro_progress_end(ro_run *r)
 {
-    if (r->st.tty)
+    if (r->st.tty && r->st.line_open)
         fputc('\n', stderr);
+    r->st.line_open = 0;
 }

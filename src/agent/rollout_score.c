@@ -93,7 +93,7 @@ static void gather(ro_run *r, ro_traj *tj, int n, int p, double *R,
         const ro_prior *pr = &r->prior[(size_t)p * (size_t)K + (size_t)s];
         for (int t = 0; t < T; t++) {
             R[s * T + t] = pr->reward[t];
-            valid[s * T + t] = (pr->turns_seen >> t & 1) &&
+            valid[s * T + t] = (pr->turns_seen >> t & 1u) &&
                                !isnan(pr->reward[t]);
         }
     }

@@ -156,6 +156,7 @@ int ro_policy_turn(ro_run *r, ro_traj *tj, int n, int t)
             take_reply(grp[i], t, &q[g], i - starts[g]);
         if (!q[g].ok && !(r->stop && *r->stop)) {
             r->st.policy_failed += starts[g + 1] - starts[g];
+            ro_progress_end(r);
             kg_warn("policy: %s (turn %d): %s", tags[g] ? tags[g] : "?", t,
                     q[g].error);
         }
