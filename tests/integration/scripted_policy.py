@@ -11,7 +11,8 @@ a reply slower than the client's deadline, 429s before an answer.
     srv.close()
 
 A Step is a dict: {"text": reply} answers it; "status429": N first answers
-429 N times (with Retry-After: 0); "slow": S sleeps S seconds first;
+429 N times (with Retry-After: 0), "status500": N 500 N times; "status400":
+MESSAGE always refuses it with that message; "slow": S sleeps S seconds first;
 "malformed": True answers 200 with a body that is not JSON. A request for
 several samples (n > 1) is one reply with a choice per sample; its first
 sample's step decides the misbehaviour. Standard library only, threaded.
@@ -75,6 +76,12 @@ class _Handler(BaseHTTPRequestHandler):
         key = (tag["problem"], tag["samples"][0], tag["turn"])
         if self.server.owner.take_429(key, first.get("status429", 0)):
             self._send(429, b'{"error": {"message": "slow down"}}', {"Retry-After": "0"})
+            return
+        if self.server.owner.take_429(key + ("5xx",), first.get("status500", 0)):
+            self._send(500, b'{"error": {"message": "engine restarting"}}')
+            return
+        if first.get("status400"):
+            self._send(400, json.dumps({"error": {"message": first["status400"]}}).encode())
             return
         if first.get("slow"):
             time.sleep(first["slow"])

@@ -467,3 +467,37 @@ def test_a_broken_problem_is_not_scored(env: Env) -> None:
         assert "problem_error" in rows["9_Broken", 0, 1]["messages"][-1]["content"]
     finally:
         pol.close()
+
+
+def test_policy_5xx_retried_4xx_and_retries_spent(env: Env) -> None:
+    """A 500 is retried; a 400 fails its turn at once with the server's
+    message; 429s beyond --policy-retries fail the turn after the last
+    attempt. Nothing is evaluated (no code), so this is the client alone."""
+    pol = ScriptedPolicy({GELU: {
+        0: {0: {"text": NO_BLOCK, "status500": 2}},
+        1: {0: {"text": NO_BLOCK, "status400": "context length exceeded"}},
+        2: {0: {"text": NO_BLOCK, "status429": 10}}}})
+    probs = os.path.join(env.base, "one-r")
+    os.makedirs(probs, exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "problems", "cpu", "level1", f"{GELU}.py"), probs)
+    out = os.path.join(env.base, "retries.jsonl")
+    try:
+        p = subprocess.run(
+            [KGYM, "rollout", "--policy", pol.url, "--model", "m", "--server", env.url,
+             "--token-file", env.token_file, "--problems", probs, "--samples", "3",
+             "--turns", "1", "--no-group-n", "--policy-retries", "3",
+             "--policy-backoff", "0.01", "--out", out],
+            capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        rows = rows_of(out)
+        count = {s: sum(1 for t, _, _ in pol.requests if t["samples"] == [s]) for s in range(3)}
+        assert count == {0: 3, 1: 1, 2: 4}, count
+        assert rows[GELU, 0, 0]["valid"] and rows[GELU, 0, 0]["reply"] == NO_BLOCK
+        r1 = rows[GELU, 1, 0]
+        assert not r1["valid"] and r1["error"] == (
+            "policy refused the request: HTTP 400: context length exceeded"), r1
+        r2 = rows[GELU, 2, 0]
+        assert not r2["valid"] and "HTTP 429 (gave up after 4 attempts)" in r2["error"], r2
+        assert "policy failures 2" in p.stderr, p.stderr
+    finally:
+        pol.close()
