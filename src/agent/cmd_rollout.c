@@ -399,12 +399,16 @@ static int run_chunk(ro_run *r, int p0, int p1)
                 rc = 1;
         }
     for (int t = 0; t < T && rc == 0; t++) {
+        double t0 = kg_now_ms();
         if (ro_policy_turn(r, tj, n, t) || stop_sig)
             rc = stop_sig ? 128 + stop_sig : 1;
+        double t1 = kg_now_ms();
+        r->st.policy_ms += t1 - t0;
         for (int i = 0; i < n && rc == 0; i++)
             r->st.no_code += tj[i].turns[t].reply && !tj[i].turns[t].code;
         if (rc == 0 && ro_env_turn(r, tj, n, t, &err))
             rc = stop_sig ? 128 + stop_sig : 1;
+        r->st.env_ms += kg_now_ms() - t1;
         for (int i = 0; i < n && rc == 0; i++)
             if (!tj[i].done_before && ro_score_turn(r, &tj[i].turns[t], &err))
                 rc = 1;
@@ -506,10 +510,12 @@ int ro_main(int argc, char **argv, const char *program)
         code = run_chunk(&r, p, p + o.chunk < r.ps.n ? p + o.chunk : r.ps.n);
     ro_progress_end(&r);
     kg_info("%s: %ld/%ld trajectories in %s; %ld evaluations, pass %ld, "
-            "hacked %ld, no code %ld, policy failures %ld (%.1f s)",
+            "hacked %ld, no code %ld, policy failures %ld (%.1f s: waiting "
+            "on the policy %.1f s, on the environment %.1f s)",
             code ? "stopped" : "done", r.st.traj_done, r.st.traj_total, o.out,
             r.st.evals_done, r.st.pass, r.st.hacked, r.st.no_code,
-            r.st.policy_failed, (kg_now_ms() - r.st.t0_ms) / 1e3);
+            r.st.policy_failed, (kg_now_ms() - r.st.t0_ms) / 1e3,
+            r.st.policy_ms / 1e3, r.st.env_ms / 1e3);
     run_free(&r);
     return code;
 }

@@ -85,6 +85,7 @@ typedef struct ro_stats {
     long traj_total, traj_done, evals_done, evals_in_flight, pass, hacked;
     long no_code, policy_failed, policy_in_flight;
     double t0_ms;
+    double policy_ms, env_ms; /* time spent waiting on each */
     int tty, line_open; /* stderr is a terminal; a progress line is on it */
 } ro_stats;
 
