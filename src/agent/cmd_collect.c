@@ -43,7 +43,7 @@ static json_t *sft_line(const json_t *row, int turns)
                           json_object_get(row, "reply"));
     json_array_append_new(msgs, a);
     json_t *res = json_object_get(row, "result");
-    return json_pack("{s:o, s:O, s:O, s:O, s:O, s:i, s:{s:O, s:O, s:O}}",
+    return json_pack("{s:o, s:O?, s:O?, s:O?, s:O?, s:i, s:{s:O?, s:O?, s:O?}}",
                      "messages", msgs, "trajectory_id",
                      json_object_get(row, "trajectory_id"), "problem",
                      json_object_get(row, "problem"), "sample",
