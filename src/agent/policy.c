@@ -73,6 +73,7 @@ void kg_policy_free(kg_policy *p)
 {
     if (!p)
         return;
+    free(p->q); /* empty: kg_policy_step ends every request it was given */
     if (p->multi)
         curl_multi_cleanup(p->multi);
     if (p->key)

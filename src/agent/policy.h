@@ -90,6 +90,21 @@ int kg_policy_run(kg_policy *p, kg_policy_req *reqs, int n,
                   volatile sig_atomic_t *abort, kg_policy_progress progress,
                   void *ctx);
 
+/*
+ * The same one request at a time, for a caller with its own loop:
+ * kg_policy_submit queues r (borrowed until it comes back done; 0 or
+ * KG_ENOMEM); kg_policy_step starts what may start, moves transfers on,
+ * waits at most max_wait_ms when nothing happened, and writes the requests
+ * that ended (each ok or failed) into done[] (room for every pending one),
+ * returning their count. While *abort is non-zero every pending request
+ * ends ("interrupted") and comes back.
+ */
+int kg_policy_submit(kg_policy *p, kg_policy_req *r);
+int kg_policy_step(kg_policy *p, long max_wait_ms,
+                   volatile sig_atomic_t *abort, kg_policy_req **done);
+int kg_policy_pending(const kg_policy *p);   /* queued or in flight */
+int kg_policy_in_flight(const kg_policy *p); /* transfers running */
+
 /* Frees a request's outcome (choices), keeping its inputs. */
 void kg_policy_req_clear(kg_policy_req *r);
 

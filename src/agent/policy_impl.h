@@ -12,6 +12,8 @@ struct kg_policy {
     char *url, *model, *key, *endpoint, *auth;
     CURLM *multi;
     double next_start_ms; /* the rate limit's next free slot */
+    struct kg_policy_slot **q; /* requests not done, in order (owned) */
+    int nq, capq, inflight;
 };
 
 /* One request's transfer state while kg_policy_run drives it. */

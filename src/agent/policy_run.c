@@ -183,12 +183,12 @@ static void finish_slot(kg_policy *p, struct kg_policy_slot *s, CURLcode rc)
 }
 
 /* Starts what may start now; returns the ms until something waiting may
- * start (at most 200). */
-static long start_ready(kg_policy *p, struct kg_policy_slot *sl, int n, int *inflight)
+ * start (at most max_ms). */
+static long start_ready(kg_policy *p, long max_ms)
 {
-    double now = kg_now_ms(), wake = now + 200;
-    for (int i = 0; i < n && *inflight < p->cfg.concurrency; i++) {
-        struct kg_policy_slot *s = &sl[i];
+    double now = kg_now_ms(), wake = now + (double)max_ms;
+    for (int i = 0; i < p->nq && p->inflight < p->cfg.concurrency; i++) {
+        struct kg_policy_slot *s = p->q[i];
         if (s->state != WAITING)
             continue;
         if (s->next_ms > now) {
@@ -206,70 +206,112 @@ static long start_ready(kg_policy *p, struct kg_policy_slot *sl, int n, int *inf
                      : now) +
                 1000 / p->cfg.rate;
         if (start_slot(p, s, now) == 0)
-            (*inflight)++;
+            p->inflight++;
     }
     long ms = (long)(wake - now);
     return ms < 1 ? 1 : ms;
 }
 
-/* Fails every request not done yet (interrupted). */
-static void abort_all(kg_policy *p, struct kg_policy_slot *sl, int n)
+int kg_policy_submit(kg_policy *p, kg_policy_req *r)
 {
-    for (int i = 0; i < n; i++)
-        if (sl[i].state != DONE)
-            end_slot(p, &sl[i], "interrupted");
+    if (p->nq == p->capq) {
+        int cap = p->capq ? p->capq * 2 : 64;
+        struct kg_policy_slot **q = realloc(p->q, (size_t)cap * sizeof *q);
+        if (!q)
+            return KG_ENOMEM;
+        p->q = q;
+        p->capq = cap;
+    }
+    struct kg_policy_slot *s = calloc(1, sizeof *s);
+    if (!s)
+        return KG_ENOMEM;
+    kg_policy_req_clear(r);
+    r->ok = r->attempts = 0;
+    r->error[0] = 0;
+    r->prompt_tokens = r->completion_tokens = -1;
+    s->r = r;
+    s->state = WAITING;
+    p->q[p->nq++] = s;
+    return 0;
+}
+
+int kg_policy_pending(const kg_policy *p)
+{
+    return p->nq;
+}
+
+int kg_policy_in_flight(const kg_policy *p)
+{
+    return p->inflight;
+}
+
+/* Moves the requests that are done out of the queue into done[]. */
+static int collect_done(kg_policy *p, kg_policy_req **done)
+{
+    int k = 0, nd = 0;
+    for (int i = 0; i < p->nq; i++) {
+        if (p->q[i]->state == DONE) {
+            done[nd++] = p->q[i]->r;
+            free(p->q[i]);
+        } else {
+            p->q[k++] = p->q[i];
+        }
+    }
+    p->nq = k;
+    return nd;
+}
+
+int kg_policy_step(kg_policy *p, long max_wait_ms,
+                   volatile sig_atomic_t *abort, kg_policy_req **done)
+{
+    if (abort && *abort) {
+        for (int i = 0; i < p->nq; i++)
+            if (p->q[i]->state != DONE)
+                end_slot(p, p->q[i], "interrupted");
+        p->inflight = 0;
+        return collect_done(p, done);
+    }
+    long wait = start_ready(p, max_wait_ms);
+    int running = 0;
+    curl_multi_perform(p->multi, &running);
+    CURLMsg *m;
+    int left, finished = 0;
+    while ((m = curl_multi_info_read(p->multi, &left))) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        struct kg_policy_slot *s = NULL;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&s);
+        finish_slot(p, s, m->data.result);
+        p->inflight--;
+        finished = 1;
+    }
+    int nd = collect_done(p, done);
+    if (!nd && !finished && wait > 0)
+        curl_multi_poll(p->multi, NULL, 0, (int)wait, NULL);
+    return nd;
 }
 
 int kg_policy_run(kg_policy *p, kg_policy_req *reqs, int n,
                   volatile sig_atomic_t *abort, kg_policy_progress progress,
                   void *ctx)
 {
-    struct kg_policy_slot *sl = calloc(n > 0 ? (size_t)n : 1, sizeof *sl);
-    if (!sl) {
-        for (int i = 0; i < n; i++)
+    kg_policy_req **done = calloc((size_t)p->nq + (size_t)n + 1, sizeof *done);
+    int rc = 0;
+    for (int i = 0; i < n; i++)
+        if (!done || kg_policy_submit(p, &reqs[i])) {
             snprintf(reqs[i].error, sizeof reqs[i].error, "out of memory");
-        return KG_ENOMEM;
-    }
-    for (int i = 0; i < n; i++) {
-        kg_policy_req_clear(&reqs[i]);
-        reqs[i].ok = reqs[i].attempts = 0;
-        reqs[i].error[0] = 0;
-        reqs[i].prompt_tokens = reqs[i].completion_tokens = -1;
-        sl[i].r = &reqs[i];
-        sl[i].state = WAITING;
-    }
-    int inflight = 0, done = 0, rc = 0;
-    double last_progress = 0;
-    while (done < n) {
-        if (abort && *abort) {
-            abort_all(p, sl, n);
-            rc = KG_ESTATE;
-            break;
+            reqs[i].ok = 0;
+            rc = KG_ENOMEM;
         }
-        long wait = start_ready(p, sl, n, &inflight);
-        int running = 0;
-        curl_multi_perform(p->multi, &running);
-        CURLMsg *m;
-        int left;
-        while ((m = curl_multi_info_read(p->multi, &left))) {
-            if (m->msg != CURLMSG_DONE)
-                continue;
-            struct kg_policy_slot *s = NULL;
-            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&s);
-            finish_slot(p, s, m->data.result);
-            inflight--;
-            wait = 0;
+    int ndone = 0;
+    double last = 0;
+    while (done && p->nq > 0) {
+        ndone += kg_policy_step(p, 200, abort, done);
+        if (progress && (kg_now_ms() - last > 250 || !p->nq)) {
+            progress(ctx, p->inflight, ndone);
+            last = kg_now_ms();
         }
-        done = 0;
-        for (int i = 0; i < n; i++)
-            done += sl[i].state == DONE;
-        if (progress && (kg_now_ms() - last_progress > 250 || done == n)) {
-            progress(ctx, inflight, done);
-            last_progress = kg_now_ms();
-        }
-        if (done < n && wait > 0)
-            curl_multi_poll(p->multi, NULL, 0, (int)wait, NULL);
     }
-    free(sl);
-    return rc;
+    free(done);
+    return rc ? rc : abort && *abort ? KG_ESTATE : 0;
 }
