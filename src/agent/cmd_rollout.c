@@ -381,57 +381,6 @@ static int done_before(const ro_run *r, int p, int s)
                .turns_seen == all;
 }
 
-/* Rolls out problems [p0, p1): T turns of each trajectory not done, then
- * scores and writes them. 0, or the exit code. */
-static int run_chunk(ro_run *r, int p0, int p1)
-{
-    int K = r->o->samples, T = r->o->turns, n = 0, rc = 0;
-    ro_traj *tj = calloc((size_t)(p1 - p0) * (size_t)K, sizeof *tj);
-    if (!tj)
-        return 1;
-    kg_err err = {{0}};
-    for (int p = p0; p < p1; p++)
-        for (int s = 0; s < K; s++) {
-            ro_traj *tr = &tj[n++];
-            tr->problem = p, tr->sample = s;
-            tr->done_before = done_before(r, p, s);
-            if (!tr->done_before && ro_first_messages(r, tr, &err))
-                rc = 1;
-        }
-    for (int t = 0; t < T && rc == 0; t++) {
-        double t0 = kg_now_ms();
-        if (ro_policy_turn(r, tj, n, t) || stop_sig)
-            rc = stop_sig ? 128 + stop_sig : 1;
-        double t1 = kg_now_ms();
-        r->st.policy_ms += t1 - t0;
-        for (int i = 0; i < n && rc == 0; i++)
-            r->st.no_code += tj[i].turns[t].reply && !tj[i].turns[t].code;
-        if (rc == 0 && ro_env_turn(r, tj, n, t, &err))
-            rc = stop_sig ? 128 + stop_sig : 1;
-        r->st.env_ms += kg_now_ms() - t1;
-        for (int i = 0; i < n && rc == 0; i++)
-            if (!tj[i].done_before && ro_score_turn(r, &tj[i].turns[t], &err))
-                rc = 1;
-        if (rc == 0)
-            ro_next_messages(r, tj, n, t);
-        ro_progress(r, "turn done", 1);
-    }
-    for (int p = p0; p < p1 && rc == 0; p++) {
-        ro_traj *g = &tj[(size_t)(p - p0) * (size_t)K];
-        if (ro_score_problem(r, g, K, p, &err))
-            rc = 1;
-        for (int s = 0; s < K && rc == 0; s++)
-            if (!g[s].done_before && ro_out_write(r, &g[s], &err))
-                rc = 1;
-    }
-    if (rc && err.msg[0])
-        kg_error("%s", err.msg);
-    for (int i = 0; i < n; i++)
-        ro_traj_clear(&tj[i], T);
-    free(tj);
-    return rc;
-}
-
 static void run_free(ro_run *r)
 {
     kg_problems_free(&r->ps);
@@ -505,13 +454,11 @@ int ro_main(int argc, char **argv, const char *program)
     if (r.st.traj_done)
         kg_info("--out %s holds %ld of %ld trajectories: skipping them", o.out,
                 r.st.traj_done, r.st.traj_total);
-    code = 0;
-    for (int p = 0; p < r.ps.n && code == 0; p += o.chunk)
-        code = run_chunk(&r, p, p + o.chunk < r.ps.n ? p + o.chunk : r.ps.n);
+    code = ro_run_all(&r);
     ro_progress_end(&r);
     kg_info("%s: %ld/%ld trajectories in %s; %ld evaluations, pass %ld, "
-            "hacked %ld, no code %ld, policy failures %ld (%.1f s: waiting "
-            "on the policy %.1f s, on the environment %.1f s)",
+            "hacked %ld, no code %ld, policy failures %ld (%.1f s; in policy "
+            "calls %.1f s, in server calls %.1f s)",
             code ? "stopped" : "done", r.st.traj_done, r.st.traj_total, o.out,
             r.st.evals_done, r.st.pass, r.st.hacked, r.st.no_code,
             r.st.policy_failed, (kg_now_ms() - r.st.t0_ms) / 1e3,

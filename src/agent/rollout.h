@@ -1,13 +1,15 @@
 /*
  * rollout.h - `kgym rollout`'s parts (not an API): the run's options and
  * state, and the modules that work on them:
- *   cmd_rollout.c   the command line, set-up, the loop over problem chunks
+ *   cmd_rollout.c   the command line, set-up, the summary
  *   cmd_collect.c   `kgym collect`: a rollout, then the SFT export
  *   rollout_context.c what each turn's chat holds (--context)
- *   rollout_turn.c  one turn of every trajectory of a chunk: the policy's
- *                   requests, the code of each reply, the next prompts
- *   rollout_env.c   the environment: a turn's codes to `kgym serve` in
- *                   batches, results polled
+ *   rollout_loop.c  the loop: problems admitted --chunk at a time, each
+ *                   trajectory moved on as its reply or result arrives
+ *   rollout_turn.c  a trajectory's turn on the policy's side: prompts,
+ *                   the code of a reply
+ *   rollout_env.c   the environment: codes to `kgym serve` in batches,
+ *                   results polled
  *   rollout_score.c rewards, returns, advantages, PRS keep, loss mask
  *   rollout_out.c   the --out JSONL: checked, resumed, appended
  * docs/agent.md describes the command and the rows.
@@ -28,6 +30,11 @@
 #define RO_SCHEMA "kgym.rollout/1"
 #define RO_MAX_TURNS 64
 #define RO_MAX_SAMPLES 1024
+#define RO_AWAY_S 120 /* the server unreachable this long ends the run */
+
+/* Where a trajectory is (rollout_loop.c). */
+enum ro_state { RO_NEED_POLICY, RO_AT_POLICY, RO_NEED_EVAL, RO_AT_EVAL,
+                RO_DONE };
 
 typedef struct ro_opts {
     const char *policy, *model, *key_file, *server, *token_file;
@@ -68,6 +75,8 @@ typedef struct ro_turn {
 typedef struct ro_traj {
     int problem, sample;
     int done_before; /* written by an earlier run: not rolled out */
+    int t, state;    /* its current turn and enum ro_state */
+    double eval_t0;  /* when its current code was submitted (ms) */
     json_t *history; /* the chat so far (system, user, assistant, ...) */
     json_t *base;    /* the first turn's messages (for --context window) */
     int ctx[RO_MAX_TURNS], nctx; /* turns whose replies are in history */
@@ -108,10 +117,16 @@ typedef struct ro_run {
  * ("kgym rollout", "kgym collect"). Returns the exit code. */
 int ro_main(int argc, char **argv, const char *program);
 
+/* rollout_loop.c: every problem's trajectories, from the first turn to
+ * their rows, with the policy and the server kept busy at once. Returns
+ * the exit code. */
+int ro_run_all(ro_run *r);
+
 /* rollout_turn.c */
 int ro_first_messages(ro_run *r, ro_traj *tr, kg_err *err);
-int ro_policy_turn(ro_run *r, ro_traj *tj, int n, int t);
-void ro_next_messages(ro_run *r, ro_traj *tj, int n, int t);
+char *ro_make_tag(const ro_run *r, ro_traj **grp, int k, int t);
+void ro_take_reply(ro_traj *tr, int t, const kg_policy_req *q, int c);
+void ro_next_message(ro_run *r, ro_traj *tr, int t);
 void ro_traj_clear(ro_traj *tr, int turns);
 json_t *ro_message(const char *role, const char *content);
 json_t *ro_feedback_message(ro_run *r, const ro_turn *u, int t);
@@ -123,9 +138,13 @@ json_t *ro_feedback_message(ro_run *r, const ro_turn *u, int t);
 int ro_context_parse(ro_opts *o, const char *spec, kg_err *err);
 void ro_context_turn(ro_run *r, ro_traj *tr, int t);
 
-/* rollout_env.c: submits the codes of turn t and waits for their results.
- * 0, or KG_EUNAVAIL / KG_ESTATE (stopped) with err set. */
-int ro_env_turn(ro_run *r, ro_traj *tj, int n, int t, kg_err *err);
+/* rollout_env.c: ro_env_submit sends the current turn's code of
+ * ts[0..m) (task ids set; a result or a refusal that comes with the reply
+ * is taken): 0, or KG_EUNAVAIL / KG_EINVAL with err. ro_env_poll asks for
+ * u's result once: 1 finished (result or error set), 0 not yet, -1 no
+ * answer. */
+int ro_env_submit(ro_run *r, ro_traj **ts, int m, kg_err *err);
+int ro_env_poll(ro_run *r, ro_turn *u);
 int ro_env_health(ro_run *r, kg_err *err);
 
 /* rollout_score.c: scores the trajectories of one problem (tj[0..n), all

@@ -1,5 +1,5 @@
-/* rollout_env.c - a turn's codes through `kgym serve` (rollout.h): POST
- * /evaluate/batch in batches, then GET /results/{id} until each is
+/* rollout_env.c - codes through `kgym serve` (rollout.h): POST
+ * /evaluate/batch in batches, GET /results/{id} for each until it is
  * finished. Task ids are "<run id>-<n>", so a batch sent again after a
  * lost reply is answered with the tasks already there (docs/api.md). */
 #include <stdio.h>
@@ -13,7 +13,6 @@
 
 #define BATCH 256
 #define REQ_TIMEOUT_MS 60000L
-#define AWAY_S 120 /* the server unreachable this long ends the run */
 
 static void sleep_ms(long ms)
 {
@@ -101,7 +100,7 @@ static int post_batch(ro_run *r, json_t *tasks, ro_turn **us, int n,
         int fatal = rc == 0 && resp.status >= 400 && resp.status < 500;
         kg_client_resp_free(&resp);
         if (fatal || (r->stop && *r->stop) ||
-            kg_now_ms() - t0 > AWAY_S * 1000.0) {
+            kg_now_ms() - t0 > RO_AWAY_S * 1000.0) {
             json_decref(body);
             return kg_errf(err, fatal ? KG_EINVAL : KG_EUNAVAIL,
                            "POST /evaluate/batch: %s", why);
@@ -148,79 +147,29 @@ static void count(ro_run *r, const ro_turn *u)
         r->st.hacked++;
 }
 
-/* Polls us[0..n) until each is finished. */
-static int wait_all(ro_run *r, ro_turn **us, int n, kg_err *err)
+int ro_env_submit(ro_run *r, ro_traj **ts, int m, kg_err *err)
 {
-    double t0 = kg_now_ms(), away_since = 0;
-    long pause = 100;
-    int left = 0;
-    for (int i = 0; i < n; i++)
-        left += us[i]->task_id[0] && !us[i]->result && !us[i]->error;
-    while (left > 0) {
-        for (int i = 0; i < n; i++) {
-            if (!us[i]->task_id[0] || us[i]->result || us[i]->error)
-                continue;
-            int d = poll_one(r, us[i]);
-            if (d < 0) {
-                away_since = away_since ? away_since : kg_now_ms();
-                break;
-            }
-            away_since = 0;
-            if (d > 0) {
-                left--;
-                count(r, us[i]);
-            }
-        }
-        r->st.evals_in_flight = left;
-        ro_progress(r, "evaluating", 0);
-        if (!left)
-            break;
-        if (r->stop && *r->stop)
-            return kg_errf(err, KG_ESTATE, "interrupted");
-        if (away_since && kg_now_ms() - away_since > AWAY_S * 1000.0)
-            return kg_errf(err, KG_EUNAVAIL,
-                           "the server did not answer for %d s", AWAY_S);
-        if (kg_now_ms() - t0 > r->o->eval_timeout_s * 1000) {
-            for (int i = 0; i < n; i++)
-                if (us[i]->task_id[0] && !us[i]->result && !us[i]->error)
-                    us[i]->error = strdup("no result within --eval-timeout");
-            break;
-        }
-        sleep_ms(pause);
-        pause = pause * 3 / 2 > 1000 ? 1000 : pause * 3 / 2;
-    }
-    r->st.evals_in_flight = 0;
-    return 0;
-}
-
-int ro_env_turn(ro_run *r, ro_traj *tj, int n, int t, kg_err *err)
-{
-    ro_turn **us = calloc((size_t)n + 1, sizeof *us);
-    ro_traj **ts = calloc((size_t)n + 1, sizeof *ts);
-    if (!us || !ts) {
-        free(us), free(ts);
-        return kg_errf(err, KG_ENOMEM, "out of memory");
-    }
-    int m = 0, rc = 0;
-    for (int i = 0; i < n; i++)
-        if (!tj[i].done_before && tj[i].turns[t].code) {
-            ts[m] = &tj[i];
-            us[m++] = &tj[i].turns[t];
-        }
+    ro_turn *us[BATCH];
+    int rc = 0;
     for (int b = 0; rc == 0 && b < m; b += BATCH) {
         int k = m - b < BATCH ? m - b : BATCH;
         json_t *tasks = json_array();
-        for (int i = b; i < b + k; i++)
-            json_array_append_new(tasks, make_task(r, ts[i], us[i]));
-        r->st.evals_in_flight += k;
-        ro_progress(r, "submitting", 0);
-        rc = post_batch(r, tasks, us + b, k, err);
+        for (int i = 0; i < k; i++) {
+            us[i] = &ts[b + i]->turns[ts[b + i]->t];
+            json_array_append_new(tasks, make_task(r, ts[b + i], us[i]));
+        }
+        rc = post_batch(r, tasks, us, k, err);
+        for (int i = 0; rc == 0 && i < k; i++)
+            if (us[i]->result)
+                count(r, us[i]);
     }
-    for (int i = 0; rc == 0 && i < m; i++)
-        if (us[i]->result)
-            count(r, us[i]);
-    if (rc == 0)
-        rc = wait_all(r, us, m, err);
-    free(us), free(ts);
     return rc;
+}
+
+int ro_env_poll(ro_run *r, ro_turn *u)
+{
+    int d = poll_one(r, u);
+    if (d > 0 && u->result)
+        count(r, u);
+    return d;
 }

@@ -1,6 +1,6 @@
-/* rollout_turn.c - one turn of a chunk's trajectories on the policy's
- * side (rollout.h): the first prompt, the chat requests of a turn, the
- * code read from each reply, and the prompt of the next turn. */
+/* rollout_turn.c - a trajectory's turn on the policy's side (rollout.h):
+ * the first prompt, the tag of a request, the code read from a reply, and
+ * the prompt of the next turn. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +57,7 @@ int ro_first_messages(ro_run *r, ro_traj *tr, kg_err *err)
 
 /* The X-Kgym-Tag of a request: {"problem", "turn", "samples": [...]}
  * (for test servers and logs; a real server ignores the header). */
-static char *make_tag(const ro_run *r, ro_traj **grp, int k, int t)
+char *ro_make_tag(const ro_run *r, ro_traj **grp, int k, int t)
 {
     json_t *s = json_array();
     for (int i = 0; i < k; i++)
@@ -71,7 +71,7 @@ static char *make_tag(const ro_run *r, ro_traj **grp, int k, int t)
 }
 
 /* Reads choice c of q into turn t of tr; appends the reply to its chat. */
-static void take_reply(ro_traj *tr, int t, const kg_policy_req *q, int c)
+void ro_take_reply(ro_traj *tr, int t, const kg_policy_req *q, int c)
 {
     ro_turn *u = &tr->turns[t];
     if (!q->ok || c >= q->nchoices || !q->choices[c].content) {
@@ -93,78 +93,6 @@ static void take_reply(ro_traj *tr, int t, const kg_policy_req *q, int c)
         u->error = strdup(why);
     json_array_append_new(tr->history, ro_message("assistant", ch->content));
     tr->ctx[tr->nctx++] = t;
-}
-
-/* Groups of trajectories that share one request: at turn 0 with group_n,
- * the active ones of a problem (same prompt, n = their count); else one
- * each. grp gets pointers, starts[g] where group g begins. */
-static int make_groups(ro_run *r, ro_traj *tj, int n, int t, ro_traj **grp,
-                       int *starts)
-{
-    int ng = 0, k = 0;
-    for (int i = 0; i < n; i++) {
-        if (tj[i].done_before)
-            continue;
-        int same = r->o->group_n && t == 0 && k > 0 &&
-                   grp[k - 1]->problem == tj[i].problem;
-        if (!same)
-            starts[ng++] = k;
-        grp[k++] = &tj[i];
-    }
-    starts[ng] = k;
-    return ng;
-}
-
-static void on_progress(void *ctx, int in_flight, int done)
-{
-    ro_run *r = ctx;
-    (void)done;
-    r->st.policy_in_flight = in_flight;
-    ro_progress(r, "policy", 0);
-}
-
-int ro_policy_turn(ro_run *r, ro_traj *tj, int n, int t)
-{
-    ro_traj **grp = calloc((size_t)n + 1, sizeof *grp);
-    int *starts = calloc((size_t)n + 2, sizeof *starts);
-    kg_policy_req *q = calloc((size_t)n + 1, sizeof *q);
-    char **tags = calloc((size_t)n + 1, sizeof *tags);
-    if (!grp || !starts || !q || !tags) {
-        free(grp), free(starts), free(q), free(tags);
-        return KG_ENOMEM;
-    }
-    int ng = make_groups(r, tj, n, t, grp, starts);
-    for (int g = 0; g < ng; g++) {
-        ro_traj *first = grp[starts[g]];
-        int k = starts[g + 1] - starts[g];
-        for (int i = starts[g]; i < starts[g + 1]; i++) {
-            ro_context_turn(r, grp[i], t);
-            grp[i]->turns[t].messages = json_deep_copy(grp[i]->history);
-        }
-        q[g].messages = first->turns[t].messages;
-        q[g].n = k;
-        q[g].has_seed = r->o->has_seed;
-        q[g].seed = (long long)((r->o->seed + 1000003ull * first->problem +
-                                 1009ull * first->sample + (uint64_t)t) &
-                                0x7fffffffffffull);
-        q[g].tag = tags[g] = make_tag(r, &grp[starts[g]], k, t);
-    }
-    int rc = kg_policy_run(r->policy, q, ng, r->stop, on_progress, r);
-    r->st.policy_in_flight = 0;
-    for (int g = 0; g < ng; g++) {
-        for (int i = starts[g]; i < starts[g + 1]; i++)
-            take_reply(grp[i], t, &q[g], i - starts[g]);
-        if (!q[g].ok && !(r->stop && *r->stop)) {
-            r->st.policy_failed += starts[g + 1] - starts[g];
-            ro_progress_end(r);
-            kg_warn("policy: %s (turn %d): %s", tags[g] ? tags[g] : "?", t,
-                    q[g].error);
-        }
-        kg_policy_req_clear(&q[g]);
-        free(tags[g]);
-    }
-    free(grp), free(starts), free(q), free(tags);
-    return rc;
 }
 
 /* The feedback of turn t of tr for its next prompt (caller frees). */
@@ -207,16 +135,13 @@ json_t *ro_feedback_message(ro_run *r, const ro_turn *u, int t)
     return m;
 }
 
-void ro_next_messages(ro_run *r, ro_traj *tj, int n, int t)
+void ro_next_message(ro_run *r, ro_traj *tr, int t)
 {
-    for (int i = 0; i < n; i++) {
-        ro_turn *u = &tj[i].turns[t];
-        if (tj[i].done_before || !(u->feedback = feedback_text(u)))
-            continue;
-        if (t + 1 < r->o->turns)
-            json_array_append_new(tj[i].history,
-                                  ro_feedback_message(r, u, t));
-    }
+    ro_turn *u = &tr->turns[t];
+    if (!(u->feedback = feedback_text(u)))
+        return;
+    if (t + 1 < r->o->turns)
+        json_array_append_new(tr->history, ro_feedback_message(r, u, t));
 }
 
 void ro_traj_clear(ro_traj *tr, int turns)
