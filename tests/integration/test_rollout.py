@@ -501,3 +501,26 @@ def test_policy_5xx_retried_4xx_and_retries_spent(env: Env) -> None:
         assert "policy failures 2" in p.stderr, p.stderr
     finally:
         pol.close()
+
+
+def test_no_barrier_between_turns(env: Env) -> None:
+    """A trajectory's next turn does not wait for its siblings: with sample
+    1's first reply taking 2 s, sample 0's second request reaches the
+    policy long before it."""
+    pol = ScriptedPolicy({GELU: {0: {0: {"text": NO_BLOCK}, 1: {"text": NO_BLOCK}},
+                                 1: {0: {"text": NO_BLOCK, "slow": 2}, 1: {"text": NO_BLOCK}}}})
+    probs = os.path.join(env.base, "one-b")
+    os.makedirs(probs, exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "problems", "cpu", "level1", f"{GELU}.py"), probs)
+    try:
+        p = subprocess.run(
+            [KGYM, "rollout", "--policy", pol.url, "--model", "m", "--server", env.url,
+             "--token-file", env.token_file, "--problems", probs, "--samples", "2",
+             "--turns", "2", "--no-group-n", "--out", os.path.join(env.base, "nb.jsonl")],
+            capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        at = {(t["samples"][0], t["turn"]): s for (t, _, _), s in zip(pol.requests, pol.starts)}
+        assert at[0, 1] - at[1, 0] < 1.0, at  # not after sample 1's 2 s reply
+        assert at[1, 1] - at[1, 0] >= 2.0, at
+    finally:
+        pol.close()
