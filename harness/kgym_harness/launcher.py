@@ -53,13 +53,23 @@ def candidate_env(tmpdir: str, device: object = None) -> dict[str, str]:
     if isinstance(device, str) and device.startswith("cuda"):
         env["KGYM_DEVICE"] = device
     env.update(TMPDIR=tmpdir, PYTHONPATH=_pythonpath(os.environ.get("PYTHONPATH")),
-               KGYM_EXT_CACHE_DIR=paths.ext_cache_root(), PYTHONDONTWRITEBYTECODE="1")
+               KGYM_EXT_CACHE_DIR=paths.ext_cache_root(), PYTHONDONTWRITEBYTECODE="1",
+               KGYM_CPU_THREADS=cpu_threads())
     return env
+
+
+def cpu_threads() -> str:
+    """KGYM_CPU_THREADS for both roles, as the worker sizes it: the CPUs
+    shared by the judge and the candidate (src/worker/engine_env.c), unless
+    the caller's environment says."""
+    v = os.environ.get("KGYM_CPU_THREADS", "")
+    return v if v.isdigit() and int(v) > 0 else str(max(1, (os.cpu_count() or 1) // 2))
 
 
 def judge_env(tmpdir: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(TMPDIR=tmpdir, PYTHONPATH=_pythonpath(os.environ.get("PYTHONPATH")))
+    env.update(TMPDIR=tmpdir, PYTHONPATH=_pythonpath(os.environ.get("PYTHONPATH")),
+               KGYM_CPU_THREADS=cpu_threads())
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", paths.cache_dir("inductor"))
     return env
 

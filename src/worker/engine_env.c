@@ -31,17 +31,21 @@ const char *eng_child_device(const kg_engine *e)
 
 /* Threads of torch's CPU pool in each child (KGYM_CPU_THREADS, applied by
  * kgym_harness.role.apply_cpu_threads): the machine's CPUs shared among the
- * processes that may compute at once, the task's judge and candidate on a
- * GPU (on the CPU they take turns while timing), times --concurrency. An
- * OpenMP pool spins after every parallel region, and pools that outnumber
- * the CPUs slow each other down by orders of magnitude (bench/results/2026-12-01-diag-h200-s5.txt). KGYM_CPU_THREADS in the worker's environment overrides. */
+ * processes that may compute at once, the task's judge and candidate times
+ * --concurrency. They do not take turns even on the CPU: an OpenMP pool
+ * spins after every parallel region, and the judge's and the candidate's
+ * pools together outnumbered a 2-CPU machine's CPUs: reference medians of
+ * 8 ms against a fastest call of 0.08 ms (2026-12-02, docs/harness.md "The
+ * trusted clock"); pools that outnumber the CPUs slow each other down by
+ * orders of magnitude (bench/results/2026-12-01-diag-h200-s5.txt).
+ * KGYM_CPU_THREADS in the worker's environment overrides. */
 static int child_cpu_threads(const kg_engine *e)
 {
     const char *v = getenv("KGYM_CPU_THREADS");
     if (v && atoi(v) > 0)
         return atoi(v);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    long share = e->cfg.concurrency * (e->cuda_env[0] ? 2 : 1);
+    long share = e->cfg.concurrency * 2L;
     long n = ncpu > 0 && share > 0 ? ncpu / share : 1;
     return n < 1 ? 1 : (int)n;
 }
