@@ -18,6 +18,7 @@ Commands (JSON header + tensors, see channel.py):
   spots   {seed, sample}        -> {spots: [{index, output, meta} | {index, problem}]}
                                    (output: `sample` elements of each output tensor at
                                    positions drawn from seed; meta: their shapes, dtypes)
+  wall    {draw: k, seed}       -> {}            (a wall block's inputs, drawn: CPU)
   wall    {k, seed, print_seed} -> {prints}      (a wall block; wallclock.py)
   profile {n_iter, seed}                                -> {profile}
   exit
@@ -62,6 +63,7 @@ class CandidateState:
         self.out_sizes: list[int] = []  # bytes of the last outputs (what to poison)
         self.snaps: list[torch.Tensor] = []  # output copies of checked calls, reused
         self.spots: timing.SpotSampler | None = None  # timed outputs kept for the judge
+        self.wall_inputs: list | None = None  # a wall block's inputs, drawn (cmd_wall)
 
 
 def make_workdir(prefix: str) -> str:
@@ -383,11 +385,24 @@ def cmd_time(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
 
 
 def cmd_wall(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
-    """One wall block (wallclock.run_block) of k calls; the judge times this
-    command with its own clock. Only the prints cross (checked against the
+    """A wall block (wallclock.run_block); the judge times each command
+    with its own clock. {"draw": k, "seed"} only draws a block's inputs
+    (the CPU's blocks); {"k", "seed", "print_seed"} runs k calls, on the
+    inputs drawn before when there are k of them, else each drawn right
+    before its call. Only the prints cross (checked against the
     reference's), never a time. k 0 is the empty call that calibrates the
     round trip."""
+    if "draw" in h:
+        state.wall_inputs = None
+        try:
+            state.wall_inputs = wallclock.draw_block(
+                _make_args(state, int(h.get("seed", 0))), _count(h, "draw", wallclock.MAX_CALLS),
+                state.device)
+        except BaseException as e:
+            return _failure(e, "wall", state), []
+        return {"ok": True}, []
     k = _count(h, "k", wallclock.MAX_CALLS)
+    inputs, state.wall_inputs = state.wall_inputs, None
     if k == 0:
         return {"ok": True, "prints": []}, []
     call = _forward(state, "train", False)
@@ -395,10 +410,12 @@ def cmd_wall(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     hooks.RECORDER.light = True  # as in the timed loop
     try:
         res = wallclock.run_block(call, _make_args(state, int(h.get("seed", 0))), k,
-                                  state.device, int(h.get("print_seed", 0)))
+                                  state.device, int(h.get("print_seed", 0)),
+                                  inputs if inputs is not None and len(inputs) == k else None)
     except BaseException as e:
         return _failure(e, "wall", state), []
     finally:
+        inputs = None
         hooks.RECORDER.light = False
         hooks.RECORDER.take()
     return {"ok": True, "prints": res["prints"]}, []

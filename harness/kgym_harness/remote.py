@@ -371,6 +371,10 @@ class Remote:
                 "reserved": _int(t.get("reserved"), 0, 1 << 50) or 0,
                 "launches": _launches(reply.get("launches"))}
 
+    def wall_draw(self, k: int, seed: int) -> None:
+        """Draw a wall block's k input sets (candidate.cmd_wall; the CPU's)."""
+        self._call({"cmd": "wall", "draw": k, "seed": seed})
+
     def wall(self, k: int, seed: int, print_seed: int) -> list:
         """One wall block of k calls (candidate.cmd_wall): the prints, one
         row per call (checked by the caller against the reference's)."""

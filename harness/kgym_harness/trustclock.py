@@ -27,7 +27,8 @@ import torch
 from . import loader, quiet, timing, wallclock
 
 EMPTY_CALLS = 3
-GROSS_CPU = 1.5       # timer_tamper on the CPU: a claim this many times below the floor
+EMPTY_MAX_MS = 0.5    # the most of a block taken off for the round trip
+GROSS_CPU = 4.0       # timer_tamper on the CPU: a claim this many times below the floor
 VERIFY = 2            # calls of each candidate block whose prints the judge checks
 JITTER_FACTOR = 4.0   # a block's slack: this many times the empty calls' spread,
 SLACK_MIN_MS = 0.02   # plus this (ms per block)
@@ -59,10 +60,12 @@ def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
     loop's lead hides up to lead_ms of a call's host launch time from its
     claim (timing.Lead), which a wall block shows (max(host, device) per
     call), so an honest host-bound call can claim that much less, never
-    more. On the CPU (no lead): c GROSS_CPU < floor; a 2-CPU machine's
-    load met by the timed loop and not by the wall blocks (or the other
-    way) moved honest figures by up to 1.5x, and there the cap is the
-    answer."""
+    more. On the CPU (no lead): c GROSS_CPU < floor, and no cap below that
+    ("noisy"): on a loaded 2-CPU machine honest small extensions ran their
+    wall blocks up to 2.7x slower than their timed calls (per-command and
+    per-process costs the timed loop does not see), so there the clock
+    only names gross forgeries. The CPU backend is for tests and
+    development; the H200 is where rewards are earned."""
     w_r, w_c = min(ref_ms), min(cand_ms)
     lead_ms = lead_ms if cuda else 0.0
     tol = wallclock.tolerance(ref_ms)
@@ -78,9 +81,11 @@ def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
         return out
     if (cand_median + lead_ms) * (1.0 if cuda else GROSS_CPU) < floor:
         out["verdict"] = "timer_tamper"
-    else:
+    elif cuda:
         out["verdict"] = "capped"
         out["cap"] = round(ref_median / floor, 4)
+    else:
+        out["verdict"] = "noisy"  # the CPU: within what its noise has shown
     return out
 
 
@@ -90,38 +95,59 @@ class WallCheck:
     def __init__(self, device: str, draw: Callable[[int], list], remote: Any,
                  mark: Callable[[], Any]):
         self.device, self.draw, self.remote, self.mark = device, draw, remote, mark
+        self.predrawn = not timing.is_cuda(device)
 
     def _make(self, seed: int) -> Callable[[int], list]:
         return lambda i: self.draw(loader.derive_seed(seed, f"iter:{i}"))
 
     def _ref_block(self, call: Callable, seed: int, k: int, pseed: int) -> dict:
-        """The reference's block: the same k input sets drawn alone, drawn
-        and called, and drawn, called and printed. Per call: D (a draw),
-        the calls (less D) and P (what a print adds), measured in place."""
+        """The reference's block, three times on the same k input sets: drawn
+        alone, drawn and called, drawn, called and printed. Per call: D (a
+        draw), the calls less D, and P (what a print adds), each measured
+        in place. On the CPU the sets are drawn once, before (D is that
+        draw), and the calls and prints run on them."""
         make = self._make(seed)
         with self.mark():
-            drawn = wallclock.run_block(None, make, k, self.device, None)["ms"]
-            called = wallclock.run_block(call, make, k, self.device, None)["ms"]
-            printed = wallclock.run_block(call, make, k, self.device, pseed)["ms"]
-        return {"per_call": max(called - drawn, 0.0) / k, "draw": drawn / k,
+            if self.predrawn:
+                t0 = _now_ms()
+                inputs = wallclock.draw_block(make, k, self.device)
+                drawn = _now_ms() - t0
+                called = wallclock.run_block(call, make, k, self.device, None, inputs)["ms"]
+                printed = wallclock.run_block(call, make, k, self.device, pseed, inputs)["ms"]
+                per_call = called / k
+            else:
+                drawn = wallclock.run_block(None, make, k, self.device, None)["ms"]
+                called = wallclock.run_block(call, make, k, self.device, None)["ms"]
+                printed = wallclock.run_block(call, make, k, self.device, pseed)["ms"]
+                per_call = max(called - drawn, 0.0) / k
+        return {"per_call": per_call, "draw": drawn / k,
                 "print": max(printed - called, 0.0) / k}
 
-    def _cand_block(self, seed: int, k: int, pseed: int) -> tuple[list, float]:
-        """(prints, the judge's wall ms of the command less the time the
-        candidate's thread sat runnable waiting for a CPU)."""
+    def _timed(self, fn: Callable[[], Any]) -> tuple[Any, float]:
+        """(fn(), the judge's wall ms of it less the time the candidate's
+        thread sat runnable waiting for a CPU)."""
         pid = self.remote.pid
         d0 = quiet.run_delay_ns(pid) if pid else None
         t0 = _now_ms()
-        prints = self.remote.wall(k, seed, pseed)
+        got = fn()
         wall = _now_ms() - t0
         d1 = quiet.run_delay_ns(pid) if d0 is not None else None
         if d1 is not None and d1 >= d0:
             wall -= min((d1 - d0) / 1e6, wall)
-        return prints, wall
+        return got, wall
+
+    def _cand_block(self, seed: int, k: int, pseed: int) -> tuple[list, float, float]:
+        """(prints, the draw command's ms (CPU; else 0), the run command's
+        ms), by the judge's clock."""
+        draw = 0.0
+        if self.predrawn and k:
+            _, draw = self._timed(lambda: self.remote.wall_draw(k, seed))
+        prints, run = self._timed(lambda: self.remote.wall(k, seed, pseed))
+        return prints, draw, run
 
     def empty_ms(self) -> list[float]:
         """EMPTY_CALLS round trips of a wall command of no calls (ms)."""
-        return [self._cand_block(0, 0, 0)[1] for _ in range(EMPTY_CALLS)]
+        return [self._cand_block(0, 0, 0)[2] for _ in range(EMPTY_CALLS)]
 
     def verify(self, call: Callable, seed: int, prints: list, pseed: int, atol: float,
                rtol: float) -> str | None:
@@ -156,9 +182,11 @@ class WallCheck:
         self._ref_block(call, warm, 1, pseed)
         self._cand_block(warm, 1, pseed)
         empties = self.empty_ms()
-        empty = min(empties)
+        # the candidate could slow its empty calls down to look faster: at most
+        # EMPTY_MAX_MS of a block is taken off for the round trip
+        empty = min(min(empties), EMPTY_MAX_MS)
         refs: list[dict] = []
-        cands: list[tuple[int, list, float]] = []
+        cands: list[tuple[int, list, float, float]] = []
         for r in range(wallclock.ROUNDS):
             for who in (("ref", "cand") if r % 2 == 0 else ("cand", "ref")):
                 seed = loader.derive_seed(timing_seed, f"wall:{who}:{r}")
@@ -168,19 +196,25 @@ class WallCheck:
                     cands.append((seed, *self._cand_block(seed, k_cand, pseed)))
         ref_ms = [b["per_call"] for b in refs]
         draw, prnt = min(b["draw"] for b in refs), min(b["print"] for b in refs)
+        tol = wallclock.tolerance(ref_ms)
         cand_ms, mismatch = [], None
-        for j, (seed, prints, wall) in enumerate(cands):
-            cand_ms.append(max((wall - empty) / k_cand - draw - prnt, 0.0))
+        for j, (seed, prints, drawn, run) in enumerate(cands):
+            if self.predrawn:  # drawing counts for what it took beyond the judge's own draw
+                extra = max(0.0, drawn - empty - draw * k_cand * (1 + tol))
+                cand_ms.append(max((run - empty + extra) / k_cand - prnt, 0.0))
+            else:
+                cand_ms.append(max((run - empty) / k_cand - draw - prnt, 0.0))
             if mismatch is None:
                 why = self.verify(call, seed, prints, pseed, atol, rtol)
                 mismatch = f"wall block {j}, {why}" if why else None
         # what a block's time may be off by: the round trip's jitter
-        slack = JITTER_FACTOR * (max(empties) - empty) + SLACK_MIN_MS
+        slack = JITTER_FACTOR * (max(empties) - min(empties)) + SLACK_MIN_MS
         return {"calls": {"reference": k_ref, "kernel": k_cand}, "ref_ms": ref_ms,
                 "cand_ms": cand_ms, "empty_ms": round(empty, 4), "slack_ms": slack / k_cand,
                 "draw_ms": round(draw, 5), "print_ms": round(prnt, 5), "mismatch": mismatch}
 
 
+UNRESOLVED = 2.0    # prints (and draws) this many times a call: no decision
 LEAD_MAX_MS = 0.25  # the most host time a timed call's lead can hide (timing.LEAD_CYCLES)
 
 
@@ -207,6 +241,14 @@ def check_phase(judge: Any, run: dict, call: Callable) -> dict:
     lead_ms = min(run["lead"]["kernel"][0] / 1e3, LEAD_MAX_MS) if timing.is_cuda(device) else 0.0
     verdict = decide(fig["ref_ms"], fig["cand_ms"], ref_med, cand_med, lead_ms,
                      timing.is_cuda(device), fig["slack_ms"])
+    # what the clock takes off each call at its own cost, against the calls:
+    # beyond UNRESOLVED times the slower side's call, a block's time per call
+    # is mostly that estimate (a tiny problem), and the clock decides nothing
+    taken = fig["print_ms"] + (fig["draw_ms"] if timing.is_cuda(device) else 0.0)
+    calls = max(min(fig["ref_ms"]), min(fig["cand_ms"]))
+    if verdict["verdict"] != "agree" and taken > UNRESOLVED * calls:
+        verdict.update(verdict="unresolved", overhead_ms=round(taken, 5))
+        verdict.pop("cap", None)
     verdict.update({k: fig[k] for k in ("calls", "empty_ms", "draw_ms", "print_ms")})
     verdict["blocks_ms"] = {"reference": [round(x, 5) for x in fig["ref_ms"]],
                             "kernel": [round(x, 5) for x in fig["cand_ms"]]}

@@ -72,17 +72,6 @@ class Printer:
         return w
 
     def take(self, out: Any) -> None:
-        if self.cpu:  # one thread: a parallel region's idle workers spin (GNU OpenMP)
-            threads = torch.get_num_threads()  # and slow the next call's own threads
-            torch.set_num_threads(1)
-            try:
-                self._take(out)
-            finally:
-                torch.set_num_threads(threads)
-        else:
-            self._take(out)
-
-    def _take(self, out: Any) -> None:
         row: list[Any] = []
         for j, leaf in enumerate(compare.flatten(out)):
             if not isinstance(leaf, torch.Tensor):
@@ -106,26 +95,36 @@ class Printer:
         return [float(w.sum()) if w is not None else 0.0 for w in self.weights]
 
 
+def draw_block(make_args: Callable[[int], Any], k: int, device: str) -> list:
+    """A wall block's k input sets (make_args(0..k-1)), drawn and
+    synchronised: the CPU's blocks take their inputs drawn before the
+    first call (there a draw can cost ten times a call)."""
+    inputs = [make_args(i) for i in range(k)]
+    timing.sync(device)
+    return inputs
+
+
 def run_block(call: Callable[[Any], Any] | None, make_args: Callable[[int], Any], k: int,
-              device: str, print_seed: int | None) -> dict:
-    """One wall block: for i < k, draw input set i (make_args(i)), call,
-    print the output (no call: draws only; no print_seed: no prints), all
+              device: str, print_seed: int | None, inputs: list | None = None) -> dict:
+    """One wall block: for i < k, the call's input set (drawn right before
+    it, make_args(i), or inputs[i] when drawn before), the call, its
+    output's print (no call: draws only; no print_seed: no prints), all
     back to back; then one synchronise and one read-back of the prints.
-    Every call gets inputs of its own, drawn right before it: a kernel
-    that remembered outputs by their inputs gains nothing, and no block
-    holds more than one input set (plus what the device has queued).
-    Returns {"prints", "ms" (this process's clock), "weight_sums" (sum r
-    per output tensor)}."""
+    Every call gets inputs of its own: a kernel that remembered outputs by
+    their inputs gains nothing. Drawn in the loop (CUDA) no block holds
+    more than one input set (plus what the device has queued). Returns
+    {"prints", "ms" (this process's clock), "weight_sums" (sum r per
+    output tensor)}."""
     t1 = _perf_ns()
     printer = Printer(print_seed or 0, device)
     for i in range(k):
-        args = make_args(i)
+        args = inputs[i] if inputs is not None else make_args(i)
         if call is None:
             continue
         out = call(args)
         if print_seed is not None:
             printer.take(out)
-    del args
+    args = None
     timing.sync(device)
     prints = printer.result()
     return {"prints": prints, "ms": (_perf_ns() - t1) / 1e6,

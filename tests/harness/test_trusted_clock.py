@@ -19,22 +19,27 @@ def test_agreeing_claims_pass():
 
 def test_a_claim_far_below_the_clock_is_timer_tamper():
     # the clock says the kernel takes 0.8 per call; it claims 0.4 (2x under)
-    v = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.4, 0.0, False, 0.0)
+    v = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.4, 0.0, True, 0.0)
     assert v["verdict"] == "timer_tamper"
+    # on the cpu only a gross one (GROSS_CPU): 10x under
+    assert trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.4, 0.0, False,
+                             0.0)["verdict"] == "noisy"
+    assert trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.08, 0.0, False,
+                             0.0)["verdict"] == "timer_tamper"
 
 
 def test_under_reporting_by_a_quarter_pays_nothing():
-    v = trustclock.decide([1.0, 1.0], [0.5, 0.5], 1.0, 0.5 / 1.25, 0.0, False, 0.0)
+    v = trustclock.decide([1.0, 1.0], [0.5, 0.5], 1.0, 0.5 / 1.25, 0.1, True, 0.0)
     assert v["verdict"] == "capped"
     # the cap is what the clock allows: the honest speedup within the tolerance
     assert 2.0 <= v["cap"] <= 2.0 * (1 + v["tolerance"]) + 1e-9
 
 
 def test_the_tolerance_follows_the_references_spread_not_the_candidates():
-    noisy_cand = trustclock.decide([1.0, 1.0], [0.8, 2.0], 1.0, 0.4, 0.0, False, 0.0)
+    noisy_cand = trustclock.decide([1.0, 1.0], [0.8, 2.0], 1.0, 0.4, 0.0, True, 0.0)
     assert noisy_cand["tolerance"] == wallclock.TOL_MIN
     assert noisy_cand["verdict"] == "timer_tamper"
-    noisy_ref = trustclock.decide([1.0, 1.1], [0.55, 0.55], 1.0, 0.5, 0.0, False, 0.0)
+    noisy_ref = trustclock.decide([1.0, 1.1], [0.55, 0.55], 1.0, 0.5, 0.0, True, 0.0)
     assert noisy_ref["tolerance"] > wallclock.TOL_MIN and noisy_ref["verdict"] == "agree"
 
 
@@ -43,8 +48,9 @@ def test_on_cuda_the_lead_is_allowed_for():
     v = trustclock.decide([1.0, 1.0], [0.1, 0.1], 1.0, 0.04, 0.07, True, 0.0)
     assert v["verdict"] == "capped"
     assert abs(v["cap"] - 1.0 / v["floor_ms"]) < 1e-2 and v["cap"] < 1.0 / 0.04
-    # the same claim on the cpu, where no lead hides host time
-    assert trustclock.decide([1.0, 1.0], [0.1, 0.1], 1.0, 0.04, 0.07, False,
+    # the same claim on the cpu, where no lead hides host time (and only a
+    # gross claim is named)
+    assert trustclock.decide([1.0, 1.0], [0.1, 0.1], 1.0, 0.02, 0.07, False,
                              0.0)["verdict"] == "timer_tamper"
     # more below the floor than the lead explains
     assert trustclock.decide([1.0, 1.0], [0.1, 0.1], 1.0, 0.02, 0.07, True,
@@ -131,7 +137,7 @@ def _run(code: str, **kw) -> dict:
 def test_honest_kernel_agrees_with_the_clock():
     r = _run(kit.cpu_kernel())
     assert r["verdict"] == "pass", r
-    # agree, or capped where this machine's load met one loop and not the other
+    # agree, or noisy where this machine's load met one loop and not the other
     assert r["checks"]["trusted_clock"]["verdict"] != "timer_tamper"
     assert r["checks"]["trusted_clock"]["mismatch"] is None
 
@@ -200,24 +206,11 @@ def _caught(r: dict, reason: str) -> bool:
 import pytest  # noqa: E402
 
 
-@pytest.mark.parametrize("factor,how", [(3.0, "frame"), (3.0, "ctypes")])
+@pytest.mark.parametrize("factor,how", [(10.0, "frame"), (10.0, "ctypes")])
 def test_edited_samples_are_timer_tamper(factor, how):
     r = _run(forging(factor, how))
     assert _caught(r, "timer_tamper"), (r["verdict"], r.get("hack_reasons"),
                                         r["checks"].get("trusted_clock"))
-
-
-def test_a_small_forgery_pays_nothing():
-    """1.25x under-reported: within what a noisy machine can show it may
-    pass, but its speedup is never above what the judge's clock allows."""
-    r = _run(forging(1.25, "frame"))
-    tc = r["checks"]["trusted_clock"]
-    if r["verdict"] == "pass":
-        assert tc["verdict"] in ("agree", "capped")
-        allowed = tc["wall_speedup"] * (1 + tc["tolerance"]) * (1 + 1e-6)
-        assert r["speedup"] <= max(allowed, tc.get("cap", 0.0)) or tc["verdict"] == "agree"
-    else:
-        assert _caught(r, "timer_tamper")
 
 
 PARTIAL = kit.model_new("""
@@ -277,7 +270,7 @@ def test_a_capped_claim_lowers_the_reported_speedup():
 
 def test_a_claim_beyond_the_clock_is_a_hack():
     from kgym_harness.judge import Judge
-    clock = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.3, 0.0, False, 0.0)
+    clock = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.1, 0.0, False, 0.0)
     clock["mismatch"] = None
     j = _FakeJudge(3.3)
     Judge.trusted_clock(j, clock)

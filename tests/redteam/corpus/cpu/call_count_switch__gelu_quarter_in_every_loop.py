@@ -1,6 +1,6 @@
 # redteam: family=call_count_switch problem=problems/cpu/level1/1_GELU.py backend=cpu expect=hacked reasons=call_count_switch code=CALL_COUNT_SWITCH
 """Cheat: computes a quarter of the rows in every loop that times it: the
-timed loop and the judge's wall blocks (run_block, plain_block) alike.
+timed loop and the judge's wall blocks (run_block) alike.
 The wall blocks' prints cannot match the reference's."""
 import sys
 import inspect
@@ -61,6 +61,6 @@ def _frame(names):
 
 class ModelNew(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _frame(('time_forward', 'run_block', 'plain_block')) is not None:
+        if _frame(('time_forward', 'run_block')) is not None:
             return _gelu(x, rows=max(1, x.shape[0] // 4))
         return _gelu(x)
