@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/request.h"
 
 /* What a file that is not a regular file is, for a message. */
@@ -275,4 +276,20 @@ const char *kg_cli_root(char *buf, size_t n)
             *s = 0;
     }
     return buf;
+}
+
+int kg_cli_engine_flag(kg_engine_cfg *cfg, const char *a)
+{
+    if (!strcmp(a, "--fresh"))
+        cfg->fresh = 1;
+    else if (!strcmp(a, "--no-sandbox"))
+        cfg->no_sandbox = 1;
+    else if (!strcmp(a, "--no-cgroups"))
+        cfg->no_cgroups = 1;
+    else if (!strcmp(a, "--verbose")) {
+        cfg->verbose = 1;
+        kg_log_level(KG_LOG_DEBUG);
+    } else
+        return 0;
+    return 1;
 }

@@ -8,6 +8,7 @@
 
 #include "common/http_client.h"
 #include "kgym/kgym.h"
+#include "worker/engine.h"
 
 #define KG_CLI_DEFAULT_SERVER "http://127.0.0.1:10907"
 
@@ -57,5 +58,12 @@ int kg_cli_exe_path(char *buf, size_t n);
  * (n bytes), which is returned.
  */
 const char *kg_cli_root(char *buf, size_t n);
+
+/*
+ * The engine's on/off flags that `kgym eval` and `kgym selfcheck` share:
+ * --fresh, --no-sandbox, --no-cgroups, --verbose (which also lowers the log
+ * level). Returns 1 when `a` is one of them (applied to cfg), else 0.
+ */
+int kg_cli_engine_flag(kg_engine_cfg *cfg, const char *a);
 
 #endif

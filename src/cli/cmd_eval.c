@@ -291,15 +291,8 @@ static int parse_eval_args(int argc, char **argv, struct evalrun *run,
             return 0;
         } else if (!strcmp(a, "--json")) {
             run->json_out = 1;
-        } else if (!strcmp(a, "--fresh")) {
-            cfg->fresh = 1;
-        } else if (!strcmp(a, "--no-sandbox")) {
-            cfg->no_sandbox = 1;
-        } else if (!strcmp(a, "--no-cgroups")) {
-            cfg->no_cgroups = 1;
-        } else if (!strcmp(a, "--verbose")) {
-            cfg->verbose = 1;
-            kg_log_level(KG_LOG_DEBUG);
+        } else if (kg_cli_engine_flag(cfg, a)) {
+            /* --fresh, --no-sandbox, --no-cgroups, --verbose */
         } else if (strncmp(a, "--", 2) || !v) {
             kg_error("%s: %s", a,
                      strncmp(a, "--", 2) ? "unexpected argument"
