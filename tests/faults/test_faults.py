@@ -136,8 +136,11 @@ def nobody_processes() -> list[str]:
     return out
 
 
-def cgroup_leftovers(kgym_pid: int) -> list[str]:
-    """Task cgroups (kgym-<worker pid>-<n>) the engine made and did not remove."""
+def cgroup_leftovers(kgym_pid: int, since: float = 0.0) -> list[str]:
+    """Task cgroups (kgym-<worker pid>-<n>) the engine made and did not remove,
+    made at or after `since` (time.time()): one left by an earlier run whose
+    process had the same pid (the hierarchy is the kernel's, shared by every
+    run on the machine) is not this run's."""
     roots = []
     for line in (_read("/proc/self/cgroup", "r") or "").splitlines():
         _, ctrls, path = line.split(":", 2)
@@ -154,8 +157,15 @@ def cgroup_leftovers(kgym_pid: int) -> list[str]:
     left = []
     for r in roots:
         for pat in (f"kgym-{kgym_pid}-*", f"*/kgym-{kgym_pid}-*"):
-            left += glob.glob(os.path.join(r, pat))
+            left += [p for p in glob.glob(os.path.join(r, pat)) if _made_since(p, since)]
     return sorted(set(left))
+
+
+def _made_since(path: str, since: float) -> bool:
+    try:
+        return os.stat(path).st_mtime >= since - 1.0
+    except OSError:
+        return False
 
 
 class Run:
@@ -226,7 +236,7 @@ def run_kgym(name: str, cands: list[str], timeout: float, *, fresh: bool = False
         work = [e for e in os.listdir(base) if e not in ("kgym-cache", "kgym-device-cpu.lock")
                 and not e.endswith(".py")]
         assert not work, f"{name}: left under {base} (TMPDIR): {work}"
-        cg = cgroup_leftovers(proc.pid)
+        cg = cgroup_leftovers(proc.pid, started)
         assert not cg, f"{name}: task cgroups left: {cg}"
     finally:
         # after a failure: end what this run left (only processes that carry

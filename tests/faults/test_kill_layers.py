@@ -125,6 +125,7 @@ def run_leaver(*, setsid: bool, finish: bool, cgroups: bool, fresh: bool) -> dic
     argv += ["--fresh"] if fresh else []
     argv += [] if cgroups else ["--no-cgroups"]
     env = dict(os.environ, TMPDIR=base, KGYM_FAULTS_RUN=run_marker)
+    started = time.time()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     seen: dict = {"marker": marker}
@@ -143,7 +144,7 @@ def run_leaver(*, setsid: bool, finish: bool, cgroups: bool, fresh: bool) -> dic
             pid = found[0]
             stat = (_read(f"/proc/{pid}/stat", "r") or "").rsplit(")", 1)[-1].split()
             seen.update(pid=pid, ppid=int(stat[1]), pgid=int(stat[2]), sid=int(stat[3]),
-                        cgroup=_cgroups_of(pid), task_cgroups=cgroup_leftovers(proc.pid))
+                        cgroup=_cgroups_of(pid), task_cgroups=cgroup_leftovers(proc.pid, started))
         if not finish:
             proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
@@ -153,7 +154,7 @@ def run_leaver(*, setsid: bool, finish: bool, cgroups: bool, fresh: bool) -> dic
         while _find(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
         seen["alive"] = _find(marker)
-        seen["cgroups_left"] = cgroup_leftovers(proc.pid)
+        seen["cgroups_left"] = cgroup_leftovers(proc.pid, started)
         return seen
     finally:
         if proc.poll() is None:
@@ -170,7 +171,7 @@ def run_leaver(*, setsid: bool, finish: bool, cgroups: bool, fresh: bool) -> dic
             except OSError:
                 pass
         time.sleep(0.1)
-        for cg in cgroup_leftovers(proc.pid):  # emptied by the kills above
+        for cg in cgroup_leftovers(proc.pid, started):  # emptied by the kills above
             try:
                 os.rmdir(cg)
             except OSError:

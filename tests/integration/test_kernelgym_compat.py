@@ -273,8 +273,12 @@ def test_real_workers_reward_no_corpus_cheat(served):
                 cases.append((n, prob, f"problems/cpu/{level}/solutions/{n}", {"expect": "pass"}))
     seen_reasons, rows = set(), []
     for name, prob, cand, h in cases:
+        # a forged claim is named on the CPU only when gross (trustclock.decide):
+        # timing cheats run at the default trials, as in the red team, where a
+        # forgery edits every sample but the last of each block
+        trials = 100 if h.get("family") == "timer_tamper" else 10
         r = submit_and_poll(served, kg_task(task_id=uid("e2e"), reference_code=read(prob),
-                                            kernel_code=read(cand), num_perf_trials=10,
+                                            kernel_code=read(cand), num_perf_trials=trials,
                                             num_correct_trials=2))
         rows.append((name, r.get("verdict"), r.get("hack_reasons"), r.get("speedup"),
                      kernelgym_reward(r)))
