@@ -60,7 +60,7 @@ _urandom = os.urandom  # the spot checks' CSPRNG, as it was before candidate cod
 # absent, the lead is simply not added.
 _gpu_sleep = getattr(torch.cuda, "_sleep", None)
 _event_query = torch.cuda.Event.query
-LEAD_CYCLES = 400_000      # the longest lead: ~0.2 ms at the H200's ~2 GHz clock
+RATE_CYCLES = 200_000      # the busy wait that measures the cycle rate (~0.1 ms)
 
 DEFAULT_FLUSH_BYTES = 256 << 20
 WARMUP_MIN_MS = 20.0      # warm-up time target of a timing command (first block)
@@ -78,7 +78,8 @@ RESERVE_FREE_FRAC = 0.25     # and at most this share of the device's free memor
 LEAD_FACTOR = 2.0         # the lead: this many times the host time of a call,
 LEAD_PAD_NS = 20_000      # plus this,
 LEAD_MIN_NS = 20_000      # at least this (the L2 flush before it adds ~30 us on the H200)
-LEAD_DECAY = 0.9          # per call, of the host-time estimate (its slowest recent call)
+LEAD_WINDOW = 4           # the calls whose slowest launch sizes the lead
+LEAD_MAX_NS = 20_000_000  # the longest lead: covers a level-3 model's launches
 
 
 def is_cuda(device: str) -> bool:
@@ -113,27 +114,37 @@ _FLUSHERS: dict[str, L2Flusher] = {}
 class Lead:
     """The lead of one process on one device: how long the device-side
     busy wait before each sample's start event is. It must outlast the
-    host's launch of the timed call (else the sample holds host time), and
-    anything beyond that is idle device time inside the exclusive section
-    (a fixed 0.2 ms was a third of each timed iteration of a 0.13 ms
-    kernel on the H200). So it is sized from this process's own calls:
-    LEAD_FACTOR x the host time of the slowest recent call (an estimate
-    that decays by LEAD_DECAY per call) + LEAD_PAD_NS, within
-    [LEAD_MIN_NS, the LEAD_CYCLES ceiling]. A timed call whose start event
-    the device had already passed when the call returned (the host was
-    late: a slow call, a preempted thread) is counted in `short` and
-    doubles the lead's floor from then on. The busy wait takes cycles:
-    their rate is measured once with events (sleep_rate)."""
+    host's launch of the timed call, else the sample holds host time: a
+    host-bound call (a level-3 model's hundreds of small launches) then
+    times as the launching process's Python speed, which differed by up to
+    2x between the judge's and the candidate's processes on the same code
+    (ResNet18 self-speedups of 0.45-1.6x on the H200 with a 0.2 ms
+    ceiling). Anything beyond the launch is idle device time inside the
+    exclusive section, so it is sized from this process's own calls:
+    LEAD_FACTOR x the slowest host time of the last LEAD_WINDOW calls
+    whose launch it measured + LEAD_PAD_NS, within [LEAD_MIN_NS,
+    LEAD_MAX_NS].
+
+    A call's host time is its launch time when the device had not reached
+    the call's start when it returned (observe); a call that returned
+    after (late: a slow call, a preempted thread, or a call that waits for
+    the device inside) doubles the lead's floor instead, up to
+    LEAD_FACTOR x the slowest call seen without a lead (observe_bare, the
+    warm-up's: for a call that synchronises inside, launch and device time
+    together), so a synchronising call costs at most about three times
+    its own time per sample rather than the ceiling. The busy wait takes
+    cycles: their rate is measured once with events (sleep_rate)."""
 
     def __init__(self, device: str):
         self.device = device
         self.rate = 0.0        # busy-wait cycles per ns (sleep_rate), measured once
-        self.est_ns = 0.0      # host time of a call (decaying maximum)
+        self.recent: list[float] = []  # host times of the last LEAD_WINDOW launches
+        self.bare: list[float] = []    # of the last LEAD_WINDOW calls without a lead
         self.floor_ns = 0.0    # raised by late calls
         self.short = 0
 
     def _measure_rate(self, k: int = 3) -> float:
-        """sleep_rate of k busy waits of LEAD_CYCLES / 2, timed with events."""
+        """sleep_rate of k busy waits of RATE_CYCLES, timed with events."""
         dev = torch.device(self.device)
         stream = _current_stream(dev)
         a, b = _Event(enable_timing=True), _Event(enable_timing=True)
@@ -141,25 +152,38 @@ class Lead:
         for _ in range(k):
             _gpu_sleep(1000)
             _record(a, stream)
-            _gpu_sleep(LEAD_CYCLES // 2)
+            _gpu_sleep(RATE_CYCLES)
             _record(b, stream)
             _event_sync(b)
             samples.append(float(_elapsed(a, b)))
-        return sleep_rate(LEAD_CYCLES // 2, samples)
+        return sleep_rate(RATE_CYCLES, samples)
+
+    @staticmethod
+    def _push(window: list[float], host_ns: float) -> None:
+        # a first call's compile is no launch time: at most the ceiling counts
+        window.append(min(float(host_ns), LEAD_MAX_NS))
+        del window[:-LEAD_WINDOW]
 
     def observe(self, host_ns: float) -> None:
-        # a first call's compile is no launch time: at most the ceiling counts
-        self.est_ns = max(min(float(host_ns), self.max_ns()), self.est_ns * LEAD_DECAY)
+        """A call launched within its lead (or the warm-up's, see observe_bare)."""
+        self._push(self.recent, host_ns)
+
+    def observe_bare(self, host_ns: float) -> None:
+        """A call on an idle device without a lead (warm-up)."""
+        self._push(self.recent, host_ns)
+        self._push(self.bare, host_ns)
 
     def late(self) -> None:
         self.short += 1
-        self.floor_ns = min(self.max_ns(), 2.0 * self.ns())
+        top = LEAD_FACTOR * max(self.bare, default=0.0) + LEAD_PAD_NS
+        self.floor_ns = min(self.max_ns(), max(self.floor_ns, min(2.0 * self.ns(), top)))
 
     def max_ns(self) -> float:
-        return LEAD_CYCLES / (self.rate or 2.0)
+        return LEAD_MAX_NS
 
     def ns(self) -> float:
-        want = max(LEAD_FACTOR * self.est_ns + LEAD_PAD_NS, LEAD_MIN_NS, self.floor_ns)
+        want = max(LEAD_FACTOR * max(self.recent, default=0.0) + LEAD_PAD_NS, LEAD_MIN_NS,
+                   self.floor_ns)
         return min(want, self.max_ns())
 
     def cycles(self) -> int:
@@ -169,9 +193,9 @@ class Lead:
 def sleep_rate(cycles: int, samples_ms: list[float]) -> float:
     """Busy-wait cycles per ns from the times of waits of `cycles`: the
     fastest (time-slicing with another process's work only ever lengthens
-    a wait; one timed alone under 4-way concurrency on the H200 made the
-    rate 20x too low, so the 0.2 ms ceiling became 4.3 ms and every lead
-    was cycles short of what was meant), 2.0 when none was measurable."""
+    a wait: one timed alone under 4-way concurrency on the H200 made the
+    rate 20x too low, and every lead 20x shorter than meant), 2.0 when
+    none was measurable."""
     ok = [ms for ms in samples_ms if ms > 0.01]
     return cycles / (min(ok) * 1e6) if ok else 2.0
 
@@ -609,7 +633,7 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
         t0 = _perf_ns()
         out = call(args)
         if lead is not None:
-            lead.observe(_perf_ns() - t0)
+            lead.observe_bare(_perf_ns() - t0)
         sync(device)
         busy_ns += _perf_ns() - t0
         done += 1
@@ -648,9 +672,10 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
             _record(begin, stream)
             out = call(args)
             if lead is not None:
-                lead.observe(_perf_ns() - t0)
                 if _event_query(begin):  # the device waited for the host: raise the lead
                     lead.late()
+                else:
+                    lead.observe(_perf_ns() - t0)
             _record(end_s, stream)
             t1 = _perf_ns()
             _cuda_sync(dev)

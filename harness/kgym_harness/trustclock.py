@@ -215,7 +215,7 @@ class WallCheck:
 
 
 UNRESOLVED = 2.0    # prints (and draws) this many times a call: no decision
-LEAD_MAX_MS = 0.25  # the most host time a timed call's lead can hide (timing.LEAD_CYCLES)
+LEAD_MAX_MS = timing.LEAD_MAX_NS / 1e6  # the most host time a timed call's lead can hide
 
 
 def check_phase(judge: Any, run: dict, call: Callable) -> dict:
