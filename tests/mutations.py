@@ -143,6 +143,13 @@ MUTATIONS = [
     Mutation("timing-stream-sample", "a timed call's sample includes side-stream work",
              "harness/kgym_harness/timing.py", "            samples.append(ms)",
              "            samples.append(t_s)", ["tests/harness/test_timing_side_stream.py"]),
+    Mutation("timing-lead-short-ceiling", "the lead covers a host-bound call's launches",
+             "harness/kgym_harness/timing.py", "LEAD_MAX_NS = 20_000_000 ",
+             "LEAD_MAX_NS = 200_000 ", ["tests/harness/test_timing_lock.py -k lead"]),
+    Mutation("timing-lead-late-unbounded", "a call that waits inside keeps a bounded lead",
+             "harness/kgym_harness/timing.py",
+             "max(self.floor_ns, min(2.0 * self.ns(), top))",
+             "max(self.floor_ns, 2.0 * self.ns())", ["tests/harness/test_timing_lock.py -k lead"]),
 
     # ---- the agent's scores (kgym rollout, issue 25) -----------------------------
     Mutation("agent-problem-error-scored", "a problem_error turn is not the policy's: not "
