@@ -232,6 +232,11 @@ json_t *kb_line(const kb_problem *p, const json_t *result)
     copy_field(l, "error_code", result, NULL);
     copy_field(l, "error_message", result, "error");
     copy_field(l, "hack_reasons", result, NULL);
+    copy_field(l, "warnings", result, NULL);
+    /* why a speedup is what it is: the judge's clock, and each side's lead */
+    json_t *checks = json_object_get(result, "checks");
+    copy_field(l, "trusted_clock", checks, NULL);
+    copy_field(l, "timing_lead", checks, NULL);
     json_t *t = json_object_get(json_object_get(result, "timings"), "total");
     json_object_set_new(l, "seconds",
                         json_is_number(t)

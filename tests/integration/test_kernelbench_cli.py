@@ -95,6 +95,9 @@ def test_selfcheck_writes_a_line_per_problem_and_a_summary(tree, tmp_path):
         assert r["speedup"] > 0 and r["kernel_runtime"] > 0 and r["reference_runtime"] > 0
         assert r["error"] is None and r["candidate"] is None
         assert r["file"].endswith(f"{name}.py")
+        # why the speedup is what it is: the judge's clock on the claims
+        assert r["trusted_clock"]["verdict"] in ("agree", "capped", "noisy", "unresolved"), r
+        assert "timing_lead" in r and isinstance(r["warnings"], list)
     broken = got["3_Broken"]
     assert broken["verdict"] == "problem_error" and broken["speedup"] is None
     assert "not_a_module_kgym_test" in broken["error"]
