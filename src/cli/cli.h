@@ -21,5 +21,7 @@ int kg_cli_redteam(int argc, char **argv);
 int kg_cli_rollout(int argc, char **argv);
 /* src/agent/cmd_collect.c: a rollout, then its SFT export */
 int kg_cli_collect(int argc, char **argv);
+/* cmd_train.c: execs python/kgym/train.py (docs/training.md) */
+int kg_cli_train(int argc, char **argv);
 
 #endif

@@ -36,6 +36,9 @@ static const struct subcommand commands[] = {
     {"collect", kg_cli_collect,
      "cold-start SFT chats from a teacher's rollouts (kgym rollout + a "
      "filter)"},
+    {"train", kg_cli_train,
+     "policy-gradient steps on rollout rows, or SFT on collect chats "
+     "(Python)"},
     {"rl", kg_cli_rl,
      "RL math: reward|returns|advantages|mrs|prs|fastp|select (JSON stdin -> "
      "stdout)"},
