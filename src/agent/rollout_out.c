@@ -139,6 +139,21 @@ static json_t *summary(const ro_turn *u)
                         u->coverage >= 0 ? num(u->coverage) : json_null());
     json_object_set_new(s, "hack_reasons",
                         json_is_array(hr) ? json_copy(hr) : json_array());
+    /* for `kgym report`: the kernel's median (another baseline's speedup
+     * is reckoned from it) and what the evaluation cost */
+    json_t *km = json_object_get(res, "kernel_runtime");
+    json_t *rm = json_object_get(res, "reference_runtime");
+    json_t *tot = json_object_get(json_object_get(res, "timings"), "total");
+    json_object_set_new(s, "kernel_ms",
+                        json_is_number(km) ? num(json_number_value(km))
+                                           : json_null());
+    json_object_set_new(s, "ref_ms", json_is_number(rm)
+                                         ? num(json_number_value(rm))
+                                         : json_null());
+    json_object_set_new(s, "eval_s",
+                        json_is_number(tot)
+                            ? num(json_number_value(tot) / 1e3)
+                            : json_null());
     return s;
 }
 
@@ -182,6 +197,10 @@ static json_t *make_row(const ro_run *r, const ro_traj *tr, int t)
     json_object_set_new(row, "task_id",
                         u->task_id[0] ? json_string(u->task_id) : json_null());
     json_object_set_new(row, "result", summary(u));
+    json_t *rb = json_object_get(r->o->fields, "reference_backend");
+    json_object_set_new(row, "reference_backend",
+                        json_is_string(rb) ? json_copy(rb)
+                                           : json_string("eager"));
     json_object_set_new(row, "feedback", text(u->feedback));
     json_object_set_new(row, "error", text(u->error));
     json_object_set_new(row, "valid", json_boolean(u->valid));

@@ -39,6 +39,9 @@ static const struct subcommand commands[] = {
     {"train", kg_cli_train,
      "policy-gradient steps on rollout rows, or SFT on collect chats "
      "(Python)"},
+    {"report", kg_cli_report,
+     "Fast@p by level and turn, hacking, cost: tables, report.json, "
+     "report.html"},
     {"rl", kg_cli_rl,
      "RL math: reward|returns|advantages|mrs|prs|fastp|select (JSON stdin -> "
      "stdout)"},

@@ -1,0 +1,198 @@
+/* cmd_report.c - `kgym report ROLLOUTS.jsonl [more ...] --out DIR`: the
+ * tables of docs/report.md on stdout, DIR/report.json, and DIR/report.html
+ * drawn from it by python/kgym/report_html.py under the project's Python
+ * (KGYM_PYTHON, else <root>/.venv/bin/python, else python3). Bad usage or
+ * input exits 2 with one line; a failed HTML step exits 1. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent/report.h"
+#include "cli/cli.h"
+#include "cli/cli_util.h"
+#include "common/log.h"
+
+#define MAX_RUNS 64
+
+static const char usage_text[] =
+    "usage: kgym report ROLLOUTS.jsonl [MORE.jsonl ...] --out DIR\n"
+    "                   [--strict] [--baseline KERNELBENCH_TIMES.json] "
+    "[--no-html]\n"
+    "Fast@p (p = 0 correct, 1, 1.2, 1.5, 2, 3) per run, level and turn,\n"
+    "last turn and best of history, over all samples and among correct\n"
+    "ones; hacking ratio by reason; mean reward, coverage, geometric-mean\n"
+    "speedup; groups with no GRPO/TRLOO gradient; evaluation seconds and\n"
+    "generated tokens. Two or more files: B - A per level and turn against\n"
+    "the first. Writes DIR/report.json and DIR/report.html.\n"
+    "  --strict      count speedup > p (KernelBench's rule) instead of >= p\n"
+    "  --baseline F  speedups against KernelBench's baseline timing JSON\n"
+    "                (mean ms per problem; other hardware) instead of the\n"
+    "                rows' own (eager, or torch.compile when evaluated so)\n"
+    "  --no-html     report.json and the tables only\n";
+
+static int write_json(const char *dir, const json_t *report)
+{
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s/report.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (json_dump_file(report, tmp, JSON_INDENT(1) | JSON_REAL_PRECISION(10)) ||
+        rename(tmp, path)) {
+        kg_error("%s: cannot write (%s)", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs python -m kgym.report_html DIR/report.json DIR/report.html. */
+static int write_html(const char *dir)
+{
+    char root[PATH_MAX], py[PATH_MAX + 32], pp[PATH_MAX + 16];
+    char in[PATH_MAX], out[PATH_MAX];
+    kg_cli_root(root, sizeof root);
+    const char *env = getenv("KGYM_PYTHON");
+    if (env && *env)
+        snprintf(py, sizeof py, "%s", env);
+    else {
+        snprintf(py, sizeof py, "%s/.venv/bin/python", root);
+        if (access(py, X_OK))
+            snprintf(py, sizeof py, "python3");
+    }
+    snprintf(pp, sizeof pp, "%s/python", root);
+    snprintf(in, sizeof in, "%s/report.json", dir);
+    snprintf(out, sizeof out, "%s/report.html", dir);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        kg_error("fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        setenv("PYTHONPATH", pp, 1);
+        setenv("MPLBACKEND", "svg", 1);
+        execlp(py, py, "-m", "kgym.report_html", in, out, (char *)NULL);
+        fprintf(stderr, "kgym report: %s: %s\n", py, strerror(errno));
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+        kg_error("%s not written (%s -m kgym.report_html exited %d)", out, py,
+                 WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+        return -1;
+    }
+    return 0;
+}
+
+/* The report object (new reference), or NULL after an error line. */
+static json_t *build(char **files, int nf, const char *baseline, int strict)
+{
+    json_t *runs = json_array(), *diffs = json_array();
+    char label[512] = "";
+    for (int i = 0; i < nf; i++) {
+        rp_run run;
+        kg_err err = {{0}};
+        int rc = rp_read(&run, files[i], &err);
+        if (rc == 0 && baseline) {
+            rc = rp_baseline_apply(&run, baseline, label, sizeof label, &err);
+            if (rc == 0)
+                run.baseline = label;
+        }
+        json_t *st = rc ? NULL : rp_stats(&run, strict, &err);
+        if (st) { /* a name given twice gets its position */
+            size_t k;
+            json_t *o;
+            json_array_foreach(runs, k, o) if (json_equal(
+                json_object_get(o, "name"), json_object_get(st, "name")))
+            {
+                char nm[600];
+                snprintf(nm, sizeof nm, "%s#%d",
+                         json_string_value(json_object_get(st, "name")),
+                         i + 1);
+                json_object_set_new(st, "name", json_string(nm));
+                break;
+            }
+        }
+        if (rc == 0)
+            rp_run_free(&run);
+        if (!st) {
+            kg_error("%s", err.msg);
+            json_decref(runs);
+            json_decref(diffs);
+            return NULL;
+        }
+        json_array_append_new(runs, st);
+    }
+    for (size_t i = 1; i < json_array_size(runs); i++)
+        json_array_append_new(diffs, rp_diff(json_array_get(runs, 0),
+                                             json_array_get(runs, i)));
+    return json_pack("{s:s, s:s, s:s, s:o, s:o}", "schema", "kgym.report/1",
+                     "comparison", strict ? ">" : ">=", "baseline_note",
+                     baseline ? "speedups against a KernelBench baseline "
+                                "timing file, taken on other hardware"
+                              : "speedups against the reference as the rows "
+                                "were evaluated (eager unless torch_compile)",
+                     "runs", runs, "diffs", diffs);
+}
+
+int kg_cli_report(int argc, char **argv)
+{
+    kg_log_init("kgym report", NULL, 0);
+    char *files[MAX_RUNS];
+    int nf = 0, strict = 0, html = 1;
+    const char *out = NULL, *baseline = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage_text, stdout);
+            return 0;
+        } else if (!strcmp(a, "--strict"))
+            strict = 1;
+        else if (!strcmp(a, "--no-html"))
+            html = 0;
+        else if (!strcmp(a, "--out") || !strcmp(a, "--baseline")) {
+            if (i + 1 >= argc || !*argv[i + 1]) {
+                kg_error("%s needs a value", a);
+                return 2;
+            }
+            *(!strcmp(a, "--out") ? &out : &baseline) = argv[++i];
+        } else if (a[0] == '-' && a[1]) {
+            kg_error("unknown flag %s (kgym report --help)", a);
+            return 2;
+        } else if (nf == MAX_RUNS) {
+            kg_error("at most %d rollout files", MAX_RUNS);
+            return 2;
+        } else
+            files[nf++] = argv[i];
+    }
+    if (!nf || !out) {
+        kg_error("%s (kgym report --help)",
+                 !nf ? "no rollout file given" : "--out DIR is required");
+        return 2;
+    }
+    struct stat st;
+    if (mkdir(out, 0777) && !(errno == EEXIST && stat(out, &st) == 0 &&
+                              S_ISDIR(st.st_mode))) {
+        kg_error("--out %s: %s", out,
+                 errno == EEXIST ? "exists and is not a directory"
+                                 : strerror(errno));
+        return 2;
+    }
+    json_t *report = build(files, nf, baseline, strict);
+    if (!report)
+        return 2;
+    int rc = write_json(out, report) ? 1 : 0;
+    if (rc == 0) {
+        rp_print(stdout, report);
+        if (html && write_html(out))
+            rc = 1;
+    }
+    json_decref(report);
+    return rc;
+}
