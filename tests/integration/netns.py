@@ -2,8 +2,9 @@
 network namespace of its own, joined to the others by a veth pair whose
 far end is a port of a bridge that lives in one more namespace (the
 "switch"). Nothing is made in the root namespace: the addresses
-(192.0.2.0/24, TEST-NET-1 of RFC 5737, documentation only) exist only
-inside the namespaces made here, no namespace has a default route, and
+(a /24 of a documentation range of RFC 5737, or a link-local one: the
+first that the root namespace does not use) exist only inside the
+namespaces made here, no namespace has a default route, and
 the root namespace has no link to any of them, so nothing started on a
 node can reach anything off this machine (or in its root namespace).
 
@@ -36,7 +37,10 @@ import uuid
 from typing import Iterator
 
 PREFIX = "kgn"
-SUBNET = "192.0.2"  # TEST-NET-1 (RFC 5737): documentation only, never routed
+# documentation ranges (RFC 5737), never routed, then a link-local one; the
+# first that this host's root namespace neither holds nor routes is used (a
+# VM may itself sit on TEST-NET-1)
+SUBNETS = ("198.51.100", "203.0.113", "192.0.2", "169.254.77")
 CLONE_NEWNET = 0x40000000
 _NAME = re.compile(rf"^{PREFIX}(\d+)x[0-9a-f]+-")
 
@@ -53,6 +57,17 @@ def tc(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and p.returncode:
         raise RuntimeError(f"tc {' '.join(args)}: exit {p.returncode}: {p.stderr.strip()}")
     return p
+
+
+def free_subnet() -> str:
+    """The first of SUBNETS that the root namespace has no address or
+    route in (the namespaces are sealed anyway; this keeps a reader of
+    either side from mistaking one for the other)."""
+    used = ip("-o", "addr").stdout + ip("route", "show", "table", "all").stdout
+    for s in SUBNETS:
+        if not re.search(rf"(^|\s){re.escape(s)}\.", used, re.M):
+            return s
+    raise RuntimeError(f"every candidate subnet {SUBNETS} is in use on this host")
 
 
 def unavailable() -> str | None:
@@ -128,7 +143,7 @@ class Node:
     def __init__(self, net: "Net", name: str, index: int) -> None:
         self.net, self.name = net, name
         self.ns = f"{net.tag}-{name}"
-        self.addr = f"{SUBNET}.{10 + index}"
+        self.addr = f"{net.subnet}.{10 + index}"
         self.port = f"p{index}"  # in the switch's namespace
 
     def cmd(self, argv: list[str]) -> list[str]:
@@ -167,6 +182,7 @@ class Net:
     def __init__(self) -> None:
         self.tag = f"{PREFIX}{os.getpid()}x{uuid.uuid4().hex[:6]}"
         self.switch = f"{self.tag}-sw"
+        self.subnet = free_subnet()
         self.nodes: dict[str, Node] = {}
         self.procs: list[subprocess.Popen] = []
         self.made: list[str] = []

@@ -2,8 +2,8 @@
 (tests/integration/netns.py): a real redis-server (AOF, appendfsync
 always) and `kgym serve --store redis://...` on node "srv", one `kgym
 worker --device cpu` on each of nodes n1, n2, n3 (each its own hostname),
-and the test's client on node "cli", all joined by one switch on
-192.0.2.0/24. One cluster serves the whole module; each test does one
+and the test's client on node "cli", all joined by one switch on a
+/24 of a documentation range. One cluster serves the whole module; each test does one
 fault to it and checks, for the tasks it submitted, that every one
 acknowledged got exactly one final result and that none is stuck:
 
@@ -20,6 +20,7 @@ tasks are back in the queue ~4 s after its last heartbeat).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -453,3 +454,32 @@ def test_resubmission_after_a_lost_reply_is_the_same_task(cluster: Cluster,
     assert all(e.get("existing") is True for e in r2["tasks"]), r2
     check_exactly_once(cluster, c, ids, before + 1)
     assert total() - n0 == 4
+
+
+def test_nodes_are_sealed_and_leftovers_swept(cluster: Cluster) -> None:
+    """The harness itself: no node has a route off the subnet, the root
+    namespace has no link into it, and sweep() removes the namespaces (and
+    their processes) of a run whose process is gone, never a live run's."""
+    for n in [cluster.srv, cluster.cli, *cluster.nodes]:
+        routes = subprocess.run(["ip", "-n", n.ns, "route", "show", "table", "all"],
+                                capture_output=True, text=True, check=True).stdout
+        assert "default" not in routes, (n.ns, routes)
+    root = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
+    assert not re.search(rf"(^|\s){re.escape(cluster.net.subnet)}\.", root, re.M), root
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid no run holds now
+    stale = f"{netns.PREFIX}{dead.pid}x0badc0-n9"
+    netns.ip("netns", "add", stale)
+    try:
+        p = subprocess.Popen(["ip", "netns", "exec", stale, "sleep", "60"])
+        wait_for(lambda: str(p.pid) in netns.ip("netns", "pids", stale).stdout, 5,
+                 "the leftover process in its namespace")
+        swept = netns.sweep()
+        assert stale in swept, swept
+        assert p.wait(timeout=5) == -signal.SIGKILL
+        assert stale not in netns.namespaces()
+        live = [ns for ns in netns.namespaces() if ns.startswith(cluster.net.tag)]
+        assert len(live) == 6, live  # the switch and five nodes of this run stay
+    finally:
+        if stale in netns.namespaces():
+            netns.ip("netns", "del", stale, check=False)
