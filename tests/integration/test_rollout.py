@@ -156,6 +156,48 @@ def by_hand(rows: dict, only: set | None = None) -> None:
             assert r1["loss_mask"] == (R[s, 1] is not None and not regress), (prob, s)
 
 
+def report_by_hand(env: Env, out: str, rows: dict) -> None:
+    """`kgym report` on these rows (problems of a folder: level "all"):
+    Fast@p last-turn and best-of-history at each p and the hacking ratio,
+    recomputed here from the rows; and the fields rollout keeps for it."""
+    for r in rows.values():
+        assert r["reference_backend"] == "eager"
+        res = r["result"]
+        if res is not None:
+            assert res["eval_s"] > 0, r
+            assert (res["kernel_ms"] is not None) == (res["verdict"] == "pass"), r
+    d = os.path.join(env.base, "report")
+    p = subprocess.run([KGYM, "report", out, "--no-html", "--out", d],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    with open(os.path.join(d, "report.json")) as f:
+        turns = json.load(f)["runs"][0]["levels"]["all"]["turns"]
+    trajs = sorted({k[:2] for k in rows})
+    for p_ in (0.0, 1.0, 1.2, 1.5, 2.0, 3.0):
+        for t in range(2):
+            last = best = 0
+            for tr in trajs:
+                fast = [None, None]  # per turn: None when not scored
+                for u in range(2):
+                    r = rows[tr + (u,)]
+                    if r["valid"]:
+                        res = r["result"] or {}
+                        fast[u] = bool(res.get("correct") and not res.get("hacked")
+                                       and res["speedup"] >= p_)
+                cur = next((fast[u] for u in range(t, -1, -1) if fast[u] is not None), False)
+                last += cur
+                best += any(fast[u] for u in range(t + 1))
+            got = turns[str(t)]
+            key = "%.1f" % p_
+            assert got["fast_p"][key] == pytest.approx(last / len(trajs)), (p_, t)
+            assert got["fast_p_best"][key] == pytest.approx(best / len(trajs)), (p_, t)
+    # turn 1: the cheat among 5 scored turns (the malformed reply is not)
+    assert turns["1"]["n_valid"] == 5
+    assert turns["1"]["hacked"] == {"no_custom_kernel": pytest.approx(0.2)}
+    assert turns["0"]["fast_p"]["0.0"] == pytest.approx(0.5)
+    assert turns["1"]["fast_p_best"]["0.0"] == pytest.approx(5 / 6)
+
+
 def test_rollout_feedback_rewards_and_resume(env: Env) -> None:
     pol = ScriptedPolicy(script())
     out = os.path.join(env.base, "rollout.jsonl")
@@ -207,6 +249,7 @@ def test_rollout_feedback_rewards_and_resume(env: Env) -> None:
         assert ok["usage"]["prompt_tokens"] > 0 and ok["usage"]["completion_tokens"] > 0
         assert ok["trajectory_id"] == f"{GELU}:0" and ok["schema"] == "kgym.rollout/1"
         by_hand(rows)
+        report_by_hand(env, out, rows)
 
         # a rerun skips what is done: no request reaches the policy
         before = len(pol.requests)
