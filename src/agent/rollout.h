@@ -76,6 +76,7 @@ typedef struct ro_traj {
     int problem, sample;
     int done_before; /* written by an earlier run: not rolled out */
     int t, state;    /* its current turn and enum ro_state */
+    int solo;        /* asked alone at turn 0 (its group's reply fell short) */
     double eval_t0;  /* when its current code was submitted (ms) */
     json_t *history; /* the chat so far (system, user, assistant, ...) */
     json_t *base;    /* the first turn's messages (for --context window) */

@@ -111,6 +111,7 @@ static void ask(ro_loop *L, ro_traj **ts, int k, int t)
         q->ts = malloc((size_t)k * sizeof *q->ts);
     for (int i = 0; i < k; i++) {
         ro_context_turn(r, ts[i], t);
+        json_decref(ts[i]->turns[t].messages); /* asked again: solo */
         ts[i]->turns[t].messages = json_deep_copy(ts[i]->history);
         ts[i]->state = RO_AT_POLICY;
     }
@@ -151,7 +152,7 @@ static void issue(ro_loop *L)
             ro_traj *tr = &g->tj[s];
             if (tr->state != RO_NEED_POLICY)
                 continue;
-            if (tr->t == 0 && L->r->o->group_n)
+            if (tr->t == 0 && L->r->o->group_n && !tr->solo)
                 ts[k++] = tr;
             else
                 ask(L, &tr, 1, tr->t);
@@ -170,9 +171,20 @@ static void on_reply(ro_loop *L, ro_req *q)
         ro_progress_end(r);
         kg_warn("policy: %s: %s", q->tag ? q->tag : "?", q->q.error);
     }
+    /* A server that ignores n (transformers serve) gives fewer choices
+     * than asked: the samples left out are asked again one by one. */
+    if (q->q.ok && q->q.nchoices < q->k)
+        kg_info("policy: %s: %d of %d choices; asking for the other %d one "
+                "by one", q->tag ? q->tag : "?", q->q.nchoices, q->k,
+                q->k - q->q.nchoices);
     for (int i = 0; i < q->k; i++) {
         ro_traj *tr = q->ts[i];
         ro_turn *u = &tr->turns[q->t];
+        if (q->q.ok && i >= q->q.nchoices) {
+            tr->solo = 1;
+            tr->state = RO_NEED_POLICY;
+            continue;
+        }
         ro_take_reply(tr, q->t, &q->q, i);
         r->st.no_code += u->reply && !u->code;
         if (u->code)

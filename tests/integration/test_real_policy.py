@@ -8,9 +8,9 @@ template, 2 layers of hidden size 32; nothing is downloaded), with a real
 What transformers serve (5.x) does with the client's fields, checked here
 so a change shows up: `n` and `logprobs` are ignored with a warning (one
 choice, no logprobs), `return_token_ids` is refused with 422, `seed` and
-`max_tokens` are honoured, `usage` is always given. So the rollout runs
-with `--no-group-n` and without `--logprobs`; the group request (`n: K`)
-and `--logprobs` are checked for what they do against it (docs/agent.md).
+`max_tokens` are honoured, `usage` is always given. So kgym asks again,
+one by one, for the samples a group request (`n: K`) got no choice for,
+and `--logprobs` fails every turn against it (docs/agent.md).
 The replies are gibberish: every turn scores 0 for "no code block", and
 that feedback must reach the next turn's prompt."""
 from __future__ import annotations
@@ -167,6 +167,18 @@ def rows_of(out: str) -> dict[tuple[int, int], dict]:
         return {(r["sample"], r["turn"]): r for r in map(json.loads, f)}
 
 
+def reproduce(served: Served, rows: dict) -> None:
+    """Each row's reply asked again with its messages and the seed kgym
+    sent (S + 1000003*problem + 1009*sample + turn) is the same text."""
+    for (s, t), r in sorted(rows.items()):
+        code, j = served.chat({"model": served.model, "messages": r["messages"],
+                               "max_tokens": MAX_TOKENS, "temperature": 1.0,
+                               "seed": 11 + 1009 * s + t})
+        assert code == 200, j
+        assert j["choices"][0]["message"]["content"] == r["reply"], (s, t)
+        assert j["usage"]["completion_tokens"] == r["usage"]["completion_tokens"], (s, t)
+
+
 def test_rollout_against_transformers_serve(env: Env, served: Served) -> None:
     """3 samples x 2 turns, one request at a time (the server's seed is
     global, so only then is a reply reproducible): every row has the
@@ -204,14 +216,7 @@ def test_rollout_against_transformers_serve(env: Env, served: Served) -> None:
         assert r1["messages"][-1]["role"] == "user", s
         assert r0["feedback"] in r1["messages"][-1]["content"], s
         assert r1["usage"]["prompt_tokens"] > r0["usage"]["prompt_tokens"], s
-    # The seed kgym sent: S + 1000003*problem + 1009*sample + turn.
-    for (s, t), r in sorted(rows.items()):
-        code, j = served.chat({"model": served.model, "messages": r["messages"],
-                               "max_tokens": MAX_TOKENS, "temperature": 1.0,
-                               "seed": 11 + 1009 * s + t})
-        assert code == 200, j
-        assert j["choices"][0]["message"]["content"] == r["reply"], (s, t)
-        assert j["usage"]["completion_tokens"] == r["usage"]["completion_tokens"], (s, t)
+    reproduce(served, rows)
     # rerun: every trajectory is done, nothing is asked
     before = read(served.log).count("POST /v1/chat/completions")
     p = rollout(env, served, out, "--samples", "3", "--turns", "2", "--no-group-n")
@@ -221,21 +226,24 @@ def test_rollout_against_transformers_serve(env: Env, served: Served) -> None:
 
 def test_group_n_and_logprobs_against_transformers_serve(env: Env, served: Served) -> None:
     """What kgym makes of the fields transformers serve does not support:
-    the turn-0 request of n: 3 gets one choice, so samples 1 and 2 fail
-    their turn (not scored); --logprobs sends return_token_ids, which it
-    refuses with 422, a turn failure with the server's message."""
+    the turn-0 request of n: 3 gets one choice, so samples 1 and 2 are
+    asked again one by one (n: 1, each with its own seed); --logprobs
+    sends return_token_ids, which it refuses with 422, a turn failure with
+    the server's message."""
     out = os.path.join(env.base, "group.jsonl")
-    p = rollout(env, served, out, "--samples", "3", "--turns", "1")
+    posts = read(served.log).count("POST /v1/chat/completions")
+    p = rollout(env, served, out, "--samples", "3", "--turns", "1",
+                "--policy-concurrency", "1")
     assert p.returncode == 0, p.stderr
-    rows = rows_of(out)
-    r = rows[0, 0]
-    assert isinstance(r["reply"], str) and r["usage"]["choices"] == 3, r
-    assert r["error"] == NO_CODE_ERR and r["valid"] and r["reward"] == 0, r
-    for s in (1, 2):
-        r = rows[s, 0]
-        assert r["reply"] is None and not r["valid"] and r["reward"] is None, r
-        assert r["error"] == "the policy's reply has fewer choices than asked", r
+    assert "1 of 3 choices; asking for the other 2 one by one" in p.stderr, p.stderr
+    assert read(served.log).count("POST /v1/chat/completions") == posts + 3
     assert "Ignoring unsupported fields in the request: {" in read(served.log)
+    rows = rows_of(out)
+    assert [rows[s, 0]["usage"]["choices"] for s in range(3)] == [3, 1, 1], rows
+    for r in rows.values():
+        assert isinstance(r["reply"], str) and r["error"] == NO_CODE_ERR, r
+        assert r["valid"] and r["reward"] == 0, r
+    reproduce(served, rows)
 
     out = os.path.join(env.base, "logprobs.jsonl")
     p = rollout(env, served, out, "--samples", "2", "--turns", "1", "--no-group-n",
