@@ -36,11 +36,11 @@ def p_label(k):
     return "p=0 (correct)" if k == "0.0" else "p=%g" % float(k)
 
 
-def svg_of(fig):
+def svg_of(fig, turns=True):
     """The figure as an inline <svg> element: no XML prolog, no RDF
     metadata (its namespace URLs are not loads, but nothing need name a
-    host). Turns are whole numbers on every x axis."""
-    for ax in fig.axes:
+    host). turns: the x axes are turns, ticked at whole numbers."""
+    for ax in fig.axes if turns else ():
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight",
@@ -179,7 +179,7 @@ def chart_coverage(report, lv):
     ax.set_title("coverage against speedup, %s" % lv)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return svg_of(fig)
+    return svg_of(fig, turns=False)
 
 
 def chart_cost(report, lv):
