@@ -247,6 +247,14 @@ def check_exactly_once(cluster: Cluster, c: Client, ids: list[str], before: int,
     return posts
 
 
+def refused_results(c: Client) -> int:
+    """kgym_http_requests_total{route="worker_result",code="409"}."""
+    s, text = c.request("GET", "/metrics")
+    assert s == 200, (s, text)
+    key = 'kgym_http_requests_total{route="worker_result",code="409"} '
+    return sum(int(ln[len(key):]) for ln in text.splitlines() if ln.startswith(key))
+
+
 def running_on(c: Client, ids: list[str], n: int) -> dict[str, str]:
     """Waits until n of ids run; task id -> worker id."""
     def ask() -> dict[str, str] | None:
@@ -261,7 +269,7 @@ def running_on(c: Client, ids: list[str], n: int) -> dict[str, str]:
 
 def test_link_cut_mid_evaluation_runs_elsewhere_and_late_result_refused(
         cluster: Cluster, c: Client) -> None:
-    before = completed_count(c)
+    before, refused = completed_count(c), refused_results(c)
     ids = [uid("cut") for _ in range(3)]
     for t in ids:
         c.submit_raw(cheap_task(t, sleep=5))
@@ -287,6 +295,7 @@ def test_link_cut_mid_evaluation_runs_elsewhere_and_late_result_refused(
     assert "not_lease_holder" in text or "409" in text, text[-2000:]
     posts = check_exactly_once(cluster, c, ids, before)
     assert sorted(posts[victim_task]) == ["completed", "dropped"], posts
+    assert refused_results(c) - refused == 1  # what docs/deploy.md says to watch
     r = c.result(victim_task)
     assert r["device"]["worker_id"] != held[victim_task], r
     # the node works again: it leases and posts
