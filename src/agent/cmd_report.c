@@ -98,7 +98,7 @@ static json_t *build(char **files, int nf, const char *baseline, int strict)
     for (int i = 0; i < nf; i++) {
         rp_run run;
         kg_err err = {{0}};
-        int rc = rp_read(&run, files[i], &err);
+        int rc = rp_read(&run, files[i], &err), read = rc == 0;
         if (rc == 0 && baseline) {
             rc = rp_baseline_apply(&run, baseline, label, sizeof label, &err);
             if (rc == 0)
@@ -119,7 +119,7 @@ static json_t *build(char **files, int nf, const char *baseline, int strict)
                 break;
             }
         }
-        if (rc == 0)
+        if (read) /* rp_read frees what it read when it fails */
             rp_run_free(&run);
         if (!st) {
             kg_error("%s", err.msg);
