@@ -145,7 +145,8 @@ def chart_hacking(report, lv):
         level = run["levels"][lv]
         ts = turns_of(level)
         x = [int(t) for t in ts]
-        ax.plot(x, [level["turns"][t]["hacked_ratio"] for t in ts], "-o",
+        hr = [level["turns"][t]["hacked_ratio"] for t in ts]
+        ax.plot(x, [math.nan if h is None else h for h in hr], "-o",
                 color="C%d" % j, ms=3, label="%s hacked" % run["name"])
         fs = [level["turns"][t].get("flat_share") for t in ts]
         ax.plot(x, [math.nan if f is None else f for f in fs], ":",

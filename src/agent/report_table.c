@@ -76,8 +76,8 @@ static void run_table(FILE *f, const json_t *run)
                 (long long)json_integer_value(json_object_get(lv, "n")),
                 (long long)json_integer_value(json_object_get(lv, "problems")));
         phead(f, "valid");
-        fprintf(f, "  %7s %7s %8s %7s %8s %8s\n", "hacked", "reward",
-                "coverage", "gmean", "eval_s", "tokens");
+        fprintf(f, "  %7s%8s%9s%8s%9s%9s\n", "hacked", "reward", "coverage",
+                "gmean", "eval_s", "tokens");
         json_object_foreach(json_object_get(lv, "turns"), tk, t)
         {
             static const char *const kinds[] = {"fast_p", "fast_p_best",
@@ -148,7 +148,7 @@ static void diff_table(FILE *f, const json_t *d)
             snprintf(h, sizeof h, "p=%g", rp_ps[j]);
             fprintf(f, "%7s", h);
         }
-        fprintf(f, "  %7s %8s\n", "hacked", "reward");
+        fprintf(f, "  %7s%9s\n", "hacked", "reward");
         json_object_foreach(json_object_get(lv, "turns"), tk, t)
         {
             fprintf(f, "  %4s  %-8s", tk, "last");

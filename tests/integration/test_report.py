@@ -280,3 +280,25 @@ def test_html_in_headless_chromium(two_runs):
     keep = os.environ.get("KGYM_REPORT_SCREENSHOT")
     if keep:
         shutil.copyfile(shot, keep)
+
+
+def test_html_step_alone(two_runs):
+    """python -m kgym.report_html: a report.json redrawn by hand, and one
+    that is not a report refused with one line."""
+    tmp, out, _, _ = two_runs
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    py = os.path.join(ROOT, ".venv", "bin", "python")
+    again = os.path.join(tmp, "again.html")
+    p = subprocess.run([py, "-m", "kgym.report_html",
+                        os.path.join(out, "report.json"), again],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert open(again).read() == open(os.path.join(out, "report.html")).read()
+    bad = os.path.join(tmp, "bad.json")
+    with open(bad, "w") as f:
+        f.write('{"rows": 1}')
+    p = subprocess.run([py, "-m", "kgym.report_html", bad, again],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "kgym.report_html: %s: not a kgym report (no \"runs\" list)" % bad]
