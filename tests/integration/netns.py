@@ -32,6 +32,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from typing import Iterator
@@ -112,15 +113,21 @@ def _delete(ns: str) -> None:
     raise RuntimeError(f"could not delete network namespace {ns}")
 
 
-def sweep() -> list[str]:
+def sweep(tmp: str = "/tmp") -> list[str]:
     """Deletes the namespaces (and their processes) left by earlier runs
-    whose pytest process is gone; returns their names."""
+    whose pytest process is gone, and their directories under tmp named
+    after the run's tag (Net.scratch); returns what it removed."""
     gone = []
     for ns in namespaces():
         m = _NAME.match(ns)
         if m and not _pid_alive(int(m.group(1))):
             _delete(ns)
             gone.append(ns)
+    for d in os.listdir(tmp):
+        m = _NAME.match(d)
+        if m and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(os.path.join(tmp, d), ignore_errors=True)
+            gone.append(os.path.join(tmp, d))
     return gone
 
 
@@ -189,6 +196,11 @@ class Net:
         self._mk(self.switch)
         ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
         ip("-n", self.switch, "link", "set", "br0", "up")
+
+    def scratch(self, tmp: str = "/tmp") -> str:
+        """A new directory under tmp named after this run (TAG-XXXX), which
+        sweep() removes once this process is gone."""
+        return tempfile.mkdtemp(prefix=f"{self.tag}-", dir=tmp)
 
     def _mk(self, ns: str) -> None:
         ip("netns", "add", ns)

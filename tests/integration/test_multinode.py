@@ -25,7 +25,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from typing import Iterator
@@ -50,7 +49,15 @@ class Cluster:
     namespaces; so does netns.sweep() for a run that died first."""
 
     def __init__(self, redis_exe: str) -> None:
-        self.base = tempfile.mkdtemp(prefix="kgn-mn-", dir="/tmp")
+        self.net = netns.Net()
+        try:
+            self._setup(redis_exe)
+        except BaseException:
+            self.net.close()
+            raise
+
+    def _setup(self, redis_exe: str) -> None:
+        self.base = self.net.scratch()
         os.chmod(self.base, 0o755)  # candidates (uid nobody) enter dirs below it
         self.token_file = os.path.join(self.base, "tokens")
         with open(self.token_file, "w") as f:
@@ -59,7 +66,6 @@ class Cluster:
         self.redis_dir = os.path.join(self.base, "redis")
         os.mkdir(self.redis_dir)
         self.redis_exe = redis_exe
-        self.net = netns.Net()
         self.srv = self.net.add("srv")
         self.cli = self.net.add("cli")
         self.nodes = [self.net.add(f"n{i}") for i in (1, 2, 3)]
@@ -161,7 +167,9 @@ def cluster(redis_server: str) -> Iterator[Cluster]:
     why = netns.unavailable()  # root is checked first (needs_root)
     if why:
         pytest.fail(why, pytrace=False)  # root without iproute2: install-deps has it
-    netns.sweep()
+    for left in netns.sweep():  # a run killed before its finalizer
+        for pid in with_tmpdir(left) if left.startswith("/") else []:
+            os.kill(pid, signal.SIGKILL)  # its sandboxed children, if any
     cl = Cluster(redis_server)
     try:
         cl.start_redis()
@@ -479,6 +487,8 @@ def test_nodes_are_sealed_and_leftovers_swept(cluster: Cluster) -> None:
     dead.wait()  # a pid no run holds now
     stale = f"{netns.PREFIX}{dead.pid}x0badc0-n9"
     netns.ip("netns", "add", stale)
+    stale_dir = f"/tmp/{stale[:-3]}-scratch"
+    os.mkdir(stale_dir)
     try:
         p = subprocess.Popen(["ip", "netns", "exec", stale, "sleep", "60"])
         wait_for(lambda: str(p.pid) in netns.ip("netns", "pids", stale).stdout, 5,
@@ -487,8 +497,11 @@ def test_nodes_are_sealed_and_leftovers_swept(cluster: Cluster) -> None:
         assert stale in swept, swept
         assert p.wait(timeout=5) == -signal.SIGKILL
         assert stale not in netns.namespaces()
+        assert stale_dir in swept and not os.path.exists(stale_dir), swept
+        assert os.path.isdir(cluster.base)  # this run's scratch dir stays
         live = [ns for ns in netns.namespaces() if ns.startswith(cluster.net.tag)]
         assert len(live) == 6, live  # the switch and five nodes of this run stay
     finally:
         if stale in netns.namespaces():
             netns.ip("netns", "del", stale, check=False)
+        shutil.rmtree(stale_dir, ignore_errors=True)
