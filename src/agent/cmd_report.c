@@ -108,13 +108,13 @@ static json_t *build(char **files, int nf, const char *baseline, int strict)
         if (st) { /* a name given twice gets its position */
             size_t k;
             json_t *o;
-            json_array_foreach(runs, k, o) if (json_equal(
-                json_object_get(o, "name"), json_object_get(st, "name")))
+            json_array_foreach(runs, k,
+                               o) if (json_equal(json_object_get(o, "name"),
+                                                 json_object_get(st, "name")))
             {
                 char nm[600];
                 snprintf(nm, sizeof nm, "%s#%d",
-                         json_string_value(json_object_get(st, "name")),
-                         i + 1);
+                         json_string_value(json_object_get(st, "name")), i + 1);
                 json_object_set_new(st, "name", json_string(nm));
                 break;
             }
@@ -130,8 +130,8 @@ static json_t *build(char **files, int nf, const char *baseline, int strict)
         json_array_append_new(runs, st);
     }
     for (size_t i = 1; i < json_array_size(runs); i++)
-        json_array_append_new(diffs, rp_diff(json_array_get(runs, 0),
-                                             json_array_get(runs, i)));
+        json_array_append_new(
+            diffs, rp_diff(json_array_get(runs, 0), json_array_get(runs, i)));
     return json_pack("{s:s, s:s, s:s, s:o, s:o}", "schema", "kgym.report/1",
                      "comparison", strict ? ">" : ">=", "baseline_note",
                      baseline ? "speedups against a KernelBench baseline "
@@ -177,8 +177,8 @@ int kg_cli_report(int argc, char **argv)
         return 2;
     }
     struct stat st;
-    if (mkdir(out, 0777) && !(errno == EEXIST && stat(out, &st) == 0 &&
-                              S_ISDIR(st.st_mode))) {
+    if (mkdir(out, 0777) &&
+        !(errno == EEXIST && stat(out, &st) == 0 && S_ISDIR(st.st_mode))) {
         kg_error("--out %s: %s", out,
                  errno == EEXIST ? "exists and is not a directory"
                                  : strerror(errno));

@@ -16,13 +16,13 @@ extern const double rp_ps[RP_NP];
 extern const char *const rp_pkeys[RP_NP]; /* "0.0", "1.0", "1.2", ... */
 
 typedef struct rp_row {
-    char *problem;  /* "level1/19_ReLU" */
-    char *level;    /* "level1"; "all" for a name without a '/' */
+    char *problem; /* "level1/19_ReLU" */
+    char *level;   /* "level1"; "all" for a name without a '/' */
     int sample, turn;
     int valid, correct, hacked;
-    double speedup;  /* NAN unless correct and not hacked */
-    double coverage; /* NAN when absent */
-    double reward;   /* NAN when null */
+    double speedup;                   /* NAN unless correct and not hacked */
+    double coverage;                  /* NAN when absent */
+    double reward;                    /* NAN when null */
     double kernel_ms, eval_s, tokens; /* NAN when absent */
     char **reasons;
     int nreasons;

@@ -19,12 +19,10 @@ static double lookup(const json_t *base, const char *problem)
     char level[128], file[600];
     snprintf(level, sizeof level, "%.*s", (int)(slash - problem), problem);
     snprintf(file, sizeof file, "%s.py", slash + 1);
-    json_t *m = json_object_get(json_object_get(json_object_get(base, level),
-                                                file),
-                                "mean");
-    return json_is_number(m) && json_number_value(m) > 0
-               ? json_number_value(m)
-               : NAN;
+    json_t *m = json_object_get(
+        json_object_get(json_object_get(base, level), file), "mean");
+    return json_is_number(m) && json_number_value(m) > 0 ? json_number_value(m)
+                                                         : NAN;
 }
 
 /* The first entry's "hardware", for the label. */

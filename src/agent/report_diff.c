@@ -24,9 +24,10 @@ static json_t *turn_delta(const json_t *a, const json_t *b)
         for (int j = 0; j < RP_NP; j++)
             json_object_set_new(
                 m, rp_pkeys[j],
-                delta(json_object_get(json_object_get(a, pmaps[i]), rp_pkeys[j]),
-                      json_object_get(json_object_get(b, pmaps[i]),
-                                      rp_pkeys[j])));
+                delta(
+                    json_object_get(json_object_get(a, pmaps[i]), rp_pkeys[j]),
+                    json_object_get(json_object_get(b, pmaps[i]),
+                                    rp_pkeys[j])));
         json_object_set_new(d, pmaps[i], m);
     }
     for (size_t i = 0; i < sizeof scalars / sizeof *scalars; i++)

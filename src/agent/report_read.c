@@ -12,8 +12,7 @@
 #define RP_MAX_TURN 4096
 
 const double rp_ps[RP_NP] = {0.0, 1.0, 1.2, 1.5, 2.0, 3.0};
-const char *const rp_pkeys[RP_NP] = {"0.0", "1.0", "1.2", "1.5", "2.0",
-                                     "3.0"};
+const char *const rp_pkeys[RP_NP] = {"0.0", "1.0", "1.2", "1.5", "2.0", "3.0"};
 
 static void row_free(rp_row *r)
 {
@@ -107,7 +106,8 @@ static int take_row(rp_row *r, const json_t *row, const char *where,
                    "\"kgym.rollout/1\")",
                    where);
     const char *prob = json_string_value(json_object_get(row, "problem"));
-    json_t *s = json_object_get(row, "sample"), *t = json_object_get(row, "turn");
+    json_t *s = json_object_get(row, "sample"),
+           *t = json_object_get(row, "turn");
     json_t *v = json_object_get(row, "valid");
     if (!prob || !*prob)
         return BAD("%s: problem must be a non-empty string", where);
@@ -183,8 +183,8 @@ static char *stem(const char *path)
     return strndup(b, n);
 }
 
-static int add_row(rp_run *run, const json_t *j, const char *where,
-                   long *dups, kg_err *err)
+static int add_row(rp_run *run, const json_t *j, const char *where, long *dups,
+                   kg_err *err)
 {
     rp_row r = {0};
     int rc = take_row(&r, j, where, err);
@@ -226,8 +226,8 @@ int rp_read(rp_run *run, const char *path, kg_err *err)
     size_t cap = 0;
     ssize_t len;
     long no = 0, dups = 0;
-    int rc = run->path && run->name ? 0
-                                    : kg_errf(err, KG_ENOMEM, "out of memory");
+    int rc =
+        run->path && run->name ? 0 : kg_errf(err, KG_ENOMEM, "out of memory");
     while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
         no++;
         char where[300];
@@ -237,8 +237,7 @@ int rp_read(rp_run *run, const char *path, kg_err *err)
         json_error_t je;
         json_t *j = json_loadb(line, (size_t)len, 0, &je);
         if (!j)
-            rc = BAD("%s: not JSON (column %d: %s)", where, je.column,
-                     je.text);
+            rc = BAD("%s: not JSON (column %d: %s)", where, je.column, je.text);
         else
             rc = add_row(run, j, where, &dups, err);
         json_decref(j);
@@ -258,7 +257,7 @@ int rp_read(rp_run *run, const char *path, kg_err *err)
         size_t nc = 0;
         for (size_t i = 0; i < run->n; i++)
             nc += run->rows[i].compiled_ref;
-        run->baseline = nc == 0 ? "eager"
+        run->baseline = nc == 0        ? "eager"
                         : nc == run->n ? "torch_compile"
                                        : "mixed";
     }

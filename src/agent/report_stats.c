@@ -158,9 +158,8 @@ static json_t *turn_obj(const struct grid *g, int t, const double *last,
     }
     const char *why;
     json_t *c;
-    json_object_foreach(hacked, why, c)
-        json_object_set_new(hacked, why,
-                            json_real((double)json_integer_value(c) / nvalid));
+    json_object_foreach(hacked, why, c) json_object_set_new(
+        hacked, why, json_real((double)json_integer_value(c) / nvalid));
     /* Fast@p among the correct current attempts */
     json_t *fc = json_object();
     long ccur = 0, k[RP_NP] = {0};
@@ -180,8 +179,8 @@ static json_t *turn_obj(const struct grid *g, int t, const double *last,
         "n", g->S, "n_rows", (json_int_t)nrows, "n_valid", (json_int_t)nvalid,
         "n_correct", (json_int_t)ncor, "fast_p", pmap(last, g->T, t),
         "fast_p_best", pmap(best, g->T, t), "fast_p_correct", fc,
-        "hacked_ratio", num(nvalid ? hack[t] : NAN), "hacked", hacked, "mean_reward",
-        num(nrew ? rew / nrew : NAN), "mean_coverage",
+        "hacked_ratio", num(nvalid ? hack[t] : NAN), "hacked", hacked,
+        "mean_reward", num(nrew ? rew / nrew : NAN), "mean_coverage",
         num(ncov ? cov / ncov : NAN), "geomean_speedup",
         num(nsp ? exp(lsp / nsp) : NAN), "speedups", sps, "coverage_speedup",
         pts, "eval_s", sum_obj(ev, nev), "tokens", sum_obj(tok, ntok));
@@ -231,16 +230,14 @@ static void flat_groups(json_t *level, const struct grid *g)
         flat += tf;
         groups += tg;
     }
-    json_object_set_new(
-        level, "flat_groups",
-        json_pack("{s:o, s:I, s:I, s:o}", "share",
-                  num(groups ? (double)flat / groups : NAN), "flat",
-                  (json_int_t)flat, "groups", (json_int_t)groups, "problems",
-                  probs));
+    json_object_set_new(level, "flat_groups",
+                        json_pack("{s:o, s:I, s:I, s:o}", "share",
+                                  num(groups ? (double)flat / groups : NAN),
+                                  "flat", (json_int_t)flat, "groups",
+                                  (json_int_t)groups, "problems", probs));
 }
 
-static json_t *level_obj(const rp_row **rows, size_t n, int strict,
-                         kg_err *err)
+static json_t *level_obj(const rp_row **rows, size_t n, int strict, kg_err *err)
 {
     struct grid g;
     double ps[RP_NP];
@@ -317,8 +314,8 @@ json_t *rp_stats(const rp_run *run, int strict, kg_err *err)
     }
     free(rows);
     return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o}", "name", run->name,
-                     "path", run->path, "baseline", run->baseline,
-                     "comparison", strict ? ">" : ">=", "rows",
-                     (json_int_t)run->n, "no_baseline",
-                     (json_int_t)run->no_baseline, "levels", levels);
+                     "path", run->path, "baseline", run->baseline, "comparison",
+                     strict ? ">" : ">=", "rows", (json_int_t)run->n,
+                     "no_baseline", (json_int_t)run->no_baseline, "levels",
+                     levels);
 }

@@ -18,8 +18,7 @@ static void cell(FILE *f, const json_t *v, int w, const char *fmt)
 static void prow(FILE *f, const json_t *m, const char *sgn)
 {
     for (int j = 0; j < RP_NP; j++)
-        cell(f, json_object_get(m, rp_pkeys[j]), 7,
-             *sgn ? "%+*.3f" : "%*.3f");
+        cell(f, json_object_get(m, rp_pkeys[j]), 7, *sgn ? "%+*.3f" : "%*.3f");
 }
 
 static void phead(FILE *f, const char *first)
@@ -35,8 +34,9 @@ static void phead(FILE *f, const char *first)
 static void flat_line(FILE *f, const json_t *lv)
 {
     json_t *fg = json_object_get(lv, "flat_groups");
-    fprintf(f, "  groups with all rewards equal (no GRPO/TRLOO gradient): %lld "
-               "of %lld",
+    fprintf(f,
+            "  groups with all rewards equal (no GRPO/TRLOO gradient): %lld "
+            "of %lld",
             (long long)json_integer_value(json_object_get(fg, "flat")),
             (long long)json_integer_value(json_object_get(fg, "groups")));
     const char *pk;
@@ -56,8 +56,9 @@ static void flat_line(FILE *f, const json_t *lv)
 
 static void run_table(FILE *f, const json_t *run)
 {
-    fprintf(f, "run %s (%s): %lld rows; speedup baseline: %s; Fast@p counts "
-               "speedup %s p (p=0: correct)\n",
+    fprintf(f,
+            "run %s (%s): %lld rows; speedup baseline: %s; Fast@p counts "
+            "speedup %s p (p=0: correct)\n",
             json_string_value(json_object_get(run, "name")),
             json_string_value(json_object_get(run, "path")),
             (long long)json_integer_value(json_object_get(run, "rows")),
@@ -65,8 +66,9 @@ static void run_table(FILE *f, const json_t *run)
             json_string_value(json_object_get(run, "comparison")));
     json_int_t nb = json_integer_value(json_object_get(run, "no_baseline"));
     if (nb)
-        fprintf(f, "  %lld correct attempts have no baseline time: correct, "
-                   "fast at no p > 0\n",
+        fprintf(f,
+                "  %lld correct attempts have no baseline time: correct, "
+                "fast at no p > 0\n",
                 (long long)nb);
     const char *lk, *tk;
     json_t *lv, *t;
@@ -85,12 +87,12 @@ static void run_table(FILE *f, const json_t *run)
             static const char *const names[] = {"last", "best", "correct"};
             for (int k = 0; k < 3; k++) {
                 if (k == 0)
-                    fprintf(f, "  %4s %5lld %6lld  %-8s", tk,
-                            (long long)json_integer_value(
-                                json_object_get(t, "n")),
-                            (long long)json_integer_value(
-                                json_object_get(t, "n_valid")),
-                            names[k]);
+                    fprintf(
+                        f, "  %4s %5lld %6lld  %-8s", tk,
+                        (long long)json_integer_value(json_object_get(t, "n")),
+                        (long long)json_integer_value(
+                            json_object_get(t, "n_valid")),
+                        names[k]);
                 else
                     fprintf(f, "  %4s %5s %6s  %-8s", "", "", "", names[k]);
                 prow(f, json_object_get(t, kinds[k]), "");
@@ -123,8 +125,9 @@ static void run_table(FILE *f, const json_t *run)
             fputc('\n', f);
         }
         flat_line(f, lv);
-        fprintf(f, "  cost: %.1f s of evaluation, %.0f generated tokens "
-                   "(eval_s and tokens above: means per attempt)\n",
+        fprintf(f,
+                "  cost: %.1f s of evaluation, %.0f generated tokens "
+                "(eval_s and tokens above: means per attempt)\n",
                 json_number_value(
                     json_object_get(json_object_get(lv, "eval_s"), "total")),
                 json_number_value(

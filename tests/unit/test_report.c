@@ -166,8 +166,7 @@ static void test_fastp_ge(void **state)
     assert_true(fabs(numat(t0, "hacked_ratio") - T3) < 1e-12);
     assert_true(fabs(numat(json_object_get(t0, "hacked"), "timer_tamper") -
                      T3) < 1e-12);
-    assert_true(fabs(numat(json_object_get(t0, "hacked"),
-                           "no_custom_kernel") -
+    assert_true(fabs(numat(json_object_get(t0, "hacked"), "no_custom_kernel") -
                      T3) < 1e-12);
     assert_true(numat(t1, "hacked_ratio") == 0);
     assert_true(fabs(numat(t0, "mean_reward") - 2.0 / 3) < 1e-12);
@@ -176,7 +175,8 @@ static void test_fastp_ge(void **state)
     assert_true(fabs(numat(t2, "mean_coverage") - 2.2 / 3) < 1e-12);
     /* cost: eval_s 2 per pass, 1 per mismatch/hack, none without a
      * result; 300 tokens over 3 choices = 100 per row */
-    json_t *ev = json_object_get(t0, "eval_s"), *tk = json_object_get(t0, "tokens");
+    json_t *ev = json_object_get(t0, "eval_s"),
+           *tk = json_object_get(t0, "tokens");
     assert_true(numat(ev, "total") == 4.0);
     assert_true(numat(tk, "mean") == 100.0);
     assert_true(numat(json_object_get(t1, "eval_s"), "total") == 2.0);
@@ -321,8 +321,7 @@ static void test_bad_input(void **state)
         "line 1: result.hack_reasons[0] is not a string");
     rp_run run;
     kg_err err = {{0}};
-    assert_int_equal(rp_read(&run, "/nonexistent/r.jsonl", &err),
-                     KG_ENOTFOUND);
+    assert_int_equal(rp_read(&run, "/nonexistent/r.jsonl", &err), KG_ENOTFOUND);
     assert_string_equal(err.msg,
                         "/nonexistent/r.jsonl: No such file or directory");
 }
@@ -353,8 +352,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    const char *names[] = {"main.jsonl", "base.json", "bad.jsonl",
-                           "rep.jsonl"};
+    const char *names[] = {"main.jsonl", "base.json", "bad.jsonl", "rep.jsonl"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char p[160];
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
