@@ -493,6 +493,13 @@ def _all_sum(x: float, device) -> float:
     return float(t.item())
 
 
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
 def run(a: argparse.Namespace) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -519,7 +526,9 @@ def run(a: argparse.Namespace) -> dict:
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     torch.manual_seed(a.seed)
     model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype).to(device)
-    model.train()
+    # RL: dropout off, so the logprobs are the policy's (the old ones and the
+    # ratio's are one function); SFT trains with the model's dropout
+    model.train(bool(a.sft))
     vocab = model.get_input_embeddings().num_embeddings
 
     if a.sft:
@@ -596,17 +605,32 @@ def run(a: argparse.Namespace) -> dict:
                 lp = token_logprobs(raw, ids, attn)
                 tot += float(-(lp * mask).sum())
                 ntok += int(mask.sum())
-        model.train()
+        model.train(bool(a.sft))
         return tot / max(ntok, 1)
 
     last: dict = {}
-    k_batch = step // a.ppo_epochs
+    # a step is one optimizer step; a batch gets E of them (--ppo-epochs),
+    # its old logprobs (and MRS mask) fixed at its first: a checkpoint in
+    # the middle of a batch keeps them (pending-RANK.pt) for the resume
+    E = 1 if a.sft else a.ppo_epochs
+    k_batch, first_epoch = divmod(step, E)
+    pending = None
+    if ckpt and first_epoch:
+        pf = os.path.join(ckpt, f"pending-{rank}.pt")
+        if not os.path.exists(pf):
+            raise TrainError(f"{ckpt}: a checkpoint inside a batch without {os.path.basename(pf)}")
+        pending = torch.load(pf, map_location=device)
     while step < a.steps:
         items = batch_of(k_batch)
         ids, attn, mask = pad_batch(items, pad_id, device)
         t0 = time.time()
         extra: dict = {}
-        if not a.sft:
+        old = None
+        if pending is not None:
+            old, mask, extra = pending["old"], pending["mask"], pending["extra"]
+            adv = pending["adv"]
+            pending = None
+        elif not a.sft:
             adv = torch.tensor([it["adv"] for it in items], dtype=torch.float64 if dtype == torch.float64
                                else torch.float32, device=device)
             with torch.no_grad():
@@ -624,7 +648,7 @@ def run(a: argparse.Namespace) -> dict:
                         mask[i] = False
                         dropped += 1
             extra = {"mrs_checked": len(seqs) if a.mrs == "auto" else 0, "mrs_dropped": dropped}
-        for _ in range(a.ppo_epochs if not a.sft else 1):
+        for epoch in range(first_epoch, E):
             if step >= a.steps:
                 break
             ntok = _all_sum(float(mask.sum()), device)
@@ -654,13 +678,19 @@ def run(a: argparse.Namespace) -> dict:
                     f.write(json.dumps(last) + "\n")
             log(" ".join(f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}"
                          for k, v in last.items() if v is not None))
-            if rank == 0 and ((a.save_every and step % a.save_every == 0) or step == a.steps):
-                save_checkpoint(a.out, step, model, tok, opt, {"step": step, "args": vars(a)})
+            if (a.save_every and step % a.save_every == 0) or step == a.steps:
+                path = os.path.join(a.out, f"step-{step}")
+                if rank == 0:
+                    save_checkpoint(a.out, step, model, tok, opt, {"step": step, "args": vars(a)})
+                _barrier()
+                if epoch + 1 < E:
+                    torch.save({"old": old, "mask": mask, "adv": adv, "extra": extra},
+                               os.path.join(path, f"pending-{rank}.pt"))
+                _barrier()
             t0 = time.time()
         k_batch += 1
-    if world > 1:
-        import torch.distributed as dist
-        dist.barrier()
+        first_epoch = 0
+    _barrier()
     return last
 
 
