@@ -198,13 +198,39 @@ def c(cluster: Cluster) -> Iterator[Client]:
                          check=False)
 
 
-def completed_count(c: Client) -> int:
-    def ask() -> int | None:
+def retrying(fn, *args, timeout: float = 30):
+    """fn(*args), asked again while the server answers 503 or not at
+    all, as a client must (docs/api.md: every write is idempotent by task
+    id; the task ids here are the client's). After a Redis restart each
+    of the server's pooled Redis connections fails its next call once
+    (503 "Server closed the connection") before it is made again."""
+    t0 = time.monotonic()
+    while True:
         try:
-            return c.request("GET", "/queue/status")[1]["tasks"].get("completed", 0)
-        except (KgymUnavailable, TypeError, KeyError):
-            return None
-    return wait_for(lambda: (n := ask()) is not None and n + 1, 30, "/queue/status") - 1
+            return fn(*args)
+        except KgymUnavailable:
+            if time.monotonic() - t0 > timeout:
+                raise
+            time.sleep(0.2)
+
+
+def submit(c: Client, req: dict) -> dict:
+    return retrying(c.submit_raw, req)
+
+
+def get(c: Client, path: str):
+    """GET path's body (200), retried on 503."""
+    def once():
+        s, body = c.request("GET", path)
+        if s == 503:
+            raise KgymUnavailable(s, "store_unavailable", str(body))
+        assert s == 200, (path, s, body)
+        return body
+    return retrying(once)
+
+
+def completed_count(c: Client) -> int:
+    return get(c, "/queue/status")["tasks"].get("completed", 0)
 
 
 def finish(c: Client, ids: list[str], timeout: float) -> dict[str, dict]:
@@ -250,15 +276,14 @@ def check_exactly_once(cluster: Cluster, c: Client, ids: list[str], before: int,
     assert not bad, f"{len(bad)} of {len(ids)} not completed exactly once: " \
         f"{list(bad.items())[:4]}"
     assert completed_count(c) - before == len(ids)
-    q = c.request("GET", "/queue/status")[1]
+    q = get(c, "/queue/status")
     assert q["queue_depth"] == 0 and q["running"] == 0, q
     return posts
 
 
 def refused_results(c: Client) -> int:
     """kgym_http_requests_total{route="worker_result",code="409"}."""
-    s, text = c.request("GET", "/metrics")
-    assert s == 200, (s, text)
+    text = get(c, "/metrics")
     key = 'kgym_http_requests_total{route="worker_result",code="409"} '
     return sum(int(ln[len(key):]) for ln in text.splitlines() if ln.startswith(key))
 
@@ -280,7 +305,7 @@ def test_link_cut_mid_evaluation_runs_elsewhere_and_late_result_refused(
     before, refused = completed_count(c), refused_results(c)
     ids = [uid("cut") for _ in range(3)]
     for t in ids:
-        c.submit_raw(cheap_task(t, sleep=5))
+        submit(c, cheap_task(t, sleep=5))
     held = running_on(c, ids, 3)
     victim_task = ids[0]
     node = cluster.holder(held[victim_task])
@@ -304,14 +329,14 @@ def test_link_cut_mid_evaluation_runs_elsewhere_and_late_result_refused(
     posts = check_exactly_once(cluster, c, ids, before)
     assert sorted(posts[victim_task]) == ["completed", "dropped"], posts
     assert refused_results(c) - refused == 1  # what docs/deploy.md says to watch
-    r = c.result(victim_task)
+    r = retrying(c.result, victim_task)
     assert r["device"]["worker_id"] != held[victim_task], r
     # the node works again: it leases and posts
     wait_for(lambda: registered_id(w.log) and w.poll() is None, 5, "the worker alive")
     more = [uid("after-cut") for _ in range(6)]
     before = completed_count(c)
     for t in more:
-        c.submit_raw(cheap_task(t, sleep=0.5))
+        submit(c, cheap_task(t, sleep=0.5))
     check_exactly_once(cluster, c, more, before)
     print(f"link cut {cut_s:.1f} s; late result refused")
 
@@ -320,7 +345,7 @@ def test_worker_kill9_its_task_completes_on_another(cluster: Cluster, c: Client)
     before = completed_count(c)
     ids = [uid("k9") for _ in range(4)]
     for t in ids:
-        c.submit_raw(cheap_task(t, sleep=3))
+        submit(c, cheap_task(t, sleep=3))
     held = running_on(c, ids, 3)
     task, wid = next(iter(held.items()))
     node = cluster.holder(wid)
@@ -340,7 +365,7 @@ def test_server_kill9_and_restart_loses_nothing(cluster: Cluster, c: Client) -> 
     before = completed_count(c)
     ids = [uid("srv") for _ in range(9)]
     for t in ids:
-        c.submit_raw(cheap_task(t, sleep=1.5))
+        submit(c, cheap_task(t, sleep=1.5))
     running_on(c, ids, 2)
     cluster.server.kill()  # -9 with leases held and evaluations running
     cluster.server.wait()
@@ -348,27 +373,10 @@ def test_server_kill9_and_restart_loses_nothing(cluster: Cluster, c: Client) -> 
     cluster.start_server()
     more = [uid("srv2") for _ in range(3)]
     for t in more:
-        c.submit_raw(cheap_task(t))
+        submit(c, cheap_task(t))
     check_exactly_once(cluster, c, ids + more, before, lost_reply_ok=True)
     for n in cluster.nodes:  # the workers rode it out
         assert cluster.workers[n.name].poll() is None, read(cluster.workers[n.name].log)
-
-
-def test_redis_kill9_and_restart_on_its_aof(cluster: Cluster, c: Client) -> None:
-    before = completed_count(c)
-    ids = [uid("aof") for _ in range(9)]
-    for t in ids:
-        c.submit_raw(cheap_task(t, sleep=1))
-    running_on(c, ids, 2)
-    cluster.redis.kill()
-    cluster.redis.wait()
-    s, body = c.request("POST", "/evaluate", cheap_task(uid("away")))
-    assert s == 503 and body["error"]["code"] == "store_unavailable", (s, body)
-    time.sleep(1)
-    cluster.start_redis()  # the same dir: the AOF holds every acknowledged write
-    wait_for(lambda: c.request("GET", "/health")[0] == 200, 20, "the store back")
-    check_exactly_once(cluster, c, ids, before, timeout=120)
-    assert cluster.server.poll() is None
 
 
 def _slow(cluster: Cluster, node: netns.Node, kind: str) -> str:
@@ -397,7 +405,7 @@ def test_slow_node(cluster: Cluster, c: Client, kind: str) -> None:
     t0 = time.monotonic()
     ids = [uid(f"slow-{kind}") for _ in range(12)]
     for t in ids:
-        c.submit_raw(cheap_task(t, sleep=0.3))
+        submit(c, cheap_task(t, sleep=0.3))
     check_exactly_once(cluster, c, ids, before, timeout=120)
     logs = read(cluster.workers[node.name].log)
     mine = sum(f"task {t}: result posted" in logs for t in ids)
@@ -419,14 +427,15 @@ def test_node_back_with_the_same_worker_id(cluster: Cluster, c: Client) -> None:
     before = completed_count(c)
     ids = [uid("same") for _ in range(3)]
     for t in ids:
-        c.submit_raw(cheap_task(t, sleep=6))
+        submit(c, cheap_task(t, sleep=6))
     held = running_on(c, ids, 3)
     task = next(t for t, h in held.items() if h == wid)
     w.kill()  # the machine dies ...
     w.wait()
     w2 = cluster.start_worker(node, "--worker-id", wid)  # ... and comes back at once
-    # registering the same id starts a new session: what the old process
-    # held is pending again at once (not after a lease), and runs again
+    # the old process's task is leased again (registering the same id
+    # puts it back, as the ttl would) and completes once: the new process
+    # under the old id neither inherits the lease nor posts for the old run
     st = wait_for(lambda: (s := c.status(task))["attempts"] >= 2 and s, 60,
                   "the task held under that id to be leased again")
     assert st["status"] in ("running", "completed"), st
@@ -441,7 +450,7 @@ def test_resubmission_after_a_lost_reply_is_the_same_task(cluster: Cluster,
     client larger than 100 bytes are dropped: the handshake and ACKs pass,
     the HTTP reply never does); the client times out and sends it again
     with the same task_id: one task, not two."""
-    total = lambda: sum(c.request("GET", "/queue/status")[1]["tasks"].values())  # noqa: E731
+    total = lambda: sum(get(c, "/queue/status")["tasks"].values())  # noqa: E731
     n0 = total()
     before = completed_count(c)
     tid = uid("retry")
@@ -454,7 +463,7 @@ def test_resubmission_after_a_lost_reply_is_the_same_task(cluster: Cluster,
     netns.tc("-n", cluster.net.switch, "qdisc", "del", "dev", cluster.cli.port, "root")
     st = wait_for(lambda: (s := c.request("GET", f"/status/{tid}"))[0] == 200 and s[1], 10,
                   "the unanswered submission to be there")
-    again = c.submit_raw(cheap_task(tid, sleep=1))
+    again = submit(c, cheap_task(tid, sleep=1))
     assert again["task_id"] == tid and again.get("existing") is True, again
     assert st["submitted_ms"] == c.status(tid)["submitted_ms"]
     check_exactly_once(cluster, c, [tid], before)
@@ -462,11 +471,11 @@ def test_resubmission_after_a_lost_reply_is_the_same_task(cluster: Cluster,
     # a batch resubmitted whole: the same tasks; a bad entry is named
     ids = [uid("b") for _ in range(3)]
     batch = [cheap_task(t) for t in ids] + [dict(cheap_task(uid("bad")), backend="nope")]
-    r1 = c.batch(batch)
+    r1 = retrying(c.batch, batch)
     assert (r1["accepted"], r1["rejected"]) == (3, 1), r1
     assert r1["tasks"][3]["index"] == 3 and r1["tasks"][3]["status_code"] == 400, r1
     assert r1["tasks"][3]["error"]["field"] == "backend", r1
-    r2 = c.batch(batch[:3])
+    r2 = retrying(c.batch, batch[:3])
     assert [e["task_id"] for e in r2["tasks"]] == ids, r2
     assert all(e.get("existing") is True for e in r2["tasks"]), r2
     check_exactly_once(cluster, c, ids, before + 1)
@@ -505,3 +514,23 @@ def test_nodes_are_sealed_and_leftovers_swept(cluster: Cluster) -> None:
         if stale in netns.namespaces():
             netns.ip("netns", "del", stale, check=False)
         shutil.rmtree(stale_dir, ignore_errors=True)
+
+
+def test_redis_kill9_and_restart_on_its_aof(cluster: Cluster, c: Client) -> None:
+    before = completed_count(c)
+    ids = [uid("aof") for _ in range(9)]
+    for t in ids:
+        submit(c, cheap_task(t, sleep=1))
+    running_on(c, ids, 2)
+    cluster.redis.kill()
+    cluster.redis.wait()
+    s, body = c.request("POST", "/evaluate", cheap_task(uid("away")))
+    assert s == 503 and body["error"]["code"] == "store_unavailable", (s, body)
+    time.sleep(1)
+    cluster.start_redis()  # the same dir: the AOF holds every acknowledged write
+    wait_for(lambda: c.request("GET", "/health")[0] == 200, 20, "the store back")
+    more = [uid("aof2") for _ in range(3)]
+    for t in more:
+        submit(c, cheap_task(t))
+    check_exactly_once(cluster, c, ids + more, before, timeout=120)
+    assert cluster.server.poll() is None
