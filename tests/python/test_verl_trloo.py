@@ -5,6 +5,7 @@ worked by hand. Skips when that venv is absent, unless KGYM_REQUIRE_VERL=1
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 
@@ -63,3 +64,45 @@ def test_trloo_through_verl_compute_advantage():
     for i in range(len(samples)):
         assert got["advantages"][i] == pytest.approx(dense(want_adv[i]), abs=1e-6), i
         assert got["returns"][i] == pytest.approx(dense(want_ret[i]), abs=1e-6), i
+
+
+def test_mrs_settings_match_libkgym_through_verl():
+    """kgym.verl.mrs's rollout_rs settings in verl's own rejection code
+    keep the sequences libkgym's MRS keeps: geometric means around both
+    bounds, tokens around the veto (one-sided: ratios below 1)."""
+    import random
+
+    from kgym import rl
+
+    rng = random.Random(5)
+    seqs = []
+    for _ in range(300):
+        n = rng.randint(1, 12)
+        g = math.log(rng.uniform(0.9975, 1.0025))  # geometric ratio around [0.999, 1.001]
+        d = [g] * n
+        if n > 1 and rng.random() < 0.4:  # a spike down, compensated: the veto's side
+            spike = -rng.uniform(8.0, 10.5)  # ratio e^-8 .. e^-10.5 around 1e-4 = e^-9.21
+            d[0] += spike
+            d[1] -= spike
+        seqs.append(d)
+    # between a bound and its reciprocal: 1/1.001 = 0.999000999, 1/0.999 = 1.001001
+    for g in (0.9990005, 0.9989995, 1.0009995, 1.0010005):
+        seqs.append([math.log(g)] * 3)
+    # the libkgym side: train = d, rollout = 0
+    want = rl.mrs(seqs, [[0.0] * len(s) for s in seqs])["keep"]
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    p = subprocess.run([PY, os.path.join(REPO, "tests", "verl", "verl_mrs_case.py")],
+                       input=json.dumps({"log_ratio": seqs, "cfg": {}}), capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])["keep"]
+    # verl computes the mean in its own order: leave out means within 1e-12
+    # of a bound
+    near = [abs(math.exp(sum(s) / len(s)) - b) < 1e-12 for s in seqs for b in (0.999, 1.001)]
+    near = [near[2 * i] or near[2 * i + 1] for i in range(len(seqs))]
+    bad = [i for i in range(len(seqs)) if not near[i] and got[i] != want[i]]
+    assert not bad, [(seqs[i], want[i], got[i]) for i in bad[:3]]
+    assert want[-4:] == [True, False, True, False]
+    assert 50 < sum(want) < 250  # both outcomes are exercised
+    assert sum(1 for s, k in zip(seqs, want) if not k and 0.999 <= math.exp(sum(s) / len(s))
+               <= 1.001) > 10  # some by the veto alone
