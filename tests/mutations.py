@@ -165,6 +165,17 @@ MUTATIONS = [
              "            body = body ? body : open, end = end ? end : p, open = NULL;",
              ["unit:test_agent_prompt"]),
 
+    # ---- kgym report's numbers (issue 26) --------------------------------------
+    Mutation("report-hacked-counts", "a hacked kernel is never correct, whatever it claims",
+             "src/agent/report_read.c", "r->correct = json_is_true(c) && !r->hacked;",
+             "r->correct = json_is_true(c);", ["unit:test_report"]),
+    Mutation("report-strict-tie", "--strict: a speedup of exactly p is not fast",
+             "src/agent/report_stats.c", "nextafter(rp_ps[j], INFINITY) : rp_ps[j]",
+             "rp_ps[j] : rp_ps[j]", ["unit:test_report"]),
+    Mutation("report-flat-lone", "a group of one attempt gives no gradient either",
+             "src/agent/report_stats.c", "            if (nv > 0) {",
+             "            if (nv > 1) {", ["unit:test_report"]),
+
     # ---- the judge's checks (harness) ------------------------------------------
     Mutation("judge-no-launch-decoy", "no custom launch in any mode is no_custom_kernel",
              "harness/kgym_harness/judge.py", "        if not any(counts):\n",
