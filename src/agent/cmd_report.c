@@ -176,17 +176,18 @@ int kg_cli_report(int argc, char **argv)
                  !nf ? "no rollout file given" : "--out DIR is required");
         return 2;
     }
+    json_t *report = build(files, nf, baseline, strict);
+    if (!report)
+        return 2;
     struct stat st;
     if (mkdir(out, 0777) &&
         !(errno == EEXIST && stat(out, &st) == 0 && S_ISDIR(st.st_mode))) {
         kg_error("--out %s: %s", out,
                  errno == EEXIST ? "exists and is not a directory"
                                  : strerror(errno));
+        json_decref(report);
         return 2;
     }
-    json_t *report = build(files, nf, baseline, strict);
-    if (!report)
-        return 2;
     int rc = write_json(out, report) ? 1 : 0;
     if (rc == 0) {
         rp_print(stdout, report);

@@ -152,7 +152,7 @@ def test_strict_and_baselines(tmp):
 
 
 @pytest.mark.parametrize("case", ["missing", "empty", "malformed", "schema",
-                                  "no-out", "flag", "baseline"])
+                                  "no-out", "flag", "baseline", "out-file"])
 def test_bad_input_one_line(tmp, case):
     good = write(os.path.join(tmp, "good.jsonl"), A_ROWS)
     out = os.path.join(tmp, "out")
@@ -169,6 +169,7 @@ def test_bad_input_one_line(tmp, case):
         "flag": ([good, "--out", out, "--frobnicate"], "unknown flag --frobnicate"),
         "baseline": ([good, "--out", out, "--baseline", good],
                      "--baseline " + good),
+        "out-file": ([good, "--out", good], "exists and is not a directory"),
     }[case]
     if case == "malformed":
         with open(tmp + "/m.jsonl", "w") as f:
@@ -178,7 +179,7 @@ def test_bad_input_one_line(tmp, case):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and want in lines[0], p.stderr
     assert lines[0].startswith("kgym report: ")
-    assert not os.path.exists(os.path.join(out, "report.json"))
+    assert not os.path.exists(out)  # nothing written, not even the folder
 
 
 def test_html_self_contained(two_runs):
