@@ -5,6 +5,7 @@
  * made again by a later call. Runs scripts (EVALSHA, loading them again
  * after a Redis restart) and plain commands, and reads replies.
  */
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,20 @@ int rd__connect(rd_store *s, rconn *rc, kg_err *err)
     return e;
 }
 
+/*
+ * Whether an idle connection was closed by Redis (a restart, a client
+ * timeout, a kill): between calls there is nothing to read on it, so any
+ * event (end of file, hang-up, error, stray bytes) means it is no longer
+ * usable. Without this check every pooled connection failed its next call
+ * once after a Redis restart (503s long after Redis was back, whenever a
+ * deeper connection of the pool was first used again).
+ */
+static int conn_stale(const redisContext *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+    return c->fd < 0 || poll(&p, 1, 0) != 0;
+}
+
 /* A pooled connection, connected; NULL with KG_EUNAVAIL in *code. */
 static rconn *pool_get(rd_store *s, int *code, kg_err *err)
 {
@@ -107,6 +122,10 @@ static rconn *pool_get(rd_store *s, int *code, kg_err *err)
     rconn *rc = &s->conns[s->idle[--s->nidle]];
     int64_t down_until = s->down_until;
     pthread_mutex_unlock(&s->mu);
+    if (rc->c && conn_stale(rc->c)) {
+        redisFree(rc->c);
+        rc->c = NULL;
+    }
     if (rc->c)
         return rc;
     if (kg_store_now_ms() < down_until)

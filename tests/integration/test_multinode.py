@@ -529,8 +529,24 @@ def test_redis_kill9_and_restart_on_its_aof(cluster: Cluster, c: Client) -> None
     time.sleep(1)
     cluster.start_redis()  # the same dir: the AOF holds every acknowledged write
     wait_for(lambda: c.request("GET", "/health")[0] == 200, 20, "the store back")
-    more = [uid("aof2") for _ in range(3)]
-    for t in more:
-        submit(c, cheap_task(t))
+    # once /health answers, so does every call: no connection of the
+    # server's pool that Redis closed in dying fails a request (each did,
+    # once, before store_redis_conn.c checked them)
+    more = [uid("aof2") for _ in range(16)]
+    refused: list[str] = []
+
+    def post(chunk: list[str]) -> None:
+        with Client(cluster.url, token=TOKEN, timeout=10) as cc:
+            for t in chunk:
+                try:
+                    cc.submit_raw(cheap_task(t))
+                except KgymUnavailable as e:
+                    refused.append(f"{t}: {e}")
+    threads = [threading.Thread(target=post, args=(more[i::8],)) for i in range(8)]
+    for th in threads:  # started from this thread: in node cli's namespace
+        th.start()
+    for th in threads:
+        th.join()
+    assert not refused, refused
     check_exactly_once(cluster, c, ids + more, before, timeout=120)
     assert cluster.server.poll() is None
