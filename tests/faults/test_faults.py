@@ -201,7 +201,7 @@ def run_kgym(name: str, cands: list[str], timeout: float, *, fresh: bool = False
     for p in paths:
         argv += ["--cand", p]
     env = dict(os.environ, TMPDIR=base, KGYM_FAULTS_RUN=marker)
-    t0 = time.monotonic()
+    t0, started = time.monotonic(), time.time()
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
