@@ -116,10 +116,8 @@ class Lead:
     busy wait before each sample's start event is. It must outlast the
     host's launch of the timed call, else the sample holds host time: a
     host-bound call (a level-3 model's hundreds of small launches) then
-    times as the launching process's Python speed, which differed by up to
-    2x between the judge's and the candidate's processes on the same code
-    (ResNet18 self-speedups of 0.45-1.6x on the H200 with a 0.2 ms
-    ceiling). Anything beyond the launch is idle device time inside the
+    times as the launching process's Python speed, which is not the same
+    in the judge's and the candidate's processes. Anything beyond the launch is idle device time inside the
     exclusive section, so it is sized from this process's own calls:
     LEAD_FACTOR x the slowest host time of the last LEAD_WINDOW calls
     whose launch it measured + LEAD_PAD_NS, within [LEAD_MIN_NS,
