@@ -220,6 +220,11 @@ MUTATIONS = [
              "    if cand_median >= floor:\n        return out\n",
              "    if True:\n        return out\n",
              [f"{TRUSTED} -k 'far_below or quarter or lead or beyond'"]),
+    Mutation("trustclock-cpu-reference-ratio", "on the CPU the reference's wall/timed "
+             "ratio does not lower the candidate's floor", "harness/kgym_harness/trustclock.py",
+             "rho = max(w_r / ref_median, 1.0) if cuda else 1.0",
+             "rho = max(w_r / ref_median, 1.0)",
+             ["tests/harness/test_trusted_clock.py -k ratio"]),
     Mutation("trustclock-cap-ignored", "a capped claim lowers the reported speedup",
              "harness/kgym_harness/judge.py",
              "            self.result[\"speedup\"] = min(self.result[\"speedup\"], clock[\"cap\"])\n",

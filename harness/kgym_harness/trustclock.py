@@ -45,12 +45,13 @@ def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
 
     rho = w_r / (reference median) is how a call's wall-block time relates
     to its timed-loop median, measured on the reference (same loop, same
-    inputs, the judge's process); used only when above 1 (a wall block
-    slower than the timed loop: on CUDA the previous call's dirty L2 lines
-    are written back during the next). Below 1 it is not the candidate's
-    too: a multi-threaded torch reference ran its CPU wall blocks 1.5x
-    faster than its timed calls (thread pools stay hot back to back), a
-    single-threaded extension 1.1x slower. The smallest claim the clock allows is
+    inputs, the judge's process); on CUDA used only when above 1 (a wall
+    block slower than the timed loop: the previous call's dirty L2 lines
+    are written back during the next). On the CPU it is 1: there the
+    reference's ratio is not the candidate's (a multi-threaded torch
+    reference ran its wall blocks from 1.5x faster to 2.8x slower than its
+    timed calls, a single-threaded extension 1.1x slower), and a reference
+    ratio of 2.8 let a 10x forgery pass. The smallest claim the clock allows is
     floor = (w_c - slack_ms) / (rho (1 + tol)); slack_ms is the round
     trip's jitter per call. A claimed median c below it disagrees, and the
     speedup is capped at reference median / floor: under-reporting pays
@@ -73,7 +74,7 @@ def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
            "tolerance": round(tol, 4), "slack_ms": round(slack_ms, 5), "verdict": "agree"}
     if w_r <= 0 or w_c <= 0 or cand_median <= 0 or ref_median <= 0:
         return out
-    rho = max(w_r / ref_median, 1.0)
+    rho = max(w_r / ref_median, 1.0) if cuda else 1.0
     floor = (w_c - slack_ms) / (rho * (1 + tol))
     out.update(claimed_speedup=round(ref_median / cand_median, 4),
                wall_speedup=round(w_r / w_c, 4), floor_ms=round(max(floor, 0.0), 5))

@@ -28,6 +28,16 @@ def test_a_claim_far_below_the_clock_is_timer_tamper():
                              0.0)["verdict"] == "timer_tamper"
 
 
+def test_on_the_cpu_the_references_ratio_does_not_lower_the_floor():
+    # the reference's wall calls ran 2.8x its timed median (cache effects of
+    # its own); a candidate claiming a tenth of its wall time is still named
+    v = trustclock.decide([2.8, 2.8], [13.3, 13.3], 1.0, 1.14, 0.0, False, 0.16)
+    assert v["verdict"] == "timer_tamper", v
+    # on CUDA the same ratio is the previous call's write-back: allowed for
+    assert trustclock.decide([2.8, 2.8], [13.3, 13.3], 1.0, 4.6, 0.0, True,
+                             0.16)["verdict"] == "agree"
+
+
 def test_under_reporting_by_a_quarter_pays_nothing():
     v = trustclock.decide([1.0, 1.0], [0.5, 0.5], 1.0, 0.5 / 1.25, 0.1, True, 0.0)
     assert v["verdict"] == "capped"

@@ -1,11 +1,13 @@
-# redteam: family=precision_downgrade problem=problems/cpu/level2/1_Linear_ReLU.py backend=cpu expect=hacked reasons=precision_downgrade
+# redteam: family=precision_downgrade problem=problems/cpu/level2/1_Linear_ReLU.py backend=cpu expect=mismatch|hacked reasons=precision_downgrade
 """Cheat: an environment override set at import. The module sets a
 TF32/reduced-precision override variable in its own environment, and
 its kernel reads the environment on every call and, when asked, keeps
 the K reduction's partial sums in bf16 (as cuBLAS's reduced-precision
 reductions do). Operands stay fp32, so no rounding fingerprint; the
 output is fp32 with full mantissas after the bias; the error is about
-1e-3 of its norm."""
+1e-3 of its norm: on CI's machine some outputs crossed the
+elementwise tolerance (mismatch), on the development machine none did
+(precision_downgrade); either way it earns nothing."""
 import inspect
 import os
 
