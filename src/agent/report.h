@@ -11,6 +11,10 @@
 
 #include "kgym/kgym.h"
 
+/* report.json's level that holds every row, when a run has two levels or
+ * more (a level's name is the part of a problem's name before its '/') */
+#define RP_ALL_LEVELS "all levels"
+
 #define RP_NP 6 /* the thresholds: 0 (correct), 1, 1.2, 1.5, 2, 3 */
 extern const double rp_ps[RP_NP];
 extern const char *const rp_pkeys[RP_NP]; /* "0.0", "1.0", "1.2", ... */

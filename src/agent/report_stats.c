@@ -3,6 +3,7 @@
  * (libkgym's kg_rl_fastp), Fast@p among correct attempts, hacking ratio by
  * reason, mean reward and coverage, geometric-mean speedup, the groups that
  * give no gradient, and what the feedback cost. */
+#include <ctype.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,12 +18,40 @@ static json_t *num(double x)
     return isfinite(x) ? json_real(x) : json_null();
 }
 
+/* strcmp, except that runs of digits compare as numbers: level2 before
+ * level10, 9_X before 10_X (KernelBench's names). */
+static int natcmp(const char *a, const char *b)
+{
+    while (*a && *b) {
+        if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
+            while (*a == '0')
+                a++;
+            while (*b == '0')
+                b++;
+            size_t na = strspn(a, "0123456789"), nb = strspn(b, "0123456789");
+            if (na != nb)
+                return na < nb ? -1 : 1;
+            int c = strncmp(a, b, na);
+            if (c)
+                return c;
+            a += na;
+            b += nb;
+        } else if (*a != *b) {
+            return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+        } else {
+            a++;
+            b++;
+        }
+    }
+    return (unsigned char)*a - (unsigned char)*b;
+}
+
 static int cmp_rows(const void *a, const void *b)
 {
     const rp_row *x = *(const rp_row *const *)a, *y = *(const rp_row *const *)b;
-    int c = strcmp(x->level, y->level);
+    int c = natcmp(x->level, y->level);
     if (!c)
-        c = strcmp(x->problem, y->problem);
+        c = natcmp(x->problem, y->problem);
     if (!c)
         c = (x->sample > y->sample) - (x->sample < y->sample);
     if (!c)
@@ -49,7 +78,7 @@ static void grid_free(struct grid *g)
     free(g->speedup);
 }
 
-/* rows[0..n) are one level's, sorted by problem, sample, turn. */
+/* rows[0..n) grouped by problem and sample, each sorted by turn. */
 static int grid_make(struct grid *g, const rp_row **rows, size_t n)
 {
     memset(g, 0, sizeof *g);
@@ -299,18 +328,27 @@ json_t *rp_stats(const rp_run *run, int strict, kg_err *err)
         rows[i] = &run->rows[i];
     qsort(rows, run->n, sizeof *rows, cmp_rows);
     json_t *levels = json_object();
-    for (size_t i = 0; i < run->n;) {
+    size_t nlevels = 0;
+    for (size_t i = 0; i <= run->n;) {
+        /* each level in turn, then (i == n) every row when there are two
+         * levels or more: the rows stay grouped by problem and sample */
         size_t j = i;
-        while (j < run->n && !strcmp(rows[j]->level, rows[i]->level))
-            j++;
-        json_t *lv = level_obj(rows + i, j - i, strict, err);
+        const char *key = i < run->n ? rows[i]->level : RP_ALL_LEVELS;
+        if (i < run->n)
+            while (j < run->n && !strcmp(rows[j]->level, rows[i]->level))
+                j++;
+        else if (nlevels < 2)
+            break;
+        json_t *lv = i < run->n ? level_obj(rows + i, j - i, strict, err)
+                                : level_obj(rows, run->n, strict, err);
         if (!lv) {
             json_decref(levels);
             free(rows);
             return NULL;
         }
-        json_object_set_new(levels, rows[i]->level, lv);
-        i = j;
+        json_object_set_new(levels, key, lv);
+        nlevels++;
+        i = i < run->n ? j : run->n + 1;
     }
     free(rows);
     return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o}", "name", run->name,

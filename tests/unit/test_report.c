@@ -343,6 +343,52 @@ static void test_repeat_and_level(void **state)
     json_decref(st);
 }
 
+/* write_main's run over every row (level1/P's 3 trajectories and level2/Q's
+ * 2, whose one turn carries on): at turn 2 three of five are correct, at
+ * 1.2, 2.0 and 3.0. Levels come in numeric order, then "all levels"; a run
+ * of one level has no such row. */
+static void test_all_levels(void **state)
+{
+    (void)state;
+    json_t *st = stats_of(write_main(), 0);
+    expect(st, RP_ALL_LEVELS, 0, "fast_p", (double[]){0.2, 0.2, 0, 0, 0, 0});
+    expect(st, RP_ALL_LEVELS, 2, "fast_p",
+           (double[]){0.6, 0.6, 0.6, 0.4, 0.4, 0.2});
+    json_t *all = json_object_get(json_object_get(st, "levels"), RP_ALL_LEVELS);
+    assert_int_equal(json_integer_value(json_object_get(all, "n")), 5);
+    assert_int_equal(json_integer_value(json_object_get(all, "problems")), 2);
+    json_decref(st);
+
+    char path[128];
+    snprintf(path, sizeof path, "%s/order.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    row(f, "level10/A", 0, 0, 1, "0", WRONG);
+    row(f, "level2/B", 0, 0, 1, "3.0", pass(2.0, 1, 1));
+    row(f, "level2/B", 1, 0, 1, "0", WRONG);
+    fclose(f);
+    st = stats_of(path, 0);
+    const char *want[] = {"level2", "level10", RP_ALL_LEVELS};
+    size_t k = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_object_get(st, "levels"), key, v)
+    {
+        assert_true(k < 3);
+        assert_string_equal(key, want[k++]);
+    }
+    assert_int_equal(k, 3);
+    expect(st, RP_ALL_LEVELS, 0, "fast_p", (double[]){T3, T3, T3, T3, T3, 0});
+    json_decref(st);
+
+    snprintf(path, sizeof path, "%s/one.jsonl", dir);
+    f = fopen(path, "w");
+    row(f, "level2/B", 0, 0, 1, "0", WRONG);
+    fclose(f);
+    st = stats_of(path, 0);
+    assert_int_equal(json_object_size(json_object_get(st, "levels")), 1);
+    json_decref(st);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -352,7 +398,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    const char *names[] = {"main.jsonl", "base.json", "bad.jsonl", "rep.jsonl"};
+    const char *names[] = {"main.jsonl", "base.json", "bad.jsonl", "rep.jsonl",
+                           "order.jsonl", "one.jsonl"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char p[160];
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
@@ -370,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_diff),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_repeat_and_level),
+        cmocka_unit_test(test_all_levels),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
