@@ -251,6 +251,25 @@ int kg_api_opt_string(const json_t *o, const char *key, size_t max,
     return 0;
 }
 
+/* A long poll's "wait_s": absent or null is 0; else a number in
+ * 0..KG_API_MAX_WAIT_S (400 for another type, 422 out of range). */
+int kg_api_wait_field(const json_t *o, double *wait, kg_api_error *e)
+{
+    json_t *w = json_object_get(o, "wait_s");
+    *wait = 0;
+    if (!w || json_is_null(w))
+        return 0;
+    if (!json_is_number(w))
+        return kg_api_set_error(e, 400, "invalid_field", "wait_s",
+                                "field \"wait_s\": must be a number");
+    *wait = json_number_value(w);
+    if (!(*wait >= 0 && *wait <= KG_API_MAX_WAIT_S))
+        return kg_api_set_error(e, 422, "invalid_value", "wait_s",
+                                "field \"wait_s\": must be in 0..%d",
+                                KG_API_MAX_WAIT_S);
+    return 0;
+}
+
 /* A worker or task id field: required, kg_task_id_valid. */
 int kg_api_id_field(const json_t *o, const char *key, const char **out,
                     kg_api_error *e)
@@ -409,6 +428,10 @@ void kg_api_dispatch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     }
     case KG_ROUTE_RESULTS: {
         kg_api_h_results(api, req, rep);
+        return;
+    }
+    case KG_ROUTE_RESULTS_BATCH: {
+        kg_api_h_results_batch(api, req, rep);
         return;
     }
     case KG_ROUTE_CANCEL: {

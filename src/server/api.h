@@ -27,6 +27,7 @@
 
 #define KG_API_MAX_WAIT_S 120 /* longest long poll a worker may ask for */
 #define KG_API_MAX_BATCH 10000
+#define KG_API_MAX_POLL_IDS 1000 /* task ids per POST /results/batch */
 
 typedef struct kg_api kg_api;
 

@@ -342,11 +342,28 @@ void kg_api_h_batch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
 
 /* ---- task reads and cancellation --------------------------------------- */
 
-/*
- * Reads task id for a GET; on failure fills rep and returns -1. A task
- * answered from the cache (not in the store) comes back as a completed
- * kg_task with its result.
- */
+int kg_api_read_task(kg_api *api, const char *id, kg_task *t, kg_err *err)
+{
+    memset(t, 0, sizeof *t);
+    int rc = kg_store_get(api->store, id, KG_GET_RESULT, t, err);
+    char key[65];
+    if (rc != KG_ENOTFOUND || !kg_api_hit_get(api, id, key))
+        return rc;
+    json_t *res = NULL;
+    rc = kg_store_cache_get(api->store, key, &res, err);
+    if (rc == 0)
+        return KG_ENOTFOUND; /* evicted from the cache since */
+    if (rc < 0)
+        return rc;
+    memset(t, 0, sizeof *t);
+    snprintf(t->id, sizeof t->id, "%s", id);
+    t->status = KG_TASK_COMPLETED;
+    t->priority = KG_PRIO_NORMAL;
+    t->result = res;
+    return 0;
+}
+
+/* Reads task id for a GET; on failure fills rep and returns -1. */
 static int load_task(kg_api *api, const char *id, kg_task *t,
                      kg_http_reply *rep)
 {
@@ -357,24 +374,9 @@ static int load_task(kg_api *api, const char *id, kg_task *t,
                       "task_id: malformed, so no such task");
         return -1;
     }
-    int rc = kg_store_get(api->store, id, KG_GET_RESULT, t, &err);
+    int rc = kg_api_read_task(api, id, t, &err);
     if (rc == 0)
         return 0;
-    char key[65];
-    if (rc == KG_ENOTFOUND && kg_api_hit_get(api, id, key)) {
-        json_t *res = NULL;
-        rc = kg_store_cache_get(api->store, key, &res, &err);
-        if (rc == 1) {
-            memset(t, 0, sizeof *t);
-            snprintf(t->id, sizeof t->id, "%s", id);
-            t->status = KG_TASK_COMPLETED;
-            t->priority = KG_PRIO_NORMAL;
-            t->result = res;
-            return 0;
-        }
-        if (rc == 0)
-            rc = KG_ENOTFOUND; /* evicted from the cache since */
-    }
     if (rc == KG_ENOTFOUND)
         kg_http_error(rep, 404, "not_found", "task_id",
                       "task_id %s: no such task", id);
@@ -443,6 +445,8 @@ void kg_api_h_cancel(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
             return;
         }
     }
+    if (rc == 0) /* cancelled now: wake the result polls waiting for it */
+        kg_http_key_add(rep->done_keys, id);
     rep->status = 200;
     rep->json = json_pack("{s:s, s:s}", "task_id", id, "status", "cancelled");
 }

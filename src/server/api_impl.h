@@ -61,6 +61,8 @@ int kg_api_set_error(kg_api_error *e, int status, const char *code,
 /* Reads an optional string field of at most max bytes; -1 with e set. */
 int kg_api_opt_string(const json_t *o, const char *key, size_t max,
                       int required, const char **out, kg_api_error *e);
+/* A long poll's optional "wait_s" (0..KG_API_MAX_WAIT_S); -1 with e set. */
+int kg_api_wait_field(const json_t *o, double *wait, kg_api_error *e);
 /* A worker or task id field: required, kg_task_id_valid. */
 int kg_api_id_field(const json_t *o, const char *key, const char **out,
                     kg_api_error *e);
@@ -74,6 +76,14 @@ json_t *kg_api_result_view(const char *id, int status, const json_t *result);
 json_t *kg_api_existing_view(const kg_task *t);
 json_t *kg_api_cached_view(const char *id, const json_t *result);
 
+/*
+ * Reads task id (KG_GET_RESULT: with its result), also one answered from
+ * the result cache, which is not in the store (a completed kg_task with
+ * its result). 0, KG_ENOTFOUND, or another KG_E* code with err filled;
+ * on 0 the caller releases *t with kg_task_free.
+ */
+int kg_api_read_task(kg_api *api, const char *id, kg_task *t, kg_err *err);
+
 /* ---- the endpoints ----------------------------------------------------- */
 
 /* api_client.c */
@@ -82,6 +92,9 @@ void kg_api_h_batch(kg_api *api, const kg_http_req *req, kg_http_reply *rep);
 void kg_api_h_status(kg_api *api, const kg_http_req *req, kg_http_reply *rep);
 void kg_api_h_results(kg_api *api, const kg_http_req *req, kg_http_reply *rep);
 void kg_api_h_cancel(kg_api *api, const kg_http_req *req, kg_http_reply *rep);
+/* api_poll.c */
+void kg_api_h_results_batch(kg_api *api, const kg_http_req *req,
+                            kg_http_reply *rep);
 /* api_ops.c */
 void kg_api_h_health(kg_api *api, const kg_http_req *req, kg_http_reply *rep);
 void kg_api_h_queue(kg_api *api, const kg_http_req *req, kg_http_reply *rep);

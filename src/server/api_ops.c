@@ -112,7 +112,9 @@ void kg_api_h_metrics(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     memset(&s, 0, sizeof s);
     kg_err err;
     s.store_up = kg_store_counts_get(api->store, &s.counts, &err) == 0;
-    s.parked_polls = api->http ? kg_http_parked(api->http) : -1;
+    s.parked_polls = api->http ? kg_http_parked(api->http, KG_PARK_LEASE) : -1;
+    s.parked_results =
+        api->http ? kg_http_parked(api->http, KG_PARK_RESULTS) : -1;
     if (api->super) {
         kg_super_stats st;
         kg_super_stats_get(api->super, &st);

@@ -282,27 +282,12 @@ void kg_api_h_lease(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     if (worker_body(req, &in, &wid, rep))
         return;
     if (!req->resumed) {
-        json_t *w = json_object_get(in, "wait_s");
-        double wait = 0;
-        if (w && !json_is_null(w)) {
-            if (!json_is_number(w)) {
-                json_decref(in);
-                {
-                    kg_http_error(rep, 400, "invalid_field", "wait_s",
-                                  "field \"wait_s\": must be a number");
-                    return;
-                }
-            }
-            wait = json_number_value(w);
-            if (!(wait >= 0 && wait <= KG_API_MAX_WAIT_S)) {
-                json_decref(in);
-                {
-                    kg_http_error(rep, 422, "invalid_value", "wait_s",
-                                  "field \"wait_s\": must be in 0..%d",
-                                  KG_API_MAX_WAIT_S);
-                    return;
-                }
-            }
+        double wait;
+        kg_api_error e;
+        if (kg_api_wait_field(in, &wait, &e)) {
+            json_decref(in);
+            kg_api_reply_error(rep, &e);
+            return;
         }
         *req->slot = req->now + wait;
     }
@@ -377,6 +362,8 @@ void kg_api_h_result(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     } else {
         if (outcome == KG_TASK_PENDING)
             kg_http_wake(api->http, 1);
+        else /* final: wake the result polls waiting for it */
+            kg_http_key_add(rep->done_keys, tid);
         rep->status = 200;
         rep->json = json_pack("{s:s, s:s}", "task_id", tid, "status",
                               kg_task_status_name(outcome));

@@ -160,9 +160,12 @@ static void sweep_deadlines(kg_http *h)
     pthread_mutex_unlock(&h->clock);
 }
 
-/* Re-runs parked polls every PARK_RECHECK_S (a task may have come through
- * another server on a shared store, or been requeued by the scheduler) and
- * at their deadlines; cuts off requests past theirs. */
+/* Re-runs parked lease polls every PARK_RECHECK_S (a task may have come
+ * through another server on a shared store, or been requeued by the
+ * scheduler), parked result polls every RESULTS_RECHECK_S (a task may
+ * have been finished through another server, or failed by the
+ * scheduler's sweep) and at their deadlines; cuts off requests past
+ * theirs. */
 static void *ticker_main(void *arg)
 {
     kg_http *h = arg;
@@ -176,12 +179,8 @@ static void *ticker_main(void *arg)
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&h->cond, &h->lock, &ts);
-        while (h->parked_head) {
-            struct conn *c = h->parked_head;
-            kg_http_park_unlink(h, c);
-            MHD_resume_connection(c->mc);
-        }
         pthread_mutex_unlock(&h->lock);
+        kg_http_resume_due(h, 0);
         sweep_deadlines(h);
         pthread_mutex_lock(&h->lock);
     }
@@ -217,6 +216,7 @@ static enum MHD_Result dispatch(kg_http *h, struct conn *c, const char *method)
         return kg_http_send_error(c, 413, "payload_too_large",
                                   "request body over 1 MiB", NULL);
     kg_http_reply rep = {0};
+    int ran_here = !c->job_done; /* else finished tasks were woken already */
     if (c->job_done) {
         rep = c->rep; /* a store thread ran the handler */
         memset(&c->rep, 0, sizeof c->rep);
@@ -258,16 +258,17 @@ static enum MHD_Result dispatch(kg_http *h, struct conn *c, const char *method)
         }
     }
     if (rep.status == 0) {
-        if (rep.park_until > kg_http_now() && kg_http_park(h, c) == 0) {
-            c->park_until = rep.park_until;
+        if (rep.park_until > kg_http_now() && kg_http_park(h, c, &rep) == 0) {
             c->resumed++;
             json_decref(rep.json);
             return MHD_YES;
         }
-        json_decref(rep.json);
-        rep.json = NULL;
-        rep.status = 204;
+        /* the wait is over, or the server is stopping: the handler's
+           answer for that case, else none */
+        rep.status = rep.json ? 200 : 204;
     }
+    if (ran_here)
+        kg_http_wake_done(h, &rep);
     c->answered = 1;
     return kg_http_send_reply(c, &rep, NULL);
 }
@@ -621,10 +622,12 @@ const char *kg_http_address(kg_http *h)
     return h->address;
 }
 
-int kg_http_parked(kg_http *h)
+int kg_http_parked(kg_http *h, int kind)
 {
+    if (kind < 0 || kind >= KG_PARK_KINDS)
+        return 0;
     pthread_mutex_lock(&h->lock);
-    int n = h->nparked;
+    int n = h->parked[kind].n;
     pthread_mutex_unlock(&h->lock);
     return n;
 }
@@ -640,18 +643,20 @@ void kg_http_stop(kg_http *h)
     pthread_mutex_unlock(&h->lock);
     if (h->ticker_started)
         pthread_join(h->ticker, NULL);
-    kg_http_wake(h, -1);
+    kg_http_resume_due(h, 1);
     /* queued writes finish; later ones run on the connection's thread */
     kg_http_stop_jobs(h);
     /* resumed polls answer at once now (park refuses); let them run, and
        let the store make the last deferred writes durable */
     for (int i = 0; i < 500; i++) {
         pthread_mutex_lock(&h->lock);
-        int n = h->nparked + h->ndeferred;
+        int n = h->ndeferred;
+        for (int k = 0; k < KG_PARK_KINDS; k++)
+            n += h->parked[k].n;
         pthread_mutex_unlock(&h->lock);
         if (!n)
             break;
-        kg_http_wake(h, -1);
+        kg_http_resume_due(h, 1);
         usleep(10000);
     }
     MHD_stop_daemon(h->d);

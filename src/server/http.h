@@ -15,11 +15,25 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kgym/kgym.h"
 
 #define KG_HTTP_MAX_BODY (1024 * 1024)
 #define KG_HTTP_DEFAULT_PORT 10907
+
+/* What a parked request waits for: work to lease, or tasks to finish. */
+enum kg_park_kind { KG_PARK_LEASE = 0, KG_PARK_RESULTS = 1 };
+#define KG_PARK_KINDS 2
+
+/*
+ * A set of task ids as a 512-bit Bloom mask (one bit per id): a parked
+ * result poll names the tasks it waits for, a reply the tasks it
+ * finished, and a poll is woken when the two share a bit. A false match
+ * only costs the poll one look at the store.
+ */
+#define KG_HTTP_KEY_WORDS 8
+void kg_http_key_add(uint64_t mask[KG_HTTP_KEY_WORDS], const char *task_id);
 
 struct kg_api;
 struct kg_auth;
@@ -46,6 +60,14 @@ typedef struct kg_http_req {
  * park_until > now: park until then or until woken. undo, when set, is
  * called (from a server thread) if the reply could not be delivered, so
  * a lease handed to a worker that hung up can be given back.
+ *
+ * A handler that parks may also set json: what is sent (200) when the
+ * request cannot park (its wait is over, or the server is stopping);
+ * without it that answer is a bare 204. park_kind and park_keys say what
+ * the park waits for (KG_PARK_RESULTS: the tasks in park_keys to finish).
+ * done_keys names the tasks this request finished: parked result polls
+ * waiting for one of them are woken once the request's writes are
+ * durable.
  */
 typedef struct kg_http_reply {
     int status;
@@ -54,6 +76,9 @@ typedef struct kg_http_reply {
     size_t text_len;
     const char *content_type; /* for text; default text/plain */
     double park_until;
+    int park_kind; /* enum kg_park_kind */
+    uint64_t park_keys[KG_HTTP_KEY_WORDS];
+    uint64_t done_keys[KG_HTTP_KEY_WORDS];
     void (*undo)(struct kg_api *api, json_t *arg);
     json_t *undo_arg; /* owned */
 } kg_http_reply;
@@ -116,11 +141,16 @@ int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
 int kg_http_port(kg_http *h);
 const char *kg_http_address(kg_http *h);
 
-/* Wakes up to n parked long polls (n < 0: all), oldest first. Thread-safe. */
+/* Wakes up to n parked lease polls (n < 0: all), oldest first.
+ * Thread-safe. */
 void kg_http_wake(kg_http *h, int n);
 
-/* Long polls parked now. */
-int kg_http_parked(kg_http *h);
+/* Wakes the parked result polls that wait for a task of keys (a mask of
+ * kg_http_key_add). Thread-safe. */
+void kg_http_wake_keys(kg_http *h, const uint64_t keys[KG_HTTP_KEY_WORDS]);
+
+/* Long polls of one kind (enum kg_park_kind) parked now. */
+int kg_http_parked(kg_http *h, int kind);
 
 /* Resumes every parked connection, stops the daemon and frees h. */
 void kg_http_stop(kg_http *h);

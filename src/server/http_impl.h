@@ -22,7 +22,10 @@
 #define DEFAULT_REQUEST_TIMEOUT_S 30
 #define FD_RESERVE 128 /* descriptors kept for the store, workers, logs */
 #define CONN_MEMORY_LIMIT (64 * 1024) /* request line + headers */
-#define PARK_RECHECK_S 0.2       /* parked polls re-ask the store this often */
+/* parked lease polls re-ask the store this often; parked result polls,
+   which results through this server wake at once, this often */
+#define PARK_RECHECK_S 0.2
+#define RESULTS_RECHECK_S 1.0
 #define DEFAULT_STORE_THREADS 64 /* store jobs (writes) in flight at once */
 #define MAX_RAW_PATH 2048 /* routes are short; a longer path cannot match */
 
@@ -45,8 +48,11 @@ struct conn {
     double slot; /* kg_http_req.slot */
     char peer[INET6_ADDRSTRLEN];
     double park_until;
-    struct conn *prev, *next; /* in the parked list while parked */
-    struct conn *job_next;    /* in the store job queue */
+    double park_check; /* a parked result poll: when it next re-asks */
+    int park_kind;     /* enum kg_park_kind, while parked */
+    uint64_t park_keys[KG_HTTP_KEY_WORDS]; /* the tasks it waits for */
+    struct conn *prev, *next;              /* in its parked list while parked */
+    struct conn *job_next;                 /* in the store job queue */
     void (*undo)(struct kg_api *, json_t *);
     json_t *undo_arg;
     int started; /* on_request has seen it (else MHD answered it) */
@@ -76,10 +82,12 @@ struct kg_http {
     int port;
     char address[96];
 
-    pthread_mutex_t lock; /* guards the parked list and stopping */
+    pthread_mutex_t lock; /* guards the parked lists and stopping */
     pthread_cond_t cond;
-    struct conn *parked_head, *parked_tail; /* oldest first */
-    int nparked;
+    struct park_list {
+        struct conn *head, *tail; /* oldest first */
+        int n;
+    } parked[KG_PARK_KINDS]; /* by enum kg_park_kind */
     int stopping;
     pthread_t ticker;
     int ticker_started;
@@ -133,10 +141,15 @@ enum MHD_Result kg_http_send_error_field(struct conn *c, int status,
                                          const char *msg, const char *allow);
 enum MHD_Result kg_http_send_error(struct conn *c, int status, const char *code,
                                    const char *msg, const char *allow);
-/* Takes c off the parked list (h->lock held). */
+/* Takes c off its parked list (h->lock held). */
 void kg_http_park_unlink(kg_http *h, struct conn *c);
-/* Suspends c until woken. Returns 0, or -1 when the server is stopping. */
-int kg_http_park(kg_http *h, struct conn *c);
+/* Suspends c until woken, on the list of rep's park_kind. Returns 0, or
+ * -1 when the server is stopping. */
+int kg_http_park(kg_http *h, struct conn *c, const kg_http_reply *rep);
+/* Resumes the parked polls of every kind that are due (all: every one). */
+void kg_http_resume_due(kg_http *h, int all);
+/* Wakes the result polls waiting for what rep finished (its done_keys). */
+void kg_http_wake_done(kg_http *h, const kg_http_reply *rep);
 /* libmicrohttpd's completion callback: delivers or undoes what is left. */
 void kg_http_on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                           enum MHD_RequestTerminationCode toe);

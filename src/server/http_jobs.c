@@ -81,6 +81,8 @@ void kg_http_durable_done(void *arg, int rc, const char *msg)
                           kg_strerror(rc), msg ? msg : "");
         json_decref(c->rep.json);
         c->rep = rep;
+    } else {
+        kg_http_wake_done(h, &c->rep); /* durable now: readers see it */
     }
     c->job_done = 1;
     MHD_resume_connection(c->mc); /* c may be gone after this */
@@ -176,6 +178,7 @@ static void *job_main(void *arg)
         pthread_mutex_unlock(&h->jlock);
         memset(&c->rep, 0, sizeof c->rep);
         kg_http_run_handler(h, c, &c->rep);
+        kg_http_wake_done(h, &c->rep);
         c->job_done = 1;
         MHD_resume_connection(c->mc); /* on_request sends c->rep */
         pthread_mutex_lock(&h->jlock);

@@ -97,18 +97,50 @@ enum MHD_Result kg_http_send_error(struct conn *c, int status, const char *code,
 
 /* ---- long polls ------------------------------------------------------- */
 
+/*
+ * Parked requests wait on one list per kind, oldest first: lease polls
+ * (woken by new or requeued work, kg_http_wake) and result polls (woken
+ * by the tasks they wait for finishing, kg_http_wake_keys), so that a
+ * submission's wake never lands on a result poll while a worker waits.
+ */
+void kg_http_key_add(uint64_t mask[KG_HTTP_KEY_WORDS], const char *task_id)
+{
+    uint32_t x = 2166136261u; /* FNV-1a */
+    for (const char *p = task_id; *p; p++)
+        x = (x ^ (unsigned char)*p) * 16777619u;
+    x ^= x >> 15; /* mix the high bits into the index */
+    unsigned bit = x % (64u * KG_HTTP_KEY_WORDS);
+    mask[bit / 64] |= 1ull << (bit % 64);
+}
+
+static int keys_meet(const uint64_t *a, const uint64_t *b)
+{
+    for (int i = 0; i < KG_HTTP_KEY_WORDS; i++)
+        if (a[i] & b[i])
+            return 1;
+    return 0;
+}
+
 void kg_http_park_unlink(kg_http *h, struct conn *c)
 {
+    struct park_list *l = &h->parked[c->park_kind];
     if (c->prev)
         c->prev->next = c->next;
     else
-        h->parked_head = c->next;
+        l->head = c->next;
     if (c->next)
         c->next->prev = c->prev;
     else
-        h->parked_tail = c->prev;
+        l->tail = c->prev;
     c->prev = c->next = NULL;
-    h->nparked--;
+    l->n--;
+}
+
+/* Resumes a parked c (h->lock held). */
+static void unpark(kg_http *h, struct conn *c)
+{
+    kg_http_park_unlink(h, c);
+    MHD_resume_connection(c->mc);
 }
 
 void kg_http_wake(kg_http *h, int n)
@@ -116,34 +148,78 @@ void kg_http_wake(kg_http *h, int n)
     if (!h)
         return;
     pthread_mutex_lock(&h->lock);
-    while (h->parked_head && n != 0) {
-        struct conn *c = h->parked_head;
-        kg_http_park_unlink(h, c);
-        MHD_resume_connection(c->mc);
+    while (h->parked[KG_PARK_LEASE].head && n != 0) {
+        unpark(h, h->parked[KG_PARK_LEASE].head);
         if (n > 0)
             n--;
     }
     pthread_mutex_unlock(&h->lock);
 }
 
+void kg_http_wake_keys(kg_http *h, const uint64_t keys[KG_HTTP_KEY_WORDS])
+{
+    if (!h)
+        return;
+    pthread_mutex_lock(&h->lock);
+    struct conn *c = h->parked[KG_PARK_RESULTS].head;
+    while (c) {
+        struct conn *next = c->next;
+        if (keys_meet(c->park_keys, keys))
+            unpark(h, c);
+        c = next;
+    }
+    pthread_mutex_unlock(&h->lock);
+}
+
+void kg_http_wake_done(kg_http *h, const kg_http_reply *rep)
+{
+    static const uint64_t none[KG_HTTP_KEY_WORDS];
+    if (rep->status >= 200 && rep->status < 300 &&
+        memcmp(rep->done_keys, none, sizeof none))
+        kg_http_wake_keys(h, rep->done_keys);
+}
+
+void kg_http_resume_due(kg_http *h, int all)
+{
+    double now = kg_http_now();
+    pthread_mutex_lock(&h->lock);
+    while (h->parked[KG_PARK_LEASE].head)
+        unpark(h, h->parked[KG_PARK_LEASE].head);
+    struct conn *c = h->parked[KG_PARK_RESULTS].head;
+    while (c) {
+        struct conn *next = c->next;
+        if (all || now >= c->park_check || now >= c->park_until)
+            unpark(h, c);
+        c = next;
+    }
+    pthread_mutex_unlock(&h->lock);
+}
+
 /* Suspends c until woken. Returns 0, or -1 when the server is stopping
  * (then the caller answers at once). */
-int kg_http_park(kg_http *h, struct conn *c)
+int kg_http_park(kg_http *h, struct conn *c, const kg_http_reply *rep)
 {
+    int kind =
+        rep->park_kind == KG_PARK_RESULTS ? KG_PARK_RESULTS : KG_PARK_LEASE;
     pthread_mutex_lock(&h->lock);
     if (h->stopping) {
         pthread_mutex_unlock(&h->lock);
         return -1;
     }
     MHD_suspend_connection(c->mc);
+    struct park_list *l = &h->parked[kind];
+    c->park_kind = kind;
+    c->park_until = rep->park_until;
+    c->park_check = kg_http_now() + RESULTS_RECHECK_S;
+    memcpy(c->park_keys, rep->park_keys, sizeof c->park_keys);
     c->next = NULL;
-    c->prev = h->parked_tail;
-    if (h->parked_tail)
-        h->parked_tail->next = c;
+    c->prev = l->tail;
+    if (l->tail)
+        l->tail->next = c;
     else
-        h->parked_head = c;
-    h->parked_tail = c;
-    h->nparked++;
+        l->head = c;
+    l->tail = c;
+    l->n++;
     pthread_mutex_unlock(&h->lock);
     return 0;
 }

@@ -34,6 +34,7 @@ static const struct route_def ROUTES[] = {
     {"POST", "/evaluate", KG_ROUTE_EVALUATE, KG_AUTH_CLIENT},
     {"POST", "/evaluate/batch", KG_ROUTE_EVALUATE_BATCH, KG_AUTH_CLIENT},
     {"GET", "/status/", KG_ROUTE_STATUS, KG_AUTH_CLIENT},
+    {"POST", "/results/batch", KG_ROUTE_RESULTS_BATCH, KG_AUTH_CLIENT},
     {"GET", "/results/", KG_ROUTE_RESULTS, KG_AUTH_CLIENT},
     {"DELETE", "/tasks/", KG_ROUTE_CANCEL, KG_AUTH_CLIENT},
     {"GET", "/health", KG_ROUTE_HEALTH, KG_AUTH_NONE},

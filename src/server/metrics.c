@@ -28,21 +28,14 @@ struct kg_metrics {
 };
 
 static const char *const ROUTES[KG_ROUTE_COUNT] = {
-    "evaluate",
-    "evaluate_batch",
-    "status",
-    "results",
-    "cancel",
-    "health",
-    "metrics",
-    "queue_status",
-    "workers_status",
-    "worker_register",
-    "worker_unregister",
-    "worker_heartbeat",
-    "worker_lease",
-    "worker_result",
-    "other",
+    "evaluate",         "evaluate_batch",
+    "status",           "results",
+    "results_batch",    "cancel",
+    "health",           "metrics",
+    "queue_status",     "workers_status",
+    "worker_register",  "worker_unregister",
+    "worker_heartbeat", "worker_lease",
+    "worker_result",    "other",
 };
 
 const char *kg_route_name(int route)
@@ -180,6 +173,13 @@ static void render_server(struct buf *b, kg_metrics *m,
                 "# TYPE kgym_long_polls_waiting gauge\n"
                 "kgym_long_polls_waiting %lld\n",
                 s->parked_polls);
+    if (s->parked_results >= 0)
+        bprintf(b,
+                "# HELP kgym_result_polls_waiting Result requests (POST "
+                "/results/batch) parked waiting for a task to finish\n"
+                "# TYPE kgym_result_polls_waiting gauge\n"
+                "kgym_result_polls_waiting %lld\n",
+                s->parked_results);
 
     if (s->local.present)
         bprintf(b,

@@ -21,6 +21,7 @@ enum kg_route {
     KG_ROUTE_EVALUATE_BATCH,
     KG_ROUTE_STATUS,
     KG_ROUTE_RESULTS,
+    KG_ROUTE_RESULTS_BATCH,
     KG_ROUTE_CANCEL,
     KG_ROUTE_HEALTH,
     KG_ROUTE_METRICS,
@@ -52,11 +53,12 @@ void kg_metrics_cache_hit(kg_metrics *m);
 
 /* Figures read at scrape time. */
 typedef struct kg_metrics_snapshot {
-    int store_up;           /* 1: counts is filled */
-    kg_store_counts counts; /* the store's (see store.h) */
-    long long parked_polls; /* long polls waiting now; < 0 unknown */
-    struct {                /* kgym serve --workers (supervise.h) */
-        int present;        /* 0: no local workers, nothing rendered */
+    int store_up;             /* 1: counts is filled */
+    kg_store_counts counts;   /* the store's (see store.h) */
+    long long parked_polls;   /* lease polls waiting now; < 0 unknown */
+    long long parked_results; /* result polls waiting now; < 0 unknown */
+    struct {                  /* kgym serve --workers (supervise.h) */
+        int present;          /* 0: no local workers, nothing rendered */
         int configured, running, given_up;
         long long restarts;
     } local;
