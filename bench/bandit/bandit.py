@@ -322,7 +322,8 @@ def summarize_result(r: dict) -> dict:
 
 def run_bandit(problems: list[Problem], runs: list[RunSpec], ev: Evaluator, *, steps: int,
                samples: int, lr: float, init: str, seed: int, evals_mode: str,
-               prs_tau: float, prs_s: float, out_rows: list, log=print) -> dict:
+               prs_tau: float, prs_s: float, out_rows: list, log=print,
+               max_seconds: Optional[float] = None) -> dict:
     """The training loop; appends one row per (run, step, problem) to
     out_rows and returns the final state."""
     logits = {(r.name, p.name): parse_init(init, p.kinds) for r in runs for p in problems}
@@ -330,6 +331,10 @@ def run_bandit(problems: list[Problem], runs: list[RunSpec], ev: Evaluator, *, s
     stopped = None
     for step in range(steps):
         t_step = time.monotonic()
+        if max_seconds is not None and t_step - t_start > max_seconds:
+            stopped = f"--max-seconds {max_seconds:g} passed before step {step}"
+            log(f"bandit: {stopped}")
+            break
         # draws (shared uniforms across runs)
         acts: dict[tuple[str, str], list[int]] = {}
         for p_i, p in enumerate(problems):
@@ -584,6 +589,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "(problem, kernel) drawn in a step, shared by its samples and runs")
     ap.add_argument("--max-evals", type=int, help="evaluation budget; stops before a step "
                     "that would exceed it")
+    ap.add_argument("--max-seconds", type=float, help="time budget; no step starts after it")
     ap.add_argument("--prs-tau", type=float, default=rl.DEFAULT_TAU)
     ap.add_argument("--prs-s", type=float, default=rl.DEFAULT_S)
     ap.add_argument("--threshold", type=float, default=0.9, help="pi(fused) level for the table")
@@ -620,7 +626,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rows: list[dict] = []
         state = run_bandit(problems, runs, ev, steps=a.steps, samples=a.samples, lr=a.lr,
                            init=a.init, seed=a.seed, evals_mode=a.evals, prs_tau=a.prs_tau,
-                           prs_s=a.prs_s, out_rows=rows, log=log)
+                           prs_s=a.prs_s, out_rows=rows, log=log, max_seconds=a.max_seconds)
     finally:
         if server:
             server.close()
