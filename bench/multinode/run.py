@@ -211,6 +211,7 @@ class Bench:
                           60, f"{nw} workers to register", 0.2)
                 time.sleep(1.5)  # every worker parked in its first long poll
                 res = self._load(c, store, server.pid, redis, sims)
+                res["phased"] = self._phased(c, store, server.pid, redis, sims)
                 c.close()
         finally:
             for p in sims:
@@ -219,6 +220,8 @@ class Bench:
             if redis is not None:
                 self.stop(redis)
         res.update(self._samples(sims, res["t_first_ms"], res["t_done_ms"]))
+        ph = res["phased"]
+        ph.update(self._samples(sims, ph["t_cont_ms"], ph["t_done_ms"]))
         res["store"] = next((ln.split(": store ", 1)[1].strip() for ln in said
                              if ": store " in ln), url)
         return res
@@ -265,6 +268,43 @@ class Bench:
                 "server_ms": {r: ((h1[r][0] - h0[r][0]) / max(1, h1[r][1] - h0[r][1]) * 1e3,
                                   h1[r][1] - h0[r][1]) for r in routes}}
 
+    def _phased(self, c: Client, store: str, spid: int, redis, sims) -> dict:
+        """The same load again, its two halves apart: TASKS submitted while
+        every worker is stopped (SIGSTOP: their parked leases take at most
+        one task each), then the workers resumed (SIGCONT) and the queue
+        drained. CPU per task of each half: submission alone, and a lease
+        plus a result post (and the heartbeats meanwhile)."""
+        a = self.a
+        tag = f"{store}-phased-{os.getpid()}"
+        reqs = [{"task_id": f"mn-{tag}-{i}", "reference_code": f"# ref {tag} {i}\n",
+                 "kernel_code": f"# kernel {tag} {i}\n", "backend": "cpu"}
+                for i in range(a.tasks)]
+        pids = {"serve": [spid], "redis": [redis.pid] if redis else []}
+
+        def cpu() -> dict[str, float]:
+            return {k: sum(cpu_s(p) for p in v) for k, v in pids.items()}
+        done0 = c.request("GET", "/queue/status")[1]["tasks"].get("completed", 0)
+        for p in sims:
+            os.kill(p.pid, signal.SIGSTOP)
+        try:
+            c0, t0 = cpu(), time.monotonic()
+            for i in range(0, len(reqs), a.batch):
+                r = c.batch(reqs[i:i + a.batch])
+                if r["accepted"] != len(reqs[i:i + a.batch]):
+                    raise RuntimeError(f"batch refused in part: {json.dumps(r)[:500]}")
+            c1, t1 = cpu(), time.monotonic()
+        finally:
+            for p in sims:
+                os.kill(p.pid, signal.SIGCONT)
+        self.wait(lambda: c.request("GET", "/queue/status")[1]["tasks"]
+                  .get("completed", 0) - done0 >= a.tasks, a.timeout,
+                  f"{a.tasks} tasks to complete", 0.05)
+        c2, t2 = cpu(), time.monotonic()
+        return {"submit_per_s": a.tasks / (t1 - t0), "drain_per_s": a.tasks / (t2 - t1),
+                "submit_cpu": {k: (c1[k] - c0[k]) / a.tasks for k in c0},
+                "drain_cpu": {k: (c2[k] - c1[k]) / a.tasks for k in c0},
+                "t_cont_ms": t1 * 1e3, "t_done_ms": t2 * 1e3}
+
     def _samples(self, sims, t0: float, t1: float) -> dict:
         """The calls that started after the first batch was accepted (so no
         lease counted here was parked waiting for work to be submitted)
@@ -290,12 +330,13 @@ class Bench:
 
 def table(rows: dict[str, dict], a: argparse.Namespace) -> str:
     names = list(rows)
-    w = 16
+    w = 18
     out = []
 
     def line(label: str, fn) -> None:
-        out.append(f"{label:<46}" + "".join(f"{fn(rows[n]):>{w}}" for n in names))
-    out.append(f"{'':<46}" + "".join(f"{n:>{w}}" for n in names))
+        out.append(f"{label:<46}" + "".join(f"  {fn(rows[n]):>{w}}" for n in names))
+    out.append(f"{'':<46}" + "".join(f"  {n:>{w}}" for n in names))
+    out.append("submission and the workers at once:")
     line("tasks completed", lambda r: f"{r['tasks']}")
     line("end-to-end tasks/s", lambda r: f"{r['tasks_per_s']:.0f}")
     line("  wall s (first submission .. last completed)", lambda r: f"{r['wall_s']:.2f}")
@@ -318,6 +359,21 @@ def table(rows: dict[str, dict], a: argparse.Namespace) -> str:
          lambda r: f"{r['cpu']['workers'] / r['tasks'] * 1e3:.3f}")
     line("CPU s over the run: serve/redis/workers", lambda r: "/".join(
         f"{r['cpu'][k]:.1f}" for k in ("serve", "redis", "workers")))
+    out.append("the same load in two halves (submission with the workers stopped, then "
+               "the drain):")
+    line("submission alone, tasks/s", lambda r: f"{r['phased']['submit_per_s']:.0f}")
+    line("  CPU ms per task: kgym serve / redis-server", lambda r: "{:.3f} / {}".format(
+        r["phased"]["submit_cpu"]["serve"] * 1e3,
+        f"{r['phased']['submit_cpu']['redis'] * 1e3:.3f}" if r["cpu"]["redis"] else "-"))
+    line(f"drain by the {a.nodes * a.per_node} workers, tasks/s",
+         lambda r: f"{r['phased']['drain_per_s']:.0f}")
+    line("  lease latency p50 / p99 ms", lambda r: "{:.2f} / {:.2f}".format(
+        pct(r["phased"]["lease"], 50), pct(r["phased"]["lease"], 99)))
+    line("  result post p50 / p99 ms", lambda r: "{:.2f} / {:.2f}".format(
+        pct(r["phased"]["result"], 50), pct(r["phased"]["result"], 99)))
+    line("  CPU ms per lease + result: serve / redis", lambda r: "{:.3f} / {}".format(
+        r["phased"]["drain_cpu"]["serve"] * 1e3,
+        f"{r['phased']['drain_cpu']['redis'] * 1e3:.3f}" if r["cpu"]["redis"] else "-"))
     line("left pending/running at the end", lambda r: f"{r['left'][0]}/{r['left'][1]}")
     line("other calls in the window (kind status: n)",
          lambda r: ",".join(f"{k}:{v}" for k, v in sorted(r["other"].items())) or "-")
