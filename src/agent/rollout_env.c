@@ -1,7 +1,8 @@
 /* rollout_env.c - codes through `kgym serve` (rollout.h): POST
- * /evaluate/batch in batches, GET /results/{id} for each until it is
- * finished. Task ids are "<run id>-<n>", so a batch sent again after a
- * lost reply is answered with the tasks already there (docs/api.md). */
+ * /evaluate/batch in batches, then POST /results/batch (a long poll)
+ * for the results of every code at the server at once. Task ids are
+ * "<run id>-<n>", so a batch sent again after a lost reply is answered
+ * with the tasks already there (docs/api.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,8 +112,9 @@ static int post_batch(ro_run *r, json_t *tasks, ro_turn **us, int n,
     }
 }
 
-/* One GET /results of u: 1 when it is finished (result or error), 0 when
- * not yet, -1 when the server did not answer. */
+/* One GET /results of u (a server without POST /results/batch): 1 when
+ * it is finished (result or error), 0 when not yet, -1 when the server
+ * did not answer. */
 static int poll_one(ro_run *r, ro_turn *u)
 {
     char path[128];
@@ -166,10 +168,101 @@ int ro_env_submit(ro_run *r, ro_traj **ts, int m, kg_err *err)
     return rc;
 }
 
-int ro_env_poll(ro_run *r, ro_turn *u)
+/* The turn of us[0..n) whose task is id, or NULL. */
+static ro_turn *turn_of(ro_turn **us, int n, const char *id)
 {
-    int d = poll_one(r, u);
-    if (d > 0 && u->result)
-        count(r, u);
-    return d;
+    for (int i = 0; id && i < n; i++)
+        if (!strcmp(us[i]->task_id, id))
+            return us[i];
+    return NULL;
+}
+
+/* Takes one POST /results/batch answer into us[0..n): the finished
+ * turns' results, an error for an id the server does not know. Returns
+ * how many finished. */
+static int take_results(ro_run *r, ro_turn **us, int n, const json_t *body)
+{
+    int done = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(body, "results"), i, v)
+    {
+        ro_turn *u =
+            turn_of(us, n, json_string_value(json_object_get(v, "task_id")));
+        if (u && !u->result && !u->error && json_is_object(v)) {
+            u->result = json_incref(v);
+            count(r, u);
+            done++;
+        }
+    }
+    json_array_foreach(json_object_get(body, "unknown"), i, v)
+    {
+        ro_turn *u = turn_of(us, n, json_string_value(v));
+        if (u && !u->result && !u->error) {
+            u->error = strdup("the server has no such task (lost with its "
+                              "store?)");
+            done++;
+        }
+    }
+    return done;
+}
+
+/* One POST /results/batch for us[0..n) (n <= RO_POLL_IDS). */
+static int poll_batch(ro_run *r, ro_turn **us, int n, double wait_s)
+{
+    json_t *ids = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(ids, json_string(us[i]->task_id));
+    json_t *body = json_pack("{s:o, s:f}", "task_ids", ids, "wait_s", wait_s);
+    kg_client_resp resp;
+    kg_err e = {{0}};
+    int rc =
+        kg_client_request(r->server, "POST", "/results/batch", body,
+                          REQ_TIMEOUT_MS + (long)(wait_s * 1000), &resp, &e);
+    json_decref(body);
+    int done = 0;
+    if (rc || resp.status >= 500) {
+        done = -1;
+    } else if (resp.status == 200) {
+        done = take_results(r, us, n, resp.json);
+    } else if (resp.status == 405) {
+        /* a server from before POST /results/batch (GET /results/{id}
+           only): ask for each task again, one by one */
+        kg_info("the server has no POST /results/batch: asking for each "
+                "result on its own");
+        r->poll_one_by_one = 1;
+    } else {
+        char why[400];
+        kg_client_error_text(&resp, why, sizeof why);
+        for (int i = 0; i < n; i++)
+            if (!us[i]->result && !us[i]->error && (us[i]->error = strdup(why)))
+                done++;
+    }
+    kg_client_resp_free(&resp);
+    return done;
+}
+
+int ro_env_poll(ro_run *r, ro_turn **us, int n, double wait_s)
+{
+    int done = 0;
+    if (n > RO_POLL_IDS)
+        wait_s = 0; /* several requests: none may hold the others up */
+    for (int b = 0; b < n && !r->poll_one_by_one; b += RO_POLL_IDS) {
+        int d = poll_batch(r, us + b, n - b < RO_POLL_IDS ? n - b : RO_POLL_IDS,
+                           wait_s);
+        if (d < 0)
+            return -1;
+        done += d;
+    }
+    for (int i = 0; r->poll_one_by_one && i < n; i++) {
+        if (us[i]->result || us[i]->error)
+            continue;
+        int d = poll_one(r, us[i]);
+        if (d < 0)
+            return -1;
+        if (d > 0 && us[i]->result)
+            count(r, us[i]);
+        done += d;
+    }
+    return done;
 }

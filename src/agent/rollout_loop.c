@@ -14,7 +14,11 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-#define POLL_MS 250 /* between rounds of GET /results */
+/* Between rounds of POST /results/batch while the policy has work (no
+ * wait at the server then); the longest wait at the server while it has
+ * none (a finished task ends the wait at once). */
+#define POLL_MS 250
+#define POLL_WAIT_S 10.0
 
 /* A problem being rolled out: its K trajectories. */
 typedef struct ro_group {
@@ -223,35 +227,69 @@ static int submit(ro_loop *L)
     return rc ? 1 : 0;
 }
 
-/* One round of GET /results for the codes at the server. 0, or the exit
- * code when the server has not answered for RO_AWAY_S. */
+/* The trajectories whose code is at the server, into ts (ng * K), with
+ * their turns into us. Returns how many. */
+static int at_eval(ro_loop *L, ro_traj **ts, ro_turn **us)
+{
+    int n = 0;
+    for (int i = 0; i < L->ng; i++)
+        for (int s = 0; L->g[i].tj && s < L->r->o->samples; s++) {
+            ro_traj *tr = &L->g[i].tj[s];
+            if (tr->state != RO_AT_EVAL)
+                continue;
+            ts[n] = tr;
+            us[n++] = &tr->turns[tr->t];
+        }
+    return n;
+}
+
+/*
+ * One round of POST /results/batch for the codes at the server. While
+ * the policy has requests in flight, a round every POLL_MS that does not
+ * wait at the server; while it has none (every trajectory waits for its
+ * result), a long poll of up to POLL_WAIT_S, answered as soon as one
+ * result is in. 0, or the exit code when the server has not answered
+ * for RO_AWAY_S.
+ */
 static int poll(ro_loop *L)
 {
     ro_run *r = L->r;
     double now = kg_now_ms();
-    if (now - L->last_poll < POLL_MS)
+    size_t cap = (size_t)L->ng * (size_t)r->o->samples + 1;
+    ro_traj **ts = malloc(cap * sizeof *ts);
+    ro_turn **us = malloc(cap * sizeof *us);
+    if (!ts || !us) {
+        free(ts);
+        free(us);
+        return 0; /* asked again next round */
+    }
+    int n = at_eval(L, ts, us);
+    int wait =
+        !L->away_since && n <= RO_POLL_IDS && kg_policy_pending(r->policy) == 0;
+    if (!n || (!wait && now - L->last_poll < POLL_MS)) {
+        r->st.evals_in_flight = n;
+        free(ts);
+        free(us);
         return 0;
+    }
     L->last_poll = now;
+    int d = L->away_since ? -1 : ro_env_poll(r, us, n, wait ? POLL_WAIT_S : 0);
+    now = kg_now_ms();
+    if (d < 0)
+        L->away_since = L->away_since ? L->away_since : now;
     long at = 0;
-    for (int i = 0; i < L->ng; i++)
-        for (int s = 0; L->g[i].tj && s < r->o->samples; s++) {
-            ro_traj *tr = &L->g[i].tj[s];
-            if (tr->state != RO_AT_EVAL)
-                continue;
-            ro_turn *u = &tr->turns[tr->t];
-            int d = L->away_since ? -1 : ro_env_poll(r, u);
-            if (d < 0) {
-                L->away_since = L->away_since ? L->away_since : now;
-                at++;
-                continue;
-            }
-            if (d == 0 && now - tr->eval_t0 > r->o->eval_timeout_s * 1000)
-                u->error = strdup("no result within --eval-timeout");
-            if (d > 0 || u->error)
-                turn_done(L, &L->g[i], tr);
-            else
-                at++;
-        }
+    for (int i = 0; i < n; i++) {
+        ro_turn *u = us[i];
+        if (d >= 0 && !u->result && !u->error &&
+            now - ts[i]->eval_t0 > r->o->eval_timeout_s * 1000)
+            u->error = strdup("no result within --eval-timeout");
+        if (u->result || u->error)
+            turn_done(L, group_of(L, ts[i]), ts[i]);
+        else
+            at++;
+    }
+    free(ts);
+    free(us);
     r->st.evals_in_flight = at;
     if (L->away_since && now - L->away_since > RO_AWAY_S * 1000.0) {
         kg_errf(&L->err, KG_EUNAVAIL, "the server did not answer for %d s",

@@ -567,3 +567,52 @@ def test_no_barrier_between_turns(env: Env) -> None:
         assert at[1, 1] - at[1, 0] >= 2.0, at
     finally:
         pol.close()
+
+
+def requests_by_route(env: Env) -> dict[str, int]:
+    """The server's kgym_http_requests_total, summed over codes by route."""
+    c = env.client()
+    code, text = c.request("GET", "/metrics")
+    assert code == 200
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("kgym_http_requests_total{"):
+            route = line.split('route="', 1)[1].split('"', 1)[0]
+            out[route] = out.get(route, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def test_results_come_by_long_poll(env: Env) -> None:
+    """The rollout asks for its results with POST /results/batch, which
+    waits at the server while the policy has nothing to do: a few requests
+    per evaluation, none of GET /results/{id} (which it sent for every
+    task at the server every 250 ms before)."""
+    with open(os.path.join(SOL, f"{GELU}.cpu.py")) as f:
+        code = f.read()
+    stamp = os.urandom(6).hex()  # kernels of their own: no cached answer
+    pol = ScriptedPolicy({GELU: {s: {t: {"text": block(f"{code}# lp {stamp} {s} {t}\n")}
+                                     for t in range(2)} for s in range(3)}})
+    probs = os.path.join(env.base, "one-lp")
+    os.makedirs(probs, exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "problems", "cpu", "level1", f"{GELU}.py"), probs)
+    out = os.path.join(env.base, "lp.jsonl")
+    try:
+        before = requests_by_route(env)
+        p = subprocess.run(
+            [KGYM, "rollout", "--policy", pol.url, "--model", "m", "--server", env.url,
+             "--token-file", env.token_file, "--problems", probs, "--samples", "3",
+             "--turns", "2", "--no-group-n", "--backend", "cpu", "--out", out],
+            capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        after = requests_by_route(env)
+        rows = rows_of(out)
+        assert len(rows) == 6 and all(r["result"]["verdict"] == "pass" for r in rows.values())
+        got = {k: after.get(k, 0) - before.get(k, 0) for k in ("results", "results_batch")}
+        print("requests during the rollout:", got)
+        assert got["results"] == 0, got
+        # 6 evaluations: a long poll per result that comes in, a few short
+        # rounds while the policy answers (GET /results/{id} of each task
+        # every 250 ms made 4 per second per task at the server)
+        assert 1 <= got["results_batch"] <= 30, got
+    finally:
+        pol.close()
