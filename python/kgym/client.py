@@ -21,6 +21,8 @@ import urllib.parse
 from typing import Any, Iterable
 
 DEFAULT_SERVER = "http://127.0.0.1:10907"
+RESULTS_CHUNK = 1000  # the server's cap on ids per POST /results/batch
+LONG_POLL_S = 60.0    # the longest wait_all asks the server to wait at once
 
 __all__ = ["Client", "KgymError", "KgymUnavailable", "KgymTimeout", "DEFAULT_SERVER"]
 
@@ -183,33 +185,84 @@ class Client:
         b = self._check(s, b, (200, 202))
         return b if s == 200 else None
 
+    def results(self, task_ids: Iterable[str], wait_s: float = 0) -> dict:
+        """POST /results/batch: {"results": [result of each finished task],
+        "pending": [{"task_id", "status"}], "unknown": [ids]}. With wait_s
+        (at most 120) the server answers once one of them has finished, or
+        with no results when wait_s has passed. At most 1,000 ids."""
+        s, b = self.request("POST", "/results/batch",
+                            {"task_ids": list(task_ids), "wait_s": wait_s},
+                            timeout=self.timeout + wait_s)
+        return self._check(s, b, (200,))
+
     def wait(self, task_id: str, timeout: float | None = None, poll: float = 0.2,
              max_poll: float = 2.0) -> dict:
-        """Polls until the task has finished and returns its result. Raises
+        """Waits until the task has finished and returns its result. Raises
         KgymTimeout after `timeout` seconds (None: never); a server that is
-        briefly away is retried until then."""
-        t0 = time.monotonic()
-        pause = poll
-        while True:
-            try:
-                r = self.result(task_id)
-                if r is not None:
-                    return r
-            except KgymUnavailable:
-                if timeout is not None and time.monotonic() - t0 > timeout:
-                    raise
-            if timeout is not None and time.monotonic() - t0 + pause > timeout:
-                raise KgymTimeout(0, "timeout", f"task {task_id} not finished after {timeout} s")
-            time.sleep(pause)
-            pause = min(max_poll, pause * 1.5)
+        briefly away is retried until then. poll and max_poll pace the
+        polling of a server without POST /results/batch."""
+        return self.wait_all([task_id], timeout=timeout, poll=poll,
+                             max_poll=max_poll)[task_id]
 
-    def wait_all(self, task_ids: Iterable[str], timeout: float | None = None) -> dict[str, dict]:
-        """Waits for every task; returns {task_id: result}."""
+    def wait_all(self, task_ids: Iterable[str], timeout: float | None = None,
+                 poll: float = 0.2, max_poll: float = 2.0) -> dict[str, dict]:
+        """Waits for every task; returns {task_id: result}. The server is
+        asked with long polls of POST /results/batch (one request per
+        result that comes in, at most RESULTS_CHUNK ids each), or, when it
+        has no such endpoint, with GET /results/{id} for each. An unknown
+        task raises KgymError (404)."""
+        ids = list(dict.fromkeys(task_ids))
         t0 = time.monotonic()
         out: dict[str, dict] = {}
+        while len(out) < len(ids):
+            left = None if timeout is None else timeout - (time.monotonic() - t0)
+            if left is not None and left <= 0:
+                raise KgymTimeout(0, "timeout", f"{len(ids) - len(out)} of {len(ids)} tasks "
+                                  f"not finished after {timeout} s")
+            todo = [t for t in ids if t not in out]
+            chunks = [todo[i:i + RESULTS_CHUNK] for i in range(0, len(todo), RESULTS_CHUNK)]
+            wait = 0.0 if len(chunks) > 1 else min(LONG_POLL_S, left if left is not None else LONG_POLL_S)
+            try:
+                for chunk in chunks:
+                    b = self.results(chunk, wait_s=max(0.0, wait))
+                    if b["unknown"]:
+                        raise KgymError(404, "not_found", f"task_id {b['unknown'][0]}: no such task",
+                                        "task_id")
+                    out.update((r["task_id"], r) for r in b["results"])
+            except KgymError as e:
+                if e.status != 405:  # a server from before POST /results/batch
+                    raise
+                return {**out, **self._wait_each([t for t in ids if t not in out], t0, timeout,
+                                                 poll, max_poll)}
+            except KgymUnavailable:
+                if left is not None and left < 1:
+                    raise
+                time.sleep(0.5)
+                continue
+            if len(chunks) > 1 and len(out) < len(ids):
+                time.sleep(poll)
+        return {t: out[t] for t in ids}
+
+    def _wait_each(self, task_ids: list[str], t0: float, timeout: float | None,
+                   poll: float, max_poll: float) -> dict[str, dict]:
+        """wait_all through GET /results/{id} of each task."""
+        out: dict[str, dict] = {}
         for tid in task_ids:
-            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - t0))
-            out[tid] = self.wait(tid, timeout=left)
+            pause = poll
+            while tid not in out:
+                try:
+                    r = self.result(tid)
+                    if r is not None:
+                        out[tid] = r
+                        break
+                except KgymUnavailable:
+                    if timeout is not None and time.monotonic() - t0 > timeout:
+                        raise
+                if timeout is not None and time.monotonic() - t0 + pause > timeout:
+                    raise KgymTimeout(0, "timeout",
+                                      f"task {tid} not finished after {timeout} s")
+                time.sleep(pause)
+                pause = min(max_poll, pause * 1.5)
         return out
 
     def cancel(self, task_id: str) -> dict:

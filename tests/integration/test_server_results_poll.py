@@ -314,3 +314,78 @@ def test_a_result_through_another_server_on_the_same_redis(request):
         assert a.poll() is None
     finally:
         e.close()
+
+
+def requests_to(s, route: str) -> int:
+    """kgym_http_requests_total of one route, all codes."""
+    code, _, text = s.request("GET", "/metrics")
+    assert code == 200
+    return sum(int(float(ln.rsplit(" ", 1)[1])) for ln in text.splitlines()
+               if ln.startswith("kgym_http_requests_total{") and f'route="{route}"' in ln)
+
+
+def test_python_client_waits_by_long_poll(server):
+    from kgym.client import Client, KgymError
+    ids = submit(server, 2)
+    wid = register(server)
+
+    def finish() -> None:
+        for tid in ids:
+            time.sleep(0.4)
+            lease_task(server, wid, tid)
+            post_result(server, wid, tid, "pass")
+    before = {r: requests_to(server, r) for r in ("results", "results_batch")}
+    box = in_background(finish)
+    c = Client(f"http://127.0.0.1:{server.port}", token=server.token)
+    out = c.wait_all(ids, timeout=30)
+    box["thread"].join(30)
+    assert list(out) == ids and all(r["verdict"] == "pass" for r in out.values())
+    assert c.wait(ids[0], timeout=5) == out[ids[0]]
+    got = {r: requests_to(server, r) - before[r] for r in before}
+    # one long poll per result, one for the wait of a finished task
+    assert got == {"results": 0, "results_batch": 3}, got
+    with pytest.raises(KgymError) as e:
+        c.wait_all([ids[0], uid("ghost")], timeout=5)
+    assert e.value.status == 404
+
+
+def test_python_client_falls_back_on_an_older_server():
+    """A server without POST /results/batch answers it 405 (the path is
+    GET /results/{id}'s): the client asks for each task on its own."""
+    import http.server
+    from kgym.client import Client
+
+    class Old(http.server.BaseHTTPRequestHandler):
+        gets: list[str] = []
+
+        def reply(self, code: int, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.reply(405, {"error": {"code": "method_not_allowed", "message": "no"}})
+
+        def do_GET(self) -> None:
+            Old.gets.append(self.path)
+            tid = self.path.rsplit("/", 1)[1]
+            if len(Old.gets) < 3:
+                self.reply(202, {"task_id": tid, "status": "running"})
+            else:
+                self.reply(200, {"task_id": tid, "status": "completed", "verdict": "pass"})
+
+        def log_message(self, *a) -> None:
+            pass
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Old)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        c = Client(f"http://127.0.0.1:{srv.server_address[1]}", token="t" * 20)
+        out = c.wait_all(["a", "b"], timeout=10, poll=0.01)
+        assert {k: v["verdict"] for k, v in out.items()} == {"a": "pass", "b": "pass"}
+        assert Old.gets == ["/results/a"] * 3 + ["/results/b"]
+    finally:
+        srv.shutdown()
