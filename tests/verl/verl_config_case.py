@@ -1,0 +1,42 @@
+"""Run under verl's venv by tests/python/test_verl_agent_loop.py: the
+example YAML composed by hydra over verl's ppo_trainer.yaml, turned into
+verl's dataclasses (AlgoConfig, RolloutConfig), and what it names resolved
+through verl's own registries and loaders: the advantage estimator, the
+agent loop (from agent_loop_config_path) and the reward manager."""
+import json
+import sys
+
+from verl_common import REPO, compose, tiny_model
+
+case = json.load(sys.stdin)
+cfg = compose([f"actor_rollout_ref.model.path={tiny_model(case['model_dir'])}"])
+
+import hydra  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from kgym.verl.mrs import rollout_correction  # noqa: E402
+from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.trainer.ppo.reward import resolve_reward_manager_cls  # noqa: E402
+from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
+from verl.utils.import_utils import resolve_config_path  # noqa: E402
+
+OmegaConf.resolve(cfg)
+algo = omega_conf_to_dataclass(cfg.algorithm)
+rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+# the reward manager's module registers "trloo" when verl loads it
+rm_cls = resolve_reward_manager_cls(cfg)
+trloo = core_algos.get_adv_estimator_fn(algo.adv_estimator)
+import os  # noqa: E402
+os.chdir(REPO)  # agent_loop_config_path is relative to the run's directory
+entries = OmegaConf.load(resolve_config_path(rollout.agent.agent_loop_config_path))
+entry = [x for x in entries if x.name == rollout.agent.default_agent_loop][0]
+cls = hydra.utils.get_class(entry._target_)
+rc = rollout_correction()
+print(json.dumps({
+    "adv_estimator": algo.adv_estimator, "trloo_registered": trloo.__module__ == "kgym.verl.trloo",
+    "default_agent_loop": rollout.agent.default_agent_loop,
+    "agent_loop_target": entry._target_, "agent_loop_class": cls.__name__,
+    "reward_manager_class": rm_cls.__name__,
+    "rollout_correction_matches_mrs": all(
+        algo.rollout_correction[k] == v for k, v in rc.items()),
+    "use_v1": bool(cfg.trainer.use_v1), "multi_turn": bool(rollout.multi_turn.enable)}))
