@@ -127,3 +127,8 @@ def test_example_yaml_composes_with_registered_components(tmp_path):
     assert out["reward_manager_class"] == "KgymRewardManager"
     assert out["rollout_correction_matches_mrs"], out
     assert out["use_v1"] and out["multi_turn"]
+    # python -m kgym.verl.dataset's parquet, read by verl's own dataset class
+    d = out["dataset"]
+    assert d["len"] == 7 and d["roles"] == ["system", "user"], d
+    assert d["name"] == "level1/1_GELU" and d["agent_name"] == "kgym_agent"
+    assert d["has_reference"] and d["cpu_hint"]

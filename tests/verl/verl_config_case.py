@@ -32,7 +32,22 @@ entries = OmegaConf.load(resolve_config_path(rollout.agent.agent_loop_config_pat
 entry = [x for x in entries if x.name == rollout.agent.default_agent_loop][0]
 cls = hydra.utils.get_class(entry._target_)
 rc = rollout_correction()
-print(json.dumps({
+
+# the dataset: problems/cpu through kgym.verl.dataset, read back by verl's
+# own dataset class with the example's data settings
+from kgym.verl.dataset import main as make_dataset  # noqa: E402
+from verl.trainer.ppo.utils import create_rl_dataset  # noqa: E402
+from verl.utils import hf_tokenizer  # noqa: E402
+
+pq = os.path.join(case["model_dir"], "train.parquet")
+assert make_dataset([os.path.join(REPO, "problems", "cpu"), pq, "--backend", "cpu"]) == 0
+ds = create_rl_dataset(pq, cfg.data, hf_tokenizer(cfg.actor_rollout_ref.model.path), None)
+item = ds[0]
+dataset = {"len": len(ds), "roles": [m["role"] for m in item["raw_prompt"]],
+           "name": item["extra_info"]["name"], "agent_name": item.get("agent_name"),
+           "has_reference": "class Model" in item["reward_model"]["ground_truth"],
+           "cpu_hint": "C++ for the CPU" in item["raw_prompt"][-1]["content"]}
+print(json.dumps({"dataset": dataset,
     "adv_estimator": algo.adv_estimator, "trloo_registered": trloo.__module__ == "kgym.verl.trloo",
     "default_agent_loop": rollout.agent.default_agent_loop,
     "agent_loop_target": entry._target_, "agent_loop_class": cls.__name__,
