@@ -408,6 +408,7 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix="simworker-", dir=a.tmp)
     rows: dict[str, dict] = {}
     load0 = open("/proc/loadavg").read().split()[:3]
+    started = datetime.datetime.now(datetime.timezone.utc)
     t_start = time.monotonic()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
@@ -427,10 +428,13 @@ def main() -> int:
     left = [ns for ns in netns.namespaces() if ns.startswith(bench.net.tag)]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
+    if subprocess.run(["git", "status", "--porcelain", "--", HERE], cwd=ROOT,
+                      capture_output=True, text=True).stdout.strip():
+        commit += " + uncommitted changes in bench/multinode"
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
                 if ln.startswith("model name")), platform.machine())
     head = [
-        f"# bench/multinode, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"# bench/multinode, started {started:%Y-%m-%d %H:%M} UTC",
         f"# machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), "
         f"{platform.system()} {platform.release()}; load at start {' '.join(load0)} "
         f"(the server, redis-server, the workers and the client share these CPUs)",
