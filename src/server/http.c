@@ -217,6 +217,7 @@ static enum MHD_Result dispatch(kg_http *h, struct conn *c, const char *method)
                                   "request body over 1 MiB", NULL);
     kg_http_reply rep = {0};
     int ran_here = !c->job_done; /* else finished tasks were woken already */
+    c->wake_seen = __atomic_load_n(&h->wake_seq, __ATOMIC_ACQUIRE);
     if (c->job_done) {
         rep = c->rep; /* a store thread ran the handler */
         memset(&c->rep, 0, sizeof c->rep);

@@ -26,6 +26,7 @@
    which results through this server wake at once, this often */
 #define PARK_RECHECK_S 0.2
 #define RESULTS_RECHECK_S 1.0
+#define WAKE_RING 64 /* the last wakes of result polls, for kg_http_park */
 #define DEFAULT_STORE_THREADS 64 /* store jobs (writes) in flight at once */
 #define MAX_RAW_PATH 2048 /* routes are short; a longer path cannot match */
 
@@ -51,8 +52,9 @@ struct conn {
     double park_check; /* a parked result poll: when it next re-asks */
     int park_kind;     /* enum kg_park_kind, while parked */
     uint64_t park_keys[KG_HTTP_KEY_WORDS]; /* the tasks it waits for */
-    struct conn *prev, *next;              /* in its parked list while parked */
-    struct conn *job_next;                 /* in the store job queue */
+    unsigned long long wake_seen; /* h->wake_seq before its handler ran */
+    struct conn *prev, *next;     /* in its parked list while parked */
+    struct conn *job_next;        /* in the store job queue */
     void (*undo)(struct kg_api *, json_t *);
     json_t *undo_arg;
     int started; /* on_request has seen it (else MHD answered it) */
@@ -88,6 +90,11 @@ struct kg_http {
         struct conn *head, *tail; /* oldest first */
         int n;
     } parked[KG_PARK_KINDS]; /* by enum kg_park_kind */
+    /* the wakes of result polls (kg_http_wake_keys), numbered; the last
+       WAKE_RING masks kept, so that a poll about to park sees a wake that
+       came while its handler read the store (wake_seq read atomically) */
+    unsigned long long wake_seq;
+    uint64_t wake_ring[WAKE_RING][KG_HTTP_KEY_WORDS];
     int stopping;
     pthread_t ticker;
     int ticker_started;

@@ -161,6 +161,9 @@ void kg_http_wake_keys(kg_http *h, const uint64_t keys[KG_HTTP_KEY_WORDS])
     if (!h)
         return;
     pthread_mutex_lock(&h->lock);
+    unsigned long long seq = h->wake_seq + 1;
+    memcpy(h->wake_ring[seq % WAKE_RING], keys, sizeof h->wake_ring[0]);
+    __atomic_store_n(&h->wake_seq, seq, __ATOMIC_RELEASE);
     struct conn *c = h->parked[KG_PARK_RESULTS].head;
     while (c) {
         struct conn *next = c->next;
@@ -169,6 +172,18 @@ void kg_http_wake_keys(kg_http *h, const uint64_t keys[KG_HTTP_KEY_WORDS])
         c = next;
     }
     pthread_mutex_unlock(&h->lock);
+}
+
+/* 1 when a wake for one of keys came after c's handler began (h->lock
+ * held): it may have read the store before that task was finished. */
+static int missed_wake(kg_http *h, const struct conn *c, const uint64_t *keys)
+{
+    if (h->wake_seq - c->wake_seen > WAKE_RING)
+        return 1; /* too many to tell: look again */
+    for (unsigned long long s = c->wake_seen + 1; s <= h->wake_seq; s++)
+        if (keys_meet(h->wake_ring[s % WAKE_RING], keys))
+            return 1;
+    return 0;
 }
 
 void kg_http_wake_done(kg_http *h, const kg_http_reply *rep)
@@ -207,6 +222,11 @@ int kg_http_park(kg_http *h, struct conn *c, const kg_http_reply *rep)
         return -1;
     }
     MHD_suspend_connection(c->mc);
+    if (kind == KG_PARK_RESULTS && missed_wake(h, c, rep->park_keys)) {
+        MHD_resume_connection(c->mc); /* its handler runs again at once */
+        pthread_mutex_unlock(&h->lock);
+        return 0;
+    }
     struct park_list *l = &h->parked[kind];
     c->park_kind = kind;
     c->park_until = rep->park_until;
