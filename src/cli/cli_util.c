@@ -293,3 +293,104 @@ int kg_cli_engine_flag(kg_engine_cfg *cfg, const char *a)
         return 0;
     return 1;
 }
+
+/* ---- the engine's tuning knobs ------------------------------------------ */
+
+_Static_assert(KG_ENGINE_MAX_CPU_THREADS == 1024, "the message says 1024");
+
+static int parse_cpu_threads(kg_engine_cfg *cfg, const char *v)
+{
+    if (!strcmp(v, "auto")) {
+        cfg->cpu_threads = 0;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || end == v || *end || n < 1 || n > KG_ENGINE_MAX_CPU_THREADS)
+        return -1;
+    cfg->cpu_threads = (int)n;
+    return 0;
+}
+
+static int parse_compile_ahead(kg_engine_cfg *cfg, const char *v)
+{
+    if (!strcmp(v, "auto"))
+        cfg->compile_ahead = KG_AHEAD_AUTO;
+    else if (!strcmp(v, "on") || !strcmp(v, "1"))
+        cfg->compile_ahead = KG_AHEAD_ON;
+    else if (!strcmp(v, "off") || !strcmp(v, "0"))
+        cfg->compile_ahead = KG_AHEAD_OFF;
+    else
+        return -1;
+    return 0;
+}
+
+/* A share from 0 to 1; 0 (no floor) is kept as -1, cfg's 0 being the
+ * default (engine.h). */
+static int parse_mem_floor(kg_engine_cfg *cfg, const char *v)
+{
+    char *end;
+    errno = 0;
+    double f = strtod(v, &end);
+    if (errno || end == v || *end || !(f >= 0 && f <= 1))
+        return -1;
+    cfg->spare_mem_floor = f > 0 ? f : -1;
+    return 0;
+}
+
+/* One knob: its flag, the environment variable that stands in for the
+ * flag when it is not given (the old way, kept as a fallback), what a
+ * value must be, and its parser (0 with cfg set, or -1). */
+static const struct knob {
+    const char *flag, *env, *want;
+    int (*parse)(kg_engine_cfg *cfg, const char *v);
+} knobs[] = {
+    {"--cpu-threads", "KGYM_CPU_THREADS", "a number from 1 to 1024, or auto",
+     parse_cpu_threads},
+    {"--compile-ahead", "KGYM_COMPILE_AHEAD", "on, off or auto (or 1, 0)",
+     parse_compile_ahead},
+    {"--spare-mem-floor", "KGYM_SPARE_MEM_FLOOR", "a share from 0 to 1",
+     parse_mem_floor},
+};
+
+static const struct knob *find_knob(const char *flag)
+{
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++)
+        if (!strcmp(flag, knobs[i].flag))
+            return &knobs[i];
+    return NULL;
+}
+
+int kg_cli_engine_knob(kg_engine_cfg *cfg, const char *a, const char *v,
+                       kg_err *err)
+{
+    const struct knob *k = find_knob(a);
+    if (!k)
+        return 0;
+    if (!v || k->parse(cfg, v))
+        return kg_errf(err, KG_EINVAL, "%s must be %s, not '%s'", a, k->want,
+                       v ? v : "");
+    return 1;
+}
+
+void kg_cli_engine_knobs_env(kg_engine_cfg *cfg)
+{
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+        const char *v = getenv(knobs[i].env);
+        if (v && *v && knobs[i].parse(cfg, v))
+            kg_warn("%s must be %s, not '%s': ignored (the default is used; "
+                    "%s is the flag)",
+                    knobs[i].env, knobs[i].want, v, knobs[i].flag);
+    }
+}
+
+int kg_cli_engine_knob_export(const char *a, const char *v, kg_err *err)
+{
+    kg_engine_cfg scratch;
+    memset(&scratch, 0, sizeof scratch);
+    int rc = kg_cli_engine_knob(&scratch, a, v, err);
+    if (rc == 1 && setenv(find_knob(a)->env, v, 1))
+        return kg_errf(err, KG_ENOMEM, "%s: %s", a, strerror(errno));
+    return rc;
+}

@@ -66,4 +66,33 @@ const char *kg_cli_root(char *buf, size_t n);
  */
 int kg_cli_engine_flag(kg_engine_cfg *cfg, const char *a);
 
+/*
+ * The engine's tuning knobs as flags with a value (kgym eval, worker,
+ * selfcheck): --cpu-threads N|auto, --compile-ahead on|off|auto,
+ * --spare-mem-floor F (engine.h's cpu_threads, compile_ahead,
+ * spare_mem_floor). Returns 1 when `a` is one of them and v is good (set
+ * in cfg), 0 when `a` is none of them, KG_EINVAL with the one-line reason
+ * ("--cpu-threads must be a number from 1 to 1024, or auto, not 'x'") in
+ * err when v is bad (or NULL).
+ */
+int kg_cli_engine_knob(kg_engine_cfg *cfg, const char *a, const char *v,
+                       kg_err *err);
+
+/*
+ * The knobs' old environment variables, KGYM_CPU_THREADS,
+ * KGYM_COMPILE_AHEAD and KGYM_SPARE_MEM_FLOOR, read into cfg as the
+ * fallback of a flag not given: call it before the flags, which win. A
+ * bad value is named in a warning and ignored (the default stays), as the
+ * engine did when it read them itself.
+ */
+void kg_cli_engine_knobs_env(kg_engine_cfg *cfg);
+
+/*
+ * kgym serve --workers: a knob flag for the local workers, checked as
+ * kg_cli_engine_knob does and handed to them through its environment
+ * variable (the supervisor starts them with a fixed command line; they
+ * read it with kg_cli_engine_knobs_env). Same returns.
+ */
+int kg_cli_engine_knob_export(const char *a, const char *v, kg_err *err);
+
 #endif

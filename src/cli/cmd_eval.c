@@ -62,6 +62,21 @@ static void usage(FILE *f)
                "                              up and compile, then wait for one "
                "of the\n"
                "                              concurrency slots (default 0)\n"
+               "  --cpu-threads N|auto        threads of torch's CPU pool in "
+               "each child (default\n"
+               "                              auto: the CPUs / (2 x "
+               "concurrency), at least 1)\n"
+               "  --compile-ahead on|off|auto Triton candidates compile their "
+               "kernels before\n"
+               "                              their first call (default auto: "
+               "on for a GPU\n"
+               "                              with concurrency > 1 or stage > "
+               "0)\n"
+               "  --spare-mem-floor F         keep fewer warm pairs when one "
+               "leaves less than\n"
+               "                              this share of the device's "
+               "memory free (default\n"
+               "                              0.25; 0: never)\n"
                "  --json                      one result object per line\n"
                "  --fresh                     a fresh interpreter per child "
                "(no zygote)\n"
@@ -300,6 +315,13 @@ static int parse_eval_args(int argc, char **argv, struct evalrun *run,
             return 2;
         } else {
             i++;
+            int knob = kg_cli_engine_knob(cfg, a, v, &err); /* --cpu-threads.. */
+            if (knob < 0) {
+                kg_error("%s", err.msg);
+                return 2;
+            }
+            if (knob > 0)
+                continue;
             if (!strcmp(a, "--ref")) {
                 if (!*ref)
                     *ref = v;
@@ -442,6 +464,7 @@ int kg_cli_eval(int argc, char **argv)
     memset(&run, 0, sizeof run);
     kg_log_init("kgym eval", NULL, 0);
 
+    kg_cli_engine_knobs_env(&cfg); /* the old variables; flags win */
     rc = parse_eval_args(argc, argv, &run, &ref, &cfg, fields);
     if (rc >= 0)
         goto out;

@@ -677,6 +677,7 @@ int kg_cli_redteam(int argc, char **argv)
     rt.gpu = access("/dev/nvidia0", F_OK) == 0;
     rt.gpu_device = "cuda:0";
     rt.defaults = json_object();
+    kg_cli_engine_knobs_env(&cfg); /* KGYM_CPU_THREADS... as before */
     int rc = parse_args(&rt, &cfg, argc, argv);
     if (rc) {
         json_decref(rt.defaults);

@@ -77,8 +77,9 @@ static void usage(FILE *f, int self)
             "  --no-progress        none\n"
             "  --device, --concurrency, --prewarm, --stage, --python, --fresh, "
             "--no-sandbox,\n"
-            "  --no-cgroups, --verbose and --FIELD VALUE (request fields) as "
-            "for kgym eval\n");
+            "  --no-cgroups, --cpu-threads, --compile-ahead, "
+            "--spare-mem-floor, --verbose\n"
+            "  and --FIELD VALUE (request fields) as for kgym eval\n");
 }
 
 /* A count option's value in lo..hi, or -1 after logging why. */
@@ -99,7 +100,12 @@ static int value_opt(struct kbrun *run, kg_engine_cfg *cfg, json_t *fields,
                      const char *a, const char *v)
 {
     kg_err err = {{0}};
-    int n = 0;
+    int n = kg_cli_engine_knob(cfg, a, v, &err); /* --cpu-threads.. */
+    if (n != 0) {
+        if (n < 0)
+            kg_error("%s", err.msg);
+        return n < 0 ? 2 : 0;
+    }
     if (!strcmp(a, "--kernelbench"))
         run->dir = v;
     else if (!strcmp(a, "--candidates") && !run->self)
@@ -408,6 +414,7 @@ static int kb_main(int argc, char **argv, int self)
     run.tty = isatty(2);
     run.progress = run.tty;
     kg_log_init(run.cmd, NULL, 0);
+    kg_cli_engine_knobs_env(&cfg); /* the old variables; flags win */
     int rc = parse_args(argc, argv, &run, &cfg, fields);
     if (rc >= 0)
         goto out;

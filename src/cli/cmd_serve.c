@@ -74,7 +74,12 @@ static void usage(FILE *f)
             "cpu workers\n"
             "  --worker-grace-s S       on stop, SIGKILL local workers still "
             "draining after S\n"
-            "                           seconds (default 10)\n");
+            "                           seconds (default 10)\n"
+            "  --cpu-threads N|auto, --compile-ahead on|off|auto, "
+            "--spare-mem-floor F\n"
+            "                           the local workers' engine settings, "
+            "as kgym worker's\n"
+            "                           (kgym worker --help; with --workers)\n");
 }
 
 static int parse_pos(const char *opt, const char *v, long max, long *out)
@@ -253,6 +258,7 @@ struct serve_opts {
     const char *listen, *store_url;
     const char *token_file, *worker_token_file;
     const char *data_dir, *workers;
+    const char *knob; /* a local workers' knob given (--cpu-threads...) */
     long threads, lease_s, ttl_s, max_attempts, grace_s;
     long max_conns, per_client, request_s;
     const char *trust[16];
@@ -277,6 +283,16 @@ static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
             return 2;
         }
         const char *v = argv[++i];
+        kg_err err = {{0}};
+        int knob = kg_cli_engine_knob_export(a, v, &err); /* --cpu-threads.. */
+        if (knob < 0) {
+            kg_error("%s", err.msg);
+            return 2;
+        }
+        if (knob > 0) {
+            o->knob = a;
+            continue;
+        }
         if (!strcmp(a, "--listen"))
             o->listen = v;
         else if (!strcmp(a, "--store"))
@@ -337,6 +353,10 @@ static int resolve_serve_opts(struct serve_opts *o)
     if (o->workers && (o->ndev = kg_super_devices(o->workers, o->devices,
                                                   KG_SUPER_MAX, &err)) < 0) {
         kg_error("%s", err.msg);
+        return 2;
+    }
+    if (o->knob && !o->workers) {
+        kg_error("%s is for the local workers: it needs --workers", o->knob);
         return 2;
     }
     if (o->worker_token_file && !o->token_file) {

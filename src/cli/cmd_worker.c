@@ -97,6 +97,21 @@ static void usage(FILE *f)
             "  --worker-id ID          default HOST-DEVICE-PID\n"
             "  --drain-timeout S       longest wait for tasks in flight on "
             "stop (default 330)\n"
+            "  --cpu-threads N|auto    threads of torch's CPU pool in each "
+            "child (default\n"
+            "                          auto: the CPUs / (2 x concurrency), at "
+            "least 1)\n"
+            "  --compile-ahead on|off|auto\n"
+            "                          Triton candidates compile their kernels "
+            "before their\n"
+            "                          first call (default auto: on for a GPU "
+            "with\n"
+            "                          concurrency > 1)\n"
+            "  --spare-mem-floor F     keep fewer warm pairs when one leaves "
+            "less than this\n"
+            "                          share of the device's memory free "
+            "(default 0.25;\n"
+            "                          0: never)\n"
             "  --fresh                 a fresh interpreter per child (no "
             "zygote)\n"
             "  --no-sandbox            skip namespaces, seccomp and limits "
@@ -590,6 +605,15 @@ static int parse_worker_args(int argc, char **argv, struct worker_opts *o,
             return 2;
         } else {
             i++;
+            kg_err err = {{0}};
+            int knob =
+                kg_cli_engine_knob(cfg, a, v, &err); /* --cpu-threads.. */
+            if (knob < 0) {
+                kg_error("%s", err.msg);
+                return 2;
+            }
+            if (knob > 0)
+                continue;
             if (!strcmp(a, "--server"))
                 o->server = v;
             else if (!strcmp(a, "--token-file"))
@@ -678,6 +702,7 @@ int kg_cli_worker(int argc, char **argv)
     /* the worker's id joins the prefix once it is known */
     kg_log_init("kgym worker", NULL, 1);
 
+    kg_cli_engine_knobs_env(&cfg); /* the old variables; flags win */
     int code = parse_worker_args(argc, argv, &o, &w, &cfg);
     if (code < 0)
         code = resolve_worker(&o, &w);

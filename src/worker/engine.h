@@ -47,7 +47,25 @@ typedef struct kg_engine_cfg {
                 * up and compile (no device work of the harness's), then
                 * wait for one of the concurrency device slots (0: none) */
     int verbose;           /* log children's output to stderr */
+    /* Tuning knobs (`--cpu-threads`, `--compile-ahead`, `--spare-mem-floor`
+     * of kgym eval, worker and serve --workers); a zeroed field is the
+     * default, and kg_engine_new refuses a value out of range.
+     * cpu_threads: threads of torch's CPU pool in each child (0: the
+     * machine's CPUs / (2 x concurrency), at least 1; at most
+     * KG_ENGINE_MAX_CPU_THREADS). compile_ahead: whether Triton candidates
+     * compile their kernels ahead (KG_AHEAD_AUTO: on for a GPU engine with
+     * concurrency > 1 or stage > 0). spare_mem_floor: the least share of
+     * the device's memory (the host's on a cpu engine) a warm spare's
+     * start-up may leave free before the engine keeps fewer spares (0: the
+     * default KG_ENGINE_MEM_FLOOR; < 0: no floor; at most 1). */
+    int cpu_threads;
+    int compile_ahead;
+    double spare_mem_floor;
 } kg_engine_cfg;
+
+enum { KG_AHEAD_AUTO = 0, KG_AHEAD_ON = 1, KG_AHEAD_OFF = 2 };
+#define KG_ENGINE_MAX_CPU_THREADS 1024
+#define KG_ENGINE_MEM_FLOOR 0.25
 
 /* Called once per finished task with its result (borrowed: copy or
  * json_incref to keep it) and the pointer given to kg_engine_submit. */

@@ -29,38 +29,38 @@ const char *eng_child_device(const kg_engine *e)
     return e->cuda_env[0] ? "cuda:0" : e->cfg.device;
 }
 
-/* Threads of torch's CPU pool in each child (KGYM_CPU_THREADS, applied by
- * kgym_harness.role.apply_cpu_threads): the machine's CPUs shared among the
- * processes that may compute at once, the task's judge and candidate times
- * --concurrency. They do not take turns even on the CPU: an OpenMP pool
- * spins after every parallel region, and the judge's and the candidate's
- * pools together outnumbered a 2-CPU machine's CPUs: reference medians of
- * 8 ms against a fastest call of 0.08 ms (2026-12-02, docs/harness.md "The
- * trusted clock"); pools that outnumber the CPUs slow each other down by
- * orders of magnitude (bench/results/2026-12-01-diag-h200-s5.txt).
- * KGYM_CPU_THREADS in the worker's environment overrides. */
-static int child_cpu_threads(const kg_engine *e)
+/* Threads of torch's CPU pool in each child (KGYM_CPU_THREADS in its
+ * environment, applied by kgym_harness.role.apply_cpu_threads): cfg's
+ * cpu_threads (--cpu-threads) when set, else the machine's CPUs shared
+ * among the processes that may compute at once, the task's judge and
+ * candidate times --concurrency. They do not take turns even on the CPU: an
+ * OpenMP pool spins after every parallel region, and the judge's and the
+ * candidate's pools together outnumbered a 2-CPU machine's CPUs: reference
+ * medians of 8 ms against a fastest call of 0.08 ms (2026-12-02,
+ * docs/harness.md "The trusted clock"); pools that outnumber the CPUs slow
+ * each other down by orders of magnitude
+ * (bench/results/2026-12-01-diag-h200-s5.txt). */
+int eng_cpu_threads(const kg_engine *e)
 {
-    const char *v = getenv("KGYM_CPU_THREADS");
-    if (v && atoi(v) > 0)
-        return atoi(v);
+    if (e->cfg.cpu_threads > 0)
+        return e->cfg.cpu_threads;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     long share = e->cfg.concurrency * 2L;
     long n = ncpu > 0 && share > 0 ? ncpu / share : 1;
     return n < 1 ? 1 : (int)n;
 }
 
-/* Whether Triton candidates compile ahead (KGYM_COMPILE_AHEAD, harness/
- * kgym_harness/ahead.py): the worker's setting when it has one, else on for
- * a GPU engine that runs several tasks at once or stages them. There a
- * first call that compiles would hold the device lock shared for the
- * compile and every timing phase would wait for it; alone, the dry run's
- * fork only adds to each task (docs/worker.md). */
+/* Whether Triton candidates compile ahead (KGYM_COMPILE_AHEAD in the
+ * zygote's and the judge's environment, harness/kgym_harness/ahead.py):
+ * cfg's compile_ahead (--compile-ahead) when on or off, else on for a GPU
+ * engine that runs several tasks at once or stages them. There a first call
+ * that compiles would hold the device lock shared for the compile and every
+ * timing phase would wait for it; alone, the dry run's fork only adds to
+ * each task (docs/worker.md). */
 const char *eng_compile_ahead(const kg_engine *e)
 {
-    const char *v = getenv("KGYM_COMPILE_AHEAD");
-    if (v && *v)
-        return v;
+    if (e->cfg.compile_ahead != KG_AHEAD_AUTO)
+        return e->cfg.compile_ahead == KG_AHEAD_ON ? "1" : "0";
     return e->cuda_env[0] && (e->cfg.concurrency > 1 || e->cfg.stage > 0) ? "1"
                                                                           : "0";
 }
@@ -155,7 +155,7 @@ json_t *eng_child_env(kg_engine *e, const char *role, const struct child *c,
     if (interp)
         json_object_set_new(env, "TRITON_INTERPRET", json_string("1"));
     char threads[24];
-    snprintf(threads, sizeof threads, "%d", child_cpu_threads(e));
+    snprintf(threads, sizeof threads, "%d", eng_cpu_threads(e));
     json_object_set_new(env, "KGYM_CPU_THREADS", json_string(threads));
     if (!strcmp(role, "judge"))
         judge_env(e, env, prof);

@@ -160,7 +160,7 @@ struct kg_engine {
     int spare_deaths;       /* spares that died unused, in a row */
     int spare_mem_cap;      /* most spares the device's memory allows
                              * (eng_note_memory); -1: no limit seen */
-    double mem_floor;       /* KGYM_SPARE_MEM_FLOOR: least free share */
+    double mem_floor;       /* least free share (eng_mem_floor) */
     /* a candidate cgroup that did not empty within the kill grace (a fork
      * bomb's hundreds of exiting processes) is kept here with its pair's
      * uid and retried each step; the uid is not handed out again before */
@@ -225,6 +225,7 @@ void eng_retry_stale(kg_engine *e, int timeout_ms);
 int eng_pathf(char *out, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 const char *eng_child_device(const kg_engine *e);
+int eng_cpu_threads(const kg_engine *e);
 const char *eng_compile_ahead(const kg_engine *e);
 json_t *eng_child_env(kg_engine *e, const char *role, const struct child *c,
                       int interp, int prof);
@@ -257,7 +258,9 @@ void eng_settle_dying(kg_engine *e);
 /* ---- engine_probe.c: the device health probe ----------------------------- */
 void eng_settle_probe(kg_engine *e, kg_engine_done_fn done, void *ctx);
 
-/* ---- engine_setup.c: the zygote ------------------------------------------ */
+/* ---- engine_setup.c: the config, the zygote ------------------------------ */
+int eng_check_knobs(const kg_engine_cfg *cfg, kg_err *err);
+double eng_mem_floor(const kg_engine_cfg *cfg);
 int eng_restart_zygote(kg_engine *e, kg_err *err);
 
 #endif

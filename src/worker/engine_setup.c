@@ -71,21 +71,34 @@ static int reachable_by_nobody(const char *path)
     return !(WIFEXITED(st) && WEXITSTATUS(st) == 1);
 }
 
-/* The spares' floor of free device memory (KGYM_SPARE_MEM_FLOOR, a share;
- * default 0.25, also for a value out of range, which is warned about). */
-static double mem_floor(void)
+/* The spares' floor of free device memory as a share: cfg's
+ * spare_mem_floor, 0 for none (< 0), KG_ENGINE_MEM_FLOOR when unset (0). */
+double eng_mem_floor(const kg_engine_cfg *cfg)
 {
-    const char *mf = getenv("KGYM_SPARE_MEM_FLOOR");
-    if (!mf || !*mf)
-        return 0.25;
-    char *end;
-    double v = strtod(mf, &end);
-    if (!*end && v >= 0 && v <= 1)
-        return v;
-    kg_warn("KGYM_SPARE_MEM_FLOOR must be a share from 0 to 1, not '%s': "
-            "using 0.25",
-            mf);
-    return 0.25;
+    if (cfg->spare_mem_floor == 0)
+        return KG_ENGINE_MEM_FLOOR;
+    return cfg->spare_mem_floor < 0 ? 0 : cfg->spare_mem_floor;
+}
+
+/* The tuning knobs of cfg in range (engine.h): 0, or KG_EINVAL naming the
+ * field and its value. */
+int eng_check_knobs(const kg_engine_cfg *cfg, kg_err *err)
+{
+    if (cfg->cpu_threads < 0 || cfg->cpu_threads > KG_ENGINE_MAX_CPU_THREADS)
+        return kg_errf(err, KG_EINVAL,
+                       "cpu_threads must be from 0 (auto) to %d, not %d",
+                       KG_ENGINE_MAX_CPU_THREADS, cfg->cpu_threads);
+    if (cfg->compile_ahead != KG_AHEAD_AUTO &&
+        cfg->compile_ahead != KG_AHEAD_ON && cfg->compile_ahead != KG_AHEAD_OFF)
+        return kg_errf(err, KG_EINVAL,
+                       "compile_ahead must be KG_AHEAD_AUTO, _ON or _OFF, "
+                       "not %d",
+                       cfg->compile_ahead);
+    if (!(cfg->spare_mem_floor <= 1)) /* NaN too */
+        return kg_errf(err, KG_EINVAL,
+                       "spare_mem_floor must be a share of at most 1, not %g",
+                       cfg->spare_mem_floor);
+    return 0;
 }
 
 /* Slots and spares from cfg (engine.h says what each setting means). While
@@ -123,7 +136,7 @@ static void resolve_counts(kg_engine *e, const kg_engine_cfg *cfg)
     if (noprof > MAX_SPARES)
         noprof = MAX_SPARES;
     e->spare_mem_cap = -1;
-    e->mem_floor = mem_floor();
+    e->mem_floor = eng_mem_floor(cfg);
     if (gpu && cfg->prewarm == 0 && noprof != e->prewarm)
         e->prewarm_noprof = noprof;
     if (cfg->fresh)
@@ -260,16 +273,18 @@ static int init_caches(kg_engine *e, const kg_engine_cfg *cfg, kg_err *err)
 
 int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
 {
+    int rc = eng_check_knobs(cfg, err);
+    if (rc)
+        return rc;
     kg_engine *e = calloc(1, sizeof *e);
     if (!e)
         return kg_errf(err, KG_ENOMEM, "out of memory");
     e->cfg = *cfg;
     resolve_counts(e, cfg);
-    int rc =
-        valid_device(cfg->device)
-            ? 0
-            : kg_errf(err, KG_EINVAL, "device must be cpu or cuda:N, not '%s'",
-                      cfg->device);
+    rc = valid_device(cfg->device)
+             ? 0
+             : kg_errf(err, KG_EINVAL, "device must be cpu or cuda:N, not '%s'",
+                       cfg->device);
     if (!rc)
         rc = init_paths(e, cfg, err);
     if (!rc)

@@ -72,7 +72,7 @@ int eng_spare_mem_cap(int mem_cap, int cap, double free_mib, double total,
  * may need: a warm spare's judge reports the device's free and total
  * memory at the end of its warm-up (timings.warm_spare.mem_mib; the host's
  * on a cpu worker), and the cap follows it (eng_spare_mem_cap, with the
- * floor KGYM_SPARE_MEM_FLOOR, default 0.25). */
+ * floor cfg.spare_mem_floor, --spare-mem-floor, default 0.25). */
 void eng_note_memory(kg_engine *e, const struct slot *sl, json_t *r)
 {
     json_t *m = json_object_get(
