@@ -527,41 +527,49 @@ def _fmt(x, spec):
     return f"{'-':>{w}s}" if x is None else format(x, spec)
 
 
-def plot(rows: list[dict], runs: list[RunSpec], problems: list[Problem], path: str, title: str) -> None:
+def plot(rows: list[dict], path: str, title: str) -> None:
+    """One row of panels per (experiment, problem) in the rows, in order of
+    appearance: pi(fused), pi(lazy), pi(hacked) and the mean sample reward
+    (under the run's own w_pr) against the step, one line per run."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    groups: list[tuple[str, str]] = []
+    for r in rows:
+        g = (r.get("experiment", ""), r["problem"])
+        if g not in groups:
+            groups.append(g)
     kinds = ("fused", "lazy", "hacked")
-    fig, axes = plt.subplots(len(problems), len(kinds) + 1, figsize=(4.2 * (len(kinds) + 1),
-                                                                      3.0 * len(problems)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(groups), len(kinds) + 1,
+                             figsize=(4.2 * (len(kinds) + 1), 3.0 * len(groups)), squeeze=False)
     styles = ["-", "--", "-.", ":", (0, (3, 1, 1, 1))]
-    for i, p in enumerate(problems):
+    for i, (exp, prob) in enumerate(groups):
+        gr = [r for r in rows if r.get("experiment", "") == exp and r["problem"] == prob]
+        names = list(dict.fromkeys(r["run"] for r in gr))
         for j, k in enumerate(kinds + ("reward",)):
             ax = axes[i][j]
-            for n, run in enumerate(runs):
-                rr = [r for r in rows if r["run"] == run.name and r["problem"] == p.name]
-                if not rr:
-                    continue
+            for n, name in enumerate(names):
+                rr = [r for r in gr if r["run"] == name]
                 if k == "reward":
-                    ys = [r["mean_reward"] for r in rr]
                     xs = [r["step"] for r in rr]
+                    ys = [r["mean_reward"] for r in rr]
                 else:
                     xs = [0] + [r["step"] + 1 for r in rr]
                     ys = [rr[0]["pi"].get(k, 0)] + [r["pi_next"].get(k, 0) for r in rr]
-                ax.plot(xs, ys, linestyle=styles[n % len(styles)], label=run.name)
-            ax.set_title(f"{p.name}: " + (f"pi({k})" if k != "reward" else "mean sample reward"),
-                         fontsize=9)
+                ax.plot(xs, ys, linestyle=styles[n % len(styles)], label=name)
+            what = f"pi({k})" if k != "reward" else "mean sample reward (run's w_pr)"
+            ax.set_title(f"{exp + ': ' if exp else ''}{prob}: {what}", fontsize=8)
             ax.set_xlabel("step", fontsize=8)
             if k != "reward":
                 ax.set_ylim(-0.02, 1.02)
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+            if j == 0:
+                ax.legend(fontsize=6)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -598,6 +606,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--num-warmup", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--out", help="output prefix: PREFIX.jsonl, PREFIX.txt, PREFIX.png")
+    ap.add_argument("--append", action="store_true", help="add this experiment to PREFIX's files "
+                    "(the .txt and .jsonl keep the earlier ones; the .png shows them all)")
+    ap.add_argument("--label", help="the experiment's name in the files (default: evals per MODE)")
     a = ap.parse_args(argv)
 
     kdir = a.kernels or os.path.join(HERE, "kernels", "cpu" if a.backend == "cpu" else "gpu")
@@ -655,18 +666,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     text = "\n".join(lines)
     print(text)
     if a.out:
+        label = a.label or f"evals per {a.evals}"
+        for r in rows:
+            r["experiment"] = label
+        old_lines: list[str] = []
+        old_text = ""
+        if a.append and os.path.exists(a.out + ".jsonl"):
+            with open(a.out + ".jsonl") as f:
+                old_lines = [ln for ln in f.read().splitlines() if ln.strip()]
+            with open(a.out + ".txt") as f:
+                old_text = f.read().rstrip("\n") + "\n\n\n"
+        new_lines = [json.dumps({"kind": "header", "experiment": label, "text": head,
+                                 "argv": list(argv if argv is not None else sys.argv[1:]),
+                                 "runs": [dataclasses.asdict(r) for r in runs],
+                                 "problems": {p.name: p.kinds for p in problems}})]
+        new_lines += [json.dumps({"kind": "step", **r}) for r in rows]
+        new_lines.append(json.dumps({"kind": "summary", "experiment": label, "evaluations": ev.count,
+                                     "wall_s": wall, "eval_wait_s": ev.seconds,
+                                     "stopped": state["stopped"]}))
         with open(a.out + ".jsonl", "w") as f:
-            f.write(json.dumps({"kind": "header", "text": head, "argv": list(argv or sys.argv[1:]),
-                                "runs": [dataclasses.asdict(r) for r in runs],
-                                "problems": {p.name: p.kinds for p in problems}}) + "\n")
-            for r in rows:
-                f.write(json.dumps({"kind": "step", **r}) + "\n")
-            f.write(json.dumps({"kind": "summary", "evaluations": ev.count, "wall_s": wall,
-                                "eval_wait_s": ev.seconds, "stopped": state["stopped"]}) + "\n")
+            f.write("\n".join(old_lines + new_lines) + "\n")
         with open(a.out + ".txt", "w") as f:
-            f.write(text + "\n")
-        plot(rows, runs, problems, a.out + ".png",
-             f"kernel bandit ({a.backend}, N={a.samples}, lr={a.lr}, evals per {a.evals})")
+            f.write(old_text + text + "\n")
+        all_rows = []
+        for ln in old_lines + new_lines:
+            o = json.loads(ln)
+            if o.get("kind") == "step":
+                o.setdefault("experiment", "evals per " + o.get("evals_mode", "?"))
+                all_rows.append(o)
+        plot(all_rows, a.out + ".png", f"kernel bandit ({a.backend}, N={a.samples}, SGD on logits)")
     return 0
 
 

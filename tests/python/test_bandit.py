@@ -2,7 +2,7 @@
 against values worked by hand, GRPO's advantages being (1 - 1/N) times
 TRLOO's on the same rewards (libkgym, both estimators), and a short real
 run against `kgym serve` on the cpu backend in which the hacked kernel is
-never rewarded and the policy moves off it. About 30 s on 2 CPUs (the real
+never rewarded and the policy moves off it. About 15 s on 2 CPUs (the real
 run; the C++ extensions are built once into kgym's extension cache)."""
 from __future__ import annotations
 
