@@ -1,7 +1,8 @@
 """kgym's verl reward manager (kgym.verl.reward) against a real `kgym serve
 --workers 2` on the cpu backend, loaded and called by verl's own
 RewardLoopWorker from examples/verl/kgym_trloo_qwen.yaml, in verl's venv
-(tests/verl/verl_reward_case.py). Skips without that venv, unless
+(tests/verl/verl_reward_case.py); and against stand-in servers for the
+replies a real one never gives (malformed, no POST /results/batch). Skips without that venv, unless
 KGYM_REQUIRE_VERL=1 (CI), under which it fails."""
 from __future__ import annotations
 
@@ -21,23 +22,53 @@ sys.path.insert(0, os.path.join(V.REPO, "python"))
 from kgym import rl  # noqa: E402
 
 
-class Garbage(http.server.BaseHTTPRequestHandler):
-    """A server that answers every request 200 with JSON that is not what
-    docs/api.md says."""
+class Fake(http.server.BaseHTTPRequestHandler):
+    """A stand-in kgym serve for replies the real one never gives. mode
+    "batch": POST /evaluate/batch answers JSON that is not a batch reply;
+    "results": the batch is accepted, POST /results/batch answers garbage;
+    "old": a server without POST /results/batch (405), whose GET
+    /results/{id} gives a finished result written here."""
+
+    mode = "batch"
+    RESULT = {"status": "completed", "verdict": "pass", "correctness": True,
+              "speedup": 2.0, "profile": {"coverage": 0.5}, "hack_reasons": [],
+              "feedback": "Verdict: pass"}
+
+    def reply(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        body = json.dumps({"tasks": "not a list"}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        if self.path == "/evaluate/batch":
+            if self.mode == "batch":
+                return self.reply(200, {"tasks": "not a list"})
+            tasks = [{"task_id": t["task_id"], "status": "pending"} for t in body["tasks"]]
+            return self.reply(200, {"tasks": tasks, "accepted": len(tasks), "rejected": 0})
+        if self.path == "/results/batch":
+            if self.mode == "old":
+                return self.reply(405, {"error": {"code": "method_not_allowed",
+                                                  "message": "no such route"}})
+            return self.reply(200, {"results": "garbage"})
+        self.reply(404, {})
 
-    do_GET = do_POST
+    def do_GET(self):  # noqa: N802
+        if self.path.startswith("/results/"):
+            return self.reply(200, {**self.RESULT, "task_id": self.path.rsplit("/", 1)[1]})
+        self.reply(404, {})
 
     def log_message(self, *a):
         pass
+
+
+def fake(mode: str) -> http.server.ThreadingHTTPServer:
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("F", (Fake,), {"mode": mode}))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
 
 
 def test_reward_manager_scores_a_batch_through_kgym_serve(tmp_path):
@@ -47,8 +78,7 @@ def test_reward_manager_scores_a_batch_through_kgym_serve(tmp_path):
                {"reply": "I would rather not write code.", "reference": ref},
                {"reply": V.CHEAT, "reference": ref},
                {"reply": V.honest(), "reference": V.broken_ref()}]
-    garbage = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
-    threading.Thread(target=garbage.serve_forever, daemon=True).start()
+    fakes = [fake("batch"), fake("results"), fake("old")]
     e = V.Env("sqlite")
     try:
         e.start_server("--workers", "2")
@@ -57,12 +87,13 @@ def test_reward_manager_scores_a_batch_through_kgym_serve(tmp_path):
             "runs": [{"server": e.url, "samples": samples},
                      # nothing listens there: unreachable for server_wait (3 s)
                      {"server": f"http://127.0.0.1:{V.free_port()}", "samples": samples[:1]},
-                     {"server": f"http://127.0.0.1:{garbage.server_port}",
-                      "samples": samples[:1]}]})
+                     *[{"server": f"http://127.0.0.1:{f.server_port}", "samples": samples[:1]}
+                       for f in fakes]]})
     finally:
         e.close()
-        garbage.shutdown()
-    real, down, bad = out["runs"]
+        for f in fakes:
+            f.shutdown()
+    real, down, bad, bad_results, old = out["runs"]
     assert real["manager"] == "KgymRewardManager"
     # the four samples with code went out as one batch, then were polled
     assert real["batches"] == [4], real["batches"]
@@ -85,3 +116,8 @@ def test_reward_manager_scores_a_batch_through_kgym_serve(tmp_path):
     assert "unreachable" in down["scores"][0]["error"], down
     assert "did not answer POST /evaluate/batch" in down["scores"][0]["error"]
     assert "malformed" in bad["scores"][0]["error"] and "not a list" in bad["scores"][0]["error"]
+    assert "malformed" in bad_results["scores"][0]["error"], bad_results
+    assert "POST /results/batch answered" in bad_results["scores"][0]["error"]
+    # a server without POST /results/batch: polled task by task; the result's
+    # numbers scored by libkgym (1 + min(2, 3) + 0.5)
+    assert old["scores"][0]["reward_score"] == pytest.approx(3.5), old

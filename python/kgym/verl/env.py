@@ -57,7 +57,8 @@ _MODELNEW = re.compile(r"(?m)^class ModelNew[(: ]")
 
 class KgymEnvError(RuntimeError):
     """The environment, not the policy, failed a turn. kind is one of
-    unreachable, malformed, refused, timeout, infra_error, problem_error."""
+    unreachable, malformed, refused, timeout, lost (a task the server
+    does not know), cancelled, infra_error, problem_error."""
 
     def __init__(self, kind: str, message: str):
         self.kind = kind
@@ -138,6 +139,11 @@ def classify(result: Any) -> tuple[bool, bool, Optional[float], float]:
     if not isinstance(result, dict):
         raise KgymEnvError("malformed", f"a result is not an object: {str(result)[:200]}")
     st, v = result.get("status"), result.get("verdict")
+    if st in ("failed", "cancelled"):
+        # failed: an infra_error on the task's last attempt (docs/design.md)
+        raise KgymEnvError("infra_error" if st == "failed" else "cancelled",
+                           f"task {result.get('task_id')}: {st} "
+                           f"{str(result.get('error') or '')[:300]}")
     if st != "completed" or not isinstance(v, str):
         raise KgymEnvError("malformed", f"result of task {result.get('task_id')}: status {st!r}, "
                            f"verdict {v!r}")
@@ -211,12 +217,14 @@ class KgymScorer:
 
     def __init__(self, server: Optional[str] = None, token_file: Optional[str] = None,
                  fields: Optional[dict] = None, timeout: float = 3600.0, poll: float = 0.25,
-                 window: float = 0.05, server_wait: float = 120.0, max_batch: int = 256):
+                 window: float = 0.05, server_wait: float = 120.0, max_batch: int = 256,
+                 long_poll: float = 1.0):
         self.server = server or os.environ.get("KGYM_SERVER") or "http://127.0.0.1:10907"
         self.token_file = token_file or os.environ.get("KGYM_TOKEN_FILE")
         self.fields = dict(fields or {})
         self.timeout, self.poll, self.window = timeout, poll, window
-        self.server_wait, self.max_batch = server_wait, max_batch
+        self.server_wait, self.max_batch, self.long_poll = server_wait, max_batch, long_poll
+        self._per_task = False  # the server has no POST /results/batch
         self._queue: list[tuple[dict, asyncio.Future]] = []
         self._inflight: dict[str, tuple[asyncio.Future, float]] = {}
         self._flusher: Optional[asyncio.Task] = None
@@ -301,20 +309,49 @@ class KgymScorer:
         if self._inflight and (self._poller is None or self._poller.done()):
             self._poller = asyncio.ensure_future(self._poll())
 
+    def _round(self, c: Client, ids: list[str]) -> dict[str, Any]:
+        """One poll of ids: {task_id: result} for those finished. POST
+        /results/batch (a long poll of at most ``long_poll`` seconds while
+        one chunk of ids is all there is; at most 1,000 ids a request);
+        GET /results/{id} of each on a server without it (405)."""
+        if not self._per_task:
+            chunks = [ids[i:i + 1000] for i in range(0, len(ids), 1000)]
+            wait = self.long_poll if len(chunks) == 1 else 0.0
+            out: dict[str, Any] = {}
+            try:
+                for chunk in chunks:
+                    b = c.results(chunk, wait_s=wait)
+                    if not isinstance(b, dict) or not isinstance(b.get("results"), list) \
+                            or not isinstance(b.get("unknown", []), list):
+                        return {"": KgymEnvError("malformed", "POST /results/batch answered "
+                                                 f"{str(b)[:300]}")}
+                    for r in b["results"]:
+                        if not isinstance(r, dict) or r.get("task_id") not in chunk:
+                            return {"": KgymEnvError("malformed", "POST /results/batch: a result "
+                                                     f"that is not one asked for: {str(r)[:200]}")}
+                        out[r["task_id"]] = r
+                    for tid in b.get("unknown", []):
+                        out[tid] = KgymEnvError("lost", f"kgym serve does not know task {tid}")
+                return out
+            except KgymError as e:
+                if e.status != 405 or isinstance(e, KgymUnavailable):
+                    raise
+                self._per_task = True
+        return {tid: r for tid in ids if (r := c.result(tid)) is not None}
+
     async def _poll(self) -> None:
         while self._inflight:
-            await asyncio.sleep(self.poll)
             ids = list(self._inflight)
-
-            def round_(c: Client) -> dict:
-                return {tid: c.result(tid) for tid in ids}
             try:
-                got = await self._call(round_, f"GET /results ({len(ids)} tasks)")
+                got = await self._call(lambda c: self._round(c, ids),
+                                       f"POST /results/batch ({len(ids)} tasks)")
             except KgymEnvError as e:
+                got = {"": e}
+            if "" in got:  # the whole round failed: every task waiting on it
                 for tid in ids:
                     fut, _ = self._inflight.pop(tid)
                     if not fut.done():
-                        fut.set_exception(e)
+                        fut.set_exception(got[""])
                 continue
             now = time.monotonic()
             for tid in ids:
@@ -322,13 +359,19 @@ class KgymScorer:
                 r = got.get(tid)
                 if r is not None:
                     del self._inflight[tid]
-                    if not isinstance(r, dict):
-                        fut.set_exception(KgymEnvError("malformed", f"GET /results/{tid} answered "
+                    if fut.done():
+                        continue
+                    if isinstance(r, Exception):
+                        fut.set_exception(r)
+                    elif not isinstance(r, dict):
+                        fut.set_exception(KgymEnvError("malformed", f"the result of {tid} is "
                                                        f"{str(r)[:200]}"))
-                    elif not fut.done():
+                    else:
                         fut.set_result(r)
                 elif now - t0 > self.timeout:
                     del self._inflight[tid]
                     if not fut.done():
                         fut.set_exception(KgymEnvError("timeout", f"task {tid}: no result after "
                                                        f"{self.timeout:g} s"))
+            if self._inflight and self._per_task:
+                await asyncio.sleep(self.poll)
