@@ -1358,7 +1358,7 @@ def spare_preloads() -> bool:
     return os.environ.get("KGYM_SPARE_PRELOAD", "1") != "0"
 
 
-def _warm_pair(chan: Channel) -> dict:
+def _warm_pair(chan: Channel, device_lock: str | None) -> dict:
     """A spare's start-up before its task. What runs no device work goes
     first, unlocked: the candidate's imports and Triton compile (and this
     process's CUDA context meanwhile), both processes' preload set-up
@@ -1369,11 +1369,12 @@ def _warm_pair(chan: Channel) -> dict:
     hold), then the work that runs on the device: this process's cuBLAS
     while the candidate's cuBLAS and one Triton launch run, and both
     processes' channel device regions made and mapped. Returns what each
-    part took (ms) and what failed."""
+    part took (ms) and what failed. device_lock: the lock file the worker
+    named in the spare's start message."""
     out: dict = {}
     device = os.environ.get("KGYM_DEVICE", "cpu")
     cuda = device.startswith("cuda") and torch.cuda.is_available()
-    lock = DeviceLock(os.environ.get("KGYM_DEVICE_LOCK") if cuda else None)
+    lock = DeviceLock(device_lock if cuda else None)
     chan.deadline = time.monotonic() + WARM_TIMEOUT_S
     dev = torch.device(device if ":" in device else "cuda:0") if cuda else None
     try:
@@ -1477,11 +1478,15 @@ def _wait_for_task(task_fd: int) -> tuple[Any, int | None]:
             os.close(task_fd)
 
 
-def run_warm_judge(task_fd: int, chan_fd: int, result_fd: int) -> None:
+def run_warm_judge(task_fd: int, chan_fd: int, result_fd: int,
+                   device_lock: str | None = None) -> None:
     """A judge forked before its task (a warm spare): warms itself and its
-    candidate, waits for the task, then runs exactly as run_judge."""
+    candidate, waits for the task, then runs exactly as run_judge.
+    device_lock: the device lock's file, from the spare's start message (the
+    worker writes none into the task it sends later: the lock reaches a
+    judge once); it becomes the task's device_lock."""
     chan = Channel(chan_fd)
-    warm = _warm_pair(chan)
+    warm = _warm_pair(chan, device_lock)
     t = _now()
     task, gate_fd = _wait_for_task(task_fd)
     # ready this long before its task came (near 0: the task waited for us)
@@ -1490,4 +1495,6 @@ def run_warm_judge(task_fd: int, chan_fd: int, result_fd: int) -> None:
     if task is None:
         chan.close()
         return
+    if isinstance(task, dict) and "_task_error" not in task:
+        task["device_lock"] = device_lock
     run_judge(task, chan_fd, result_fd, chan=chan, warm=warm, gate_fd=gate_fd)

@@ -70,7 +70,7 @@ def _run_role(req: dict[str, Any], fds: dict[str, int]) -> int:
     role = req["role"]
     if role == "judge" and "task" not in req and "task" in fds:
         from kgym_harness.judge import run_warm_judge  # a spare: its task comes later
-        run_warm_judge(fds["task"], fds["chan"], fds["result"])
+        run_warm_judge(fds["task"], fds["chan"], fds["result"], req.get("device_lock"))
     elif role == "judge":
         from kgym_harness.judge import run_judge
         run_judge(req["task"], fds["chan"], fds["result"])

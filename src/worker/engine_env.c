@@ -93,7 +93,9 @@ static void pass_env(json_t *env, const char *const *names)
 /* The judge's switches, from the worker's environment: the reference-time
  * cache, the device lock's trace (diagnosis), the timing phase's memory
  * reserve, the spares' yield to timing phases and their preload (each on
- * unless "0"); and compile ahead, the device lock, the profiler warm-up. */
+ * unless "0"); and, from the engine's config, compile ahead and the
+ * profiler warm-up. The device lock is not here: it comes in the judge's
+ * start message (eng_judge_task, spawn_request in engine_spawn.c). */
 static void judge_env(kg_engine *e, json_t *env, int prof)
 {
     static const char *const pass[] = {
@@ -102,7 +104,6 @@ static void judge_env(kg_engine *e, json_t *env, int prof)
     pass_env(env, pass);
     json_object_set_new(env, "KGYM_COMPILE_AHEAD",
                         json_string(eng_compile_ahead(e)));
-    json_object_set_new(env, "KGYM_DEVICE_LOCK", json_string(e->lock_path));
     if (prof)
         json_object_set_new(env, "KGYM_WARM_PROFILER", json_string("1"));
 }
@@ -176,12 +177,19 @@ int eng_task_prof(const json_t *task)
     return !json_is_false(json_object_get(task, "enable_profiling"));
 }
 
-/* The task as the judge gets it: the request plus the device, its lock,
- * the gate (a staged task) and the worker's deadline. New reference. */
+/* The task as the judge gets it: the request plus the device, the gate (a
+ * staged task), the worker's deadline and, for a judge forked with its task,
+ * the device lock. A warm spare's judge was given the lock in its start
+ * message, before it had a task (spawn_request in engine_spawn.c), and puts
+ * it into its task itself: the lock reaches each judge once. New
+ * reference. */
 json_t *eng_judge_task(kg_engine *e, const struct slot *sl)
 {
     json_t *t = json_deep_copy(sl->task);
-    json_object_set_new(t, "device_lock", json_string(e->lock_path));
+    if (!sl->warm)
+        json_object_set_new(t, "device_lock", json_string(e->lock_path));
+    else
+        json_object_del(t, "device_lock");
     json_object_set_new(t, "device", json_string(eng_child_device(e)));
     if (sl->state == S_STAGED)
         json_object_set_new(t, "device_gate", json_true());

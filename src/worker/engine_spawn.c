@@ -166,7 +166,10 @@ static void cand_cgroup(kg_engine *e, struct child *c)
 
 /* The spawn request for one role: sandbox, environment, the fds' names
  * (chan, result, task, log: those >= 0, in that order into fds[]) and, for
- * a judge whose task is known, the task. New reference. */
+ * a judge, its task (which names the device lock) or, for a warm spare's
+ * judge, which has none yet, the device lock on its own: the judge's start
+ * message is the one place it learns the lock from (docs/harness.md, "The
+ * device lock"). New reference. */
 static json_t *spawn_request(kg_engine *e, struct slot *sl, const char *role,
                              struct child *c, const int in_fds[4], int *fds,
                              int *nfds)
@@ -191,6 +194,8 @@ static json_t *spawn_request(kg_engine *e, struct slot *sl, const char *role,
     json_object_set_new(req, "fds", fd_names);
     if (!strcmp(role, "judge") && sl->task)
         json_object_set_new(req, "task", eng_judge_task(e, sl));
+    else if (!strcmp(role, "judge"))
+        json_object_set_new(req, "device_lock", json_string(e->lock_path));
     return req;
 }
 

@@ -2,7 +2,9 @@
 command that makes an engine: `kgym eval`, `kgym worker` and `kgym serve
 --workers` take --cpu-threads, --compile-ahead and --spare-mem-floor (the
 old KGYM_CPU_THREADS, KGYM_COMPILE_AHEAD and KGYM_SPARE_MEM_FLOOR are read
-when a flag is not given); a bad value is one line and exit status 2.
+when a flag is not given); a bad value is one line and exit status 2. And
+the device lock reaches a warm spare's task from the spare's start message
+(docs/harness.md, "The device lock").
 
 A probe candidate reports what its process sees, in the error its import
 raises: torch's CPU threads, KGYM_CPU_THREADS, and whether the zygote it
@@ -146,3 +148,22 @@ def test_serve_workers_flags_reach_the_candidate(tmp_path):
         assert seen(r) == (3, "3", True), open(serve.log).read()[-3000:]
     finally:
         env.close()
+
+
+def test_a_warm_spares_task_holds_the_device_lock():
+    """A warm spare learns the device lock from its start message, before it
+    has a task; the task the engine hands it later names none, and the
+    judge puts the start message's lock into it. Timing then holds the lock
+    exclusively (on the cpu only timing and profiling take it), in a warm
+    pair as in a pair forked for its task."""
+    args = ["--ref", REF, "--backend", "cpu", *FAST, "--prewarm", "2"]
+    for _ in range(3):
+        args += ["--cand", SOL]
+    out, p = eval_json(args, clean_env())
+    assert p.returncode == 0 and len(out) == 3, p.stderr[-2000:]
+    assert [r["verdict"] for r in out] == ["pass"] * 3, [r.get("error_message") for r in out]
+    assert sorted(r["device"]["mode"] for r in out) == ["zygote", "zygote+warm",
+                                                        "zygote+warm"], out
+    for r in out:
+        held = r["timings"].get("lock_held") or {}
+        assert held.get("exclusive", 0) > 0, (r["device"]["mode"], r["timings"])

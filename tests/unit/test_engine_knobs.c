@@ -1,8 +1,8 @@
 /* test_engine_knobs.c - the engine's tuning knobs (engine.h: cpu_threads,
  * compile_ahead, spare_mem_floor): their flags and old environment
  * variables as the commands read them (src/cli/cli_util.c), the engine's
- * own check of a config, and what the knobs become in a child's
- * environment (engine_env.c). */
+ * own check of a config, and what the knobs and the device lock become in
+ * a child's environment and its judge's task (engine_env.c). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -255,6 +255,8 @@ static void test_cpu_threads_reach_both_children(void **state)
         json_t *env = eng_child_env(e, roles[i], &c, 0, 0);
         assert_string_equal(
             json_string_value(json_object_get(env, "KGYM_CPU_THREADS")), "7");
+        /* the lock is not in any child's environment */
+        assert_null(json_object_get(env, "KGYM_DEVICE_LOCK"));
         json_decref(env);
     }
     free(e);
@@ -289,6 +291,31 @@ static void test_compile_ahead_follows_the_config(void **state)
     free(e);
 }
 
+/* The device lock reaches a judge once: in the task of a judge forked with
+ * it; not in the task a warm spare gets later (its start message named the
+ * lock, engine_spawn.c). */
+static void test_device_lock_is_in_the_task_only_without_a_spare(void **state)
+{
+    (void)state;
+    kg_engine *e = fake_engine("cpu", 1);
+    struct slot sl;
+    slot_clear(&sl);
+    slot_set_state(&sl, S_RUNNING);
+    sl.task = json_pack("{s:s, s:s}", "task_id", "t1", "device_lock", "/evil");
+    sl.deadline = 1e12;
+    json_t *t = eng_judge_task(e, &sl);
+    assert_string_equal(json_string_value(json_object_get(t, "device_lock")),
+                        e->lock_path);
+    json_decref(t);
+    sl.warm = 1;
+    t = eng_judge_task(e, &sl);
+    assert_null(json_object_get(t, "device_lock"));
+    assert_string_equal(json_string_value(json_object_get(t, "task_id")), "t1");
+    json_decref(t);
+    json_decref(sl.task);
+    free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -306,6 +333,7 @@ int main(void)
         cmocka_unit_test(test_mem_floor_default_and_none),
         cmocka_unit_test_setup(test_cpu_threads_reach_both_children, clear_env),
         cmocka_unit_test(test_compile_ahead_follows_the_config),
+        cmocka_unit_test(test_device_lock_is_in_the_task_only_without_a_spare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
