@@ -4,7 +4,9 @@ cpu backend, in verl's venv (tests/verl/verl_agent_case.py): the language
 model is the one stand-in (a scripted generate()). Per-turn rewards by
 libkgym, feedback carried into the next prompt, turn indices, PRS dropping
 a turn's tokens but not its reward, TRLOO per (problem, turn) through
-verl's compute_advantage, and a problem_error never scored. Also: the
+verl's compute_advantage, a problem_error never scored, and (against a
+stand-in server, to have it on demand) an infra error at turn 1 ending the
+episode after turn 0. Also: the
 example YAML composed by verl's hydra config names components that are
 registered. Skips without verl's venv, unless KGYM_REQUIRE_VERL=1 (CI)."""
 from __future__ import annotations
@@ -39,6 +41,10 @@ def test_agent_loop_through_verl_against_kgym_serve(tmp_path):
     ref = V.read(V.GELU_REF)
     # three samples of one problem, two turns each
     replies = [[V.honest(), V.honest()], [V.wrong(), V.honest()], [NO_CODE, V.CHEAT]]
+    # the turn-1 evaluation fails on the server's side (status failed: an
+    # infra_error on its last attempt); a stand-in server, to have it on demand
+    flaky = V.fake("seq", [V.PASS_2X, {"status": "failed", "verdict": "infra_error",
+                                       "error": "the worker died"}])
     e = V.Env("sqlite")
     try:
         e.start_server("--workers", "2")
@@ -52,10 +58,14 @@ def test_agent_loop_through_verl_against_kgym_serve(tmp_path):
                  "groups": [{"uid": "gelu", "reference": ref, "replies": replies}]},
                 {"overrides": ["kgym.turns=2"],
                  "groups": [{"uid": "broken", "reference": V.broken_ref(),
+                             "replies": [[V.honest(), V.honest()]]}]},
+                {"overrides": ["kgym.turns=2"], "server": f"http://127.0.0.1:{flaky.server_port}",
+                 "groups": [{"uid": "flaky", "reference": ref,
                              "replies": [[V.honest(), V.honest()]]}]}]}, timeout=300)
     finally:
         e.close()
-    run, broken = out["runs"]
+        flaky.shutdown()
+    run, broken, cut = out["runs"]
     assert "kgym_agent" in run["registry"]
     s = run["samples"]
     assert [x["kgym_turn_index"] for x in s] == [[0, 1]] * 3
@@ -117,6 +127,14 @@ def test_agent_loop_through_verl_against_kgym_serve(tmp_path):
     # a problem whose reference fails: the environment's fault, never a score
     assert broken.get("kind") == "problem_error", broken
     assert list(broken["calls"]) == ["0"] and len(broken["calls"]["0"]) == 1
+    # an infra error at turn 1: the episode ends after turn 0, whose reward
+    # (1 + min(2, 3) + 0.5 by libkgym) is on the response's last token; the
+    # turn-1 reply and the feedback before it are not in the response
+    c = cut["samples"][0]
+    assert c["kgym_stop"] == "env:infra_error" and len(c["prompts_seen"]) == 2
+    assert c["kgym_turn_index"] == [0] and c["kgym_turn_rewards"] == pytest.approx([3.5])
+    assert spans(c["mask"]) == [(0, c["response_len"])] == [(0, c["kgym_turn_ends"][0])]
+    assert {j: v for j, v in enumerate(c["rm_scores"]) if v} == {c["response_len"] - 1: 3.5}
 
 
 def test_example_yaml_composes_with_registered_components(tmp_path):

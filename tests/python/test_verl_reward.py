@@ -6,11 +6,8 @@ replies a real one never gives (malformed, no POST /results/batch). Skips withou
 KGYM_REQUIRE_VERL=1 (CI), under which it fails."""
 from __future__ import annotations
 
-import http.server
-import json
 import os
 import sys
-import threading
 
 import pytest
 
@@ -22,55 +19,6 @@ sys.path.insert(0, os.path.join(V.REPO, "python"))
 from kgym import rl  # noqa: E402
 
 
-class Fake(http.server.BaseHTTPRequestHandler):
-    """A stand-in kgym serve for replies the real one never gives. mode
-    "batch": POST /evaluate/batch answers JSON that is not a batch reply;
-    "results": the batch is accepted, POST /results/batch answers garbage;
-    "old": a server without POST /results/batch (405), whose GET
-    /results/{id} gives a finished result written here."""
-
-    mode = "batch"
-    RESULT = {"status": "completed", "verdict": "pass", "correctness": True,
-              "speedup": 2.0, "profile": {"coverage": 0.5}, "hack_reasons": [],
-              "feedback": "Verdict: pass"}
-
-    def reply(self, code, body):
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-        if self.path == "/evaluate/batch":
-            if self.mode == "batch":
-                return self.reply(200, {"tasks": "not a list"})
-            tasks = [{"task_id": t["task_id"], "status": "pending"} for t in body["tasks"]]
-            return self.reply(200, {"tasks": tasks, "accepted": len(tasks), "rejected": 0})
-        if self.path == "/results/batch":
-            if self.mode == "old":
-                return self.reply(405, {"error": {"code": "method_not_allowed",
-                                                  "message": "no such route"}})
-            return self.reply(200, {"results": "garbage"})
-        self.reply(404, {})
-
-    def do_GET(self):  # noqa: N802
-        if self.path.startswith("/results/"):
-            return self.reply(200, {**self.RESULT, "task_id": self.path.rsplit("/", 1)[1]})
-        self.reply(404, {})
-
-    def log_message(self, *a):
-        pass
-
-
-def fake(mode: str) -> http.server.ThreadingHTTPServer:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("F", (Fake,), {"mode": mode}))
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv
-
-
 def test_reward_manager_scores_a_batch_through_kgym_serve(tmp_path):
     ref = V.read(V.GELU_REF)
     samples = [{"reply": V.honest(), "reference": ref},
@@ -78,7 +26,7 @@ def test_reward_manager_scores_a_batch_through_kgym_serve(tmp_path):
                {"reply": "I would rather not write code.", "reference": ref},
                {"reply": V.CHEAT, "reference": ref},
                {"reply": V.honest(), "reference": V.broken_ref()}]
-    fakes = [fake("batch"), fake("results"), fake("old")]
+    fakes = [V.fake("batch"), V.fake("results"), V.fake("old")]
     e = V.Env("sqlite")
     try:
         e.start_server("--workers", "2")

@@ -11,7 +11,7 @@ test (by the sample's priority and the call's turn), and records each
 prompt it was given. Everything else is real: verl's token building, kgym
 serve on the cpu backend, libkgym's scores.
 
-stdin: {"server", "token_file", "model_dir", "runs": [{"overrides",
+stdin: {"server", "token_file", "model_dir", "runs": [{"overrides", "server",
 "groups": [{"uid", "reference", "replies": [[turn 0 reply, turn 1 reply,
 ...] per sample]}]}]}; stdout's last line: {"runs": [the batch's fields
 per sample, or {"error", "kind"}]}."""
@@ -52,7 +52,7 @@ class ScriptedLLM:
 
 
 def run(spec):
-    cfg = compose(kgym_overrides(case["server"], case["token_file"], model) + [
+    cfg = compose(kgym_overrides(spec.get("server", case["server"]), case["token_file"], model) + [
         "actor_rollout_ref.rollout.agent.agent_loop_config_path="
         f"{REPO}/examples/verl/agent_loops.yaml",
         "data.max_prompt_length=8192", "data.max_response_length=40000"]
@@ -99,7 +99,7 @@ def run(spec):
                                 metrics={}, extra_fields={"kgym_turn_ends": ends,
                                                           "kgym_turn_rewards": rew})
         res["samples"].append({
-            "uid": uids[i], "mask": mask, "rm_scores": b["rm_scores"][i].tolist(),
+            "uid": uids[i], "mask": mask, "response_len": L, "rm_scores": b["rm_scores"][i].tolist(),
             "as_dict_rm_scores": o.as_dict()["rm_scores"].tolist(),
             "advantages": adv.batch["advantages"][i].tolist(),
             "returns": adv.batch["returns"][i].tolist(),

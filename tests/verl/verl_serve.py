@@ -5,10 +5,12 @@ its honest, wrong and cheating candidates, and running a case script under
 verl's venv."""
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -70,3 +72,68 @@ def run_case(script: str, case: dict, timeout: float = 240) -> dict:
                        timeout=timeout, env=env)
     assert p.returncode == 0, p.stderr[-4000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+PASS_2X = {"status": "completed", "verdict": "pass", "correctness": True, "speedup": 2.0,
+           "profile": {"coverage": 0.5}, "hack_reasons": [], "feedback": "Verdict: pass"}
+
+
+class Fake(http.server.BaseHTTPRequestHandler):
+    """A stand-in kgym serve for replies the real one never gives (or not
+    on demand). mode "batch": POST /evaluate/batch answers JSON that is not
+    a batch reply; "results": the batch is accepted, POST /results/batch
+    answers garbage; "old": a server without POST /results/batch (405)
+    whose GET /results/{id} gives a result; "seq": POST /results/batch
+    gives results. The n-th task submitted gets results[n] (the last one
+    past the end of the list)."""
+
+    mode = "batch"
+    results = [PASS_2X]
+    given: dict = {}
+
+    def reply(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def result(self, tid):
+        return {**self.given[tid], "task_id": tid}
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        if self.path == "/evaluate/batch":
+            if self.mode == "batch":
+                return self.reply(200, {"tasks": "not a list"})
+            for t in body["tasks"]:
+                self.given[t["task_id"]] = self.results[min(len(self.given),
+                                                            len(self.results) - 1)]
+            tasks = [{"task_id": t["task_id"], "status": "pending"} for t in body["tasks"]]
+            return self.reply(200, {"tasks": tasks, "accepted": len(tasks), "rejected": 0})
+        if self.path == "/results/batch":
+            if self.mode == "old":
+                return self.reply(405, {"error": {"code": "method_not_allowed",
+                                                  "message": "no such route"}})
+            if self.mode == "results":
+                return self.reply(200, {"results": "garbage"})
+            return self.reply(200, {"results": [self.result(t) for t in body["task_ids"]],
+                                    "pending": [], "unknown": []})
+        self.reply(404, {})
+
+    def do_GET(self):  # noqa: N802
+        if self.path.startswith("/results/"):
+            return self.reply(200, self.result(self.path.rsplit("/", 1)[1]))
+        self.reply(404, {})
+
+    def log_message(self, *a):
+        pass
+
+
+def fake(mode: str, results: list | None = None) -> http.server.ThreadingHTTPServer:
+    """A Fake server on a loopback port, serving in a thread; shutdown() it."""
+    cls = type("F", (Fake,), {"mode": mode, "results": results or [PASS_2X], "given": {}})
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), cls)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
