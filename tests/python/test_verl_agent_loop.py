@@ -61,11 +61,15 @@ def test_agent_loop_through_verl_against_kgym_serve(tmp_path):
                              "replies": [[V.honest(), V.honest()]]}]},
                 {"overrides": ["kgym.turns=2"], "server": f"http://127.0.0.1:{flaky.server_port}",
                  "groups": [{"uid": "flaky", "reference": ref,
+                             "replies": [[V.honest(), V.honest()]]}]},
+                # a response budget of 120 tokens: the honest reply is cut
+                {"overrides": ["kgym.turns=2", "data.max_response_length=120"],
+                 "groups": [{"uid": "long", "reference": ref,
                              "replies": [[V.honest(), V.honest()]]}]}]}, timeout=300)
     finally:
         e.close()
         flaky.shutdown()
-    run, broken, cut = out["runs"]
+    run, broken, cut, long = out["runs"]
     assert "kgym_agent" in run["registry"]
     s = run["samples"]
     assert [x["kgym_turn_index"] for x in s] == [[0, 1]] * 3
@@ -135,6 +139,14 @@ def test_agent_loop_through_verl_against_kgym_serve(tmp_path):
     assert c["kgym_turn_index"] == [0] and c["kgym_turn_rewards"] == pytest.approx([3.5])
     assert spans(c["mask"]) == [(0, c["response_len"])] == [(0, c["kgym_turn_ends"][0])]
     assert {j: v for j, v in enumerate(c["rm_scores"]) if v} == {c["response_len"] - 1: 3.5}
+    # a reply past the response budget is cut at it, as max_tokens would: its
+    # block is unclosed, it scores the penalty (nothing submitted), it is
+    # the last turn
+    g = long["samples"][0]
+    assert g["kgym_stop"] == "response_length" and len(g["prompts_seen"]) == 1
+    assert g["kgym_turn_rewards"] == [0] and g["kgym_verdicts"] == [None]
+    assert "not closed" in g["kgym_feedback"][0]
+    assert g["response_len"] == 120 and spans(g["mask"]) == [(0, 120)]
 
 
 def test_example_yaml_composes_with_registered_components(tmp_path):

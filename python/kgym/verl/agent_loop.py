@@ -166,14 +166,27 @@ class KgymAgentLoop(AgentLoopBase):
             if not out.token_ids:
                 stop = "no_reply"
                 break
-            merged, mask2, lps2 = await self.ct_merge_assistant_token(
-                ids, out.token_ids, mask, lps if (lps or out.log_probs) else None,
-                assistant_logprobs=out.log_probs or None)
-            if len(mask2) > self.response_length:
+            toks, tlps = list(out.token_ids), (list(out.log_probs) if out.log_probs else None)
+            room = self.response_length - len(mask)
+            if len(toks) > room:
+                # a reply past the response budget is cut there, as max_tokens
+                # would cut it (its python block is then unclosed: the
+                # penalty), and is the episode's last turn
+                if room <= 0:
+                    stop = "response_length"
+                    break
+                toks, tlps = toks[:room], (tlps[:room] if tlps else None)
                 stop = "response_length"
-                break
+            merged, mask2, lps2 = await self.ct_merge_assistant_token(
+                ids, toks, mask, lps if (lps or tlps) else None, assistant_logprobs=tlps)
+            new_ids = merged.token_ids
+            over = len(mask2) - self.response_length
+            if over > 0:  # tokens the merge added at the turn's boundary
+                new_ids, mask2 = new_ids[:len(new_ids) - over], mask2[:self.response_length]
+                lps2 = lps2[:self.response_length] if lps2 else lps2
+                stop = "response_length"
             reply = await self.loop.run_in_executor(
-                None, lambda: self.tokenizer.decode(out.token_ids, skip_special_tokens=True))
+                None, lambda: self.tokenizer.decode(toks, skip_special_tokens=True))
             code, why = extract_code(reply)
             try:
                 result = None
@@ -187,13 +200,13 @@ class KgymAgentLoop(AgentLoopBase):
                 logger.warning("kgym_agent: turn %d not scored, the episode ends: %s", t, e)
                 stop = f"env:{e.kind}"
                 break
-            ids, mask, lps = merged.token_ids, mask2, (lps2 or [])
+            ids, mask, lps = new_ids, mask2, (lps2 or [])
             kept = (ids, mask, lps)
             messages.append({"role": "assistant", "content": reply})
             fb = no_code_feedback(why) if code is None else feedback_text(result)
             scores.append(s)
             feedback.append(fb)
-            if t == self.turns - 1:
+            if t == self.turns - 1 or stop == "response_length":
                 break
             before = list(messages)
             text = REFINE.replace("{turn}", str(t + 1)).replace("{feedback}", fb)
