@@ -41,6 +41,7 @@ typedef struct ro_loop {
     int ng, next;
     kg_policy_req **done;
     double last_poll, last_line, away_since;
+    int quick_empty; /* the last poll came back at once with nothing */
     kg_err err;
 } ro_loop;
 
@@ -264,9 +265,11 @@ static int poll(ro_loop *L)
         return 0; /* asked again next round */
     }
     int n = at_eval(L, ts, us);
-    int wait =
-        !L->away_since && n <= RO_POLL_IDS && kg_policy_pending(r->policy) == 0;
-    if (!n || (!wait && now - L->last_poll < POLL_MS)) {
+    /* a wait at the server paces the rounds itself; any other round
+       (also a long poll answered at once with nothing) waits POLL_MS */
+    int wait = !L->away_since && !r->poll_one_by_one && n <= RO_POLL_IDS &&
+               kg_policy_pending(r->policy) == 0;
+    if (!n || ((!wait || L->quick_empty) && now - L->last_poll < POLL_MS)) {
         r->st.evals_in_flight = n;
         free(ts);
         free(us);
@@ -274,6 +277,7 @@ static int poll(ro_loop *L)
     }
     L->last_poll = now;
     int d = L->away_since ? -1 : ro_env_poll(r, us, n, wait ? POLL_WAIT_S : 0);
+    L->quick_empty = d <= 0 && kg_now_ms() - now < POLL_MS;
     now = kg_now_ms();
     if (d < 0)
         L->away_since = L->away_since ? L->away_since : now;

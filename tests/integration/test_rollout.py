@@ -616,3 +616,85 @@ def test_results_come_by_long_poll(env: Env) -> None:
         assert 1 <= got["results_batch"] <= 30, got
     finally:
         pol.close()
+
+
+class OldServer:
+    """A stub of a kgym serve from before POST /results/batch (it answers
+    405 there, as the real one did): /health, /evaluate/batch, and GET
+    /results/{id} answering 202 until 2 s after the submission. Counts
+    the GET /results it was asked."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+        import time
+        box = self
+        self.submitted: dict[str, float] = {}
+        self.gets = 0
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a) -> None:
+                pass
+
+            def send(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path == "/health":
+                    return self.send(200, {"status": "ok"})
+                tid = self.path.rsplit("/", 1)[1]
+                box.gets += 1
+                if time.monotonic() - box.submitted[tid] < 2.0:
+                    return self.send(202, {"task_id": tid, "status": "running"})
+                self.send(200, {"task_id": tid, "status": "completed", "verdict": "mismatch",
+                                "compiled": True, "correctness": False, "speedup": None})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path != "/evaluate/batch":
+                    return self.send(405, {"error": {"code": "method_not_allowed",
+                                                     "message": "method not allowed"}})
+                for t in body["tasks"]:
+                    box.submitted[t["task_id"]] = time.monotonic()
+                self.send(200, {"tasks": [{"task_id": t["task_id"], "status": "pending"}
+                                          for t in body["tasks"]]})
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.srv.shutdown()
+
+
+def test_an_older_server_is_asked_task_by_task(env: Env) -> None:
+    """Against a server without POST /results/batch the rollout asks GET
+    /results/{id} of each task, a round every 250 ms (not in a loop)."""
+    pol = ScriptedPolicy({GELU: {s: {0: {"text": honest(GELU)}} for s in range(2)}})
+    old = OldServer()
+    probs = os.path.join(env.base, "one-old")
+    os.makedirs(probs, exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "problems", "cpu", "level1", f"{GELU}.py"), probs)
+    out = os.path.join(env.base, "old.jsonl")
+    try:
+        p = subprocess.run(
+            [KGYM, "rollout", "--policy", pol.url, "--model", "m", "--server", old.url,
+             "--token-file", env.token_file, "--problems", probs, "--samples", "2",
+             "--turns", "1", "--no-group-n", "--out", out],
+            capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert "no POST /results/batch" in p.stderr, p.stderr
+        rows = rows_of(out)
+        assert [rows[GELU, s, 0]["result"]["verdict"] for s in range(2)] == ["mismatch"] * 2
+        # 2 tasks done 2 s after their submission: about 9 rounds of 2
+        print("GET /results asked:", old.gets)
+        assert 2 <= old.gets <= 24, old.gets
+    finally:
+        old.close()
+        pol.close()
