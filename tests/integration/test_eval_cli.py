@@ -244,8 +244,8 @@ _os.close(_fd)
 _os.unlink(_p)
 ''')
     try:
-        p = run(["--ref", REF, "--cand", str(cand), "--backend", "triton", "--json", *FAST],
-                env={"TMPDIR": zygote_tmp, "KGYM_COMPILE_AHEAD": "1"})
+        p = run(["--ref", REF, "--cand", str(cand), "--backend", "triton", "--json",
+                 "--compile-ahead", "on", *FAST], env={"TMPDIR": zygote_tmp})
     finally:
         shutil.rmtree(zygote_tmp, ignore_errors=True)
     assert p.returncode == 0, p.stderr

@@ -106,8 +106,12 @@ def test_warm_parts_and_tasks_say_where_their_time_went():
     assert sched["prep"]["candidate"][2] < 20, sched
 
 
-def _eval_stderr(n: int, floor: str) -> tuple[list[dict], str]:
+def _eval_stderr(n: int, floor: str, flag: str | None = None) -> tuple[list[dict], str]:
+    """n tasks with KGYM_SPARE_MEM_FLOOR=floor (the old variable, read when
+    no flag is given) and, when flag is given, --spare-mem-floor flag."""
     args = ["--ref", REF, "--backend", "cpu", *FAST, "--prewarm", "4"]
+    if flag is not None:
+        args += ["--spare-mem-floor", flag]
     for _ in range(n):
         args += ["--cand", SOL]
     out, p = eval_json(args, dict(os.environ, KGYM_SPARE_MEM_FLOOR=floor))
@@ -117,8 +121,9 @@ def _eval_stderr(n: int, floor: str) -> tuple[list[dict], str]:
 
 def test_fewer_spares_when_their_memory_leaves_too_little_free():
     """A spare's judge reports the free memory its warm-up left (the host's
-    on a cpu worker); below KGYM_SPARE_MEM_FLOOR free the engine keeps two
-    spares fewer, down to one, and tasks still run warm."""
+    on a cpu worker); below --spare-mem-floor free (KGYM_SPARE_MEM_FLOOR
+    without the flag) the engine keeps two spares fewer, down to one, and
+    tasks still run warm."""
     res, err = _eval_stderr(8, "1")  # nothing counts as enough: every report is low
     assert [r["verdict"] for r in res] == ["pass"] * 8
     for r in res[1:]:
@@ -128,7 +133,7 @@ def test_fewer_spares_when_their_memory_leaves_too_little_free():
     assert [ln.rsplit(": ", 1)[1] for ln in lows] == ["at most 2 spare(s) now",
                                                       "at most 1 spare(s) now"], err
     assert all(r["device"]["mode"] == "zygote+warm" for r in res[1:]), res
-    res, err = _eval_stderr(3, "0")  # no floor: never low
+    res, err = _eval_stderr(3, "1", flag="0")  # no floor (the flag wins): never low
     assert [r["verdict"] for r in res] == ["pass"] * 3 and "memory low" not in err, err
     for bad in ("abc", "1.5", "0.3x"):  # named, and the default used (not read as 0)
         res, err = _eval_stderr(2, bad)
