@@ -90,50 +90,78 @@ static const json_t *poll_ids(const json_t *in, kg_api_error *e)
     return bad ? NULL : ids;
 }
 
+/* Adds task id, finished or unknown to the store, to the answer `out`
+ * (a cache-answered task is not in the store: read through the API).
+ * Returns 0, or -1 with rep filled when the store failed. */
+static int add_settled(kg_api *api, const char *id, json_t *out,
+                       kg_http_reply *rep)
+{
+    kg_task t;
+    kg_err err;
+    int rc = kg_api_read_task(api, id, &t, &err);
+    if (rc == KG_ENOTFOUND) {
+        json_array_append_new(json_object_get(out, "unknown"), json_string(id));
+        return 0;
+    }
+    if (rc) {
+        kg_api_store_error(rep, rc, &err);
+        return -1;
+    }
+    json_t *v = t.status >= KG_TASK_COMPLETED
+                    ? kg_api_result_view(t.id, t.status, t.result)
+                    : json_pack("{s:s, s:s}", "task_id", t.id, "status",
+                                kg_task_status_name(t.status));
+    json_array_append_new(json_object_get(out, t.status >= KG_TASK_COMPLETED
+                                                   ? "results"
+                                                   : "pending"),
+                          v);
+    kg_task_free(&t);
+    return 0;
+}
+
 /*
  * Looks every listed task up: "results" gets the result view of each
  * finished one (as GET /results/{id} gives it), "pending" {task_id,
  * status} of the others, "unknown" the ids of no task, all in the order
- * asked. *waiting (a mask of kg_http_key_add) gets the pending ones.
+ * asked. One read of every status (kg_store_status_many), then one read
+ * per finished or unknown task. *settled gets how many are finished or
+ * unknown, *waiting (a mask of kg_http_key_add) the pending ones.
  * Returns the answer, or NULL with rep filled when the store failed.
  */
 static json_t *look_up(kg_api *api, const json_t *ids, int *settled,
                        uint64_t *waiting, kg_http_reply *rep)
 {
-    json_t *results = json_array(), *pending = json_array();
-    json_t *unknown = json_array();
-    json_t *out = json_pack("{s:o, s:o, s:o}", "results", results, "pending",
-                            pending, "unknown", unknown);
+    size_t n = json_array_size(ids);
+    const char **idv = calloc(n, sizeof *idv);
+    int *st = calloc(n, sizeof *st);
+    json_t *out =
+        json_pack("{s:[], s:[], s:[]}", "results", "pending", "unknown");
+    kg_err err;
+    int rc = idv && st && out ? 0 : kg_errf(&err, KG_ENOMEM, "out of memory");
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        idv[i] = json_string_value(json_array_get(ids, i));
+    if (rc == 0)
+        rc = kg_store_status_many(api->store, idv, n, st, &err);
+    if (rc)
+        kg_api_store_error(rep, rc, &err);
     *settled = 0;
-    size_t i;
-    const json_t *v;
-    json_array_foreach(ids, i, v)
-    {
-        const char *id = json_string_value(v);
-        kg_task t;
-        kg_err err;
-        int rc = kg_api_read_task(api, id, &t, &err);
-        if (rc == KG_ENOTFOUND) {
-            json_array_append_new(unknown, json_string(id));
-            ++*settled;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (st[i] == KG_TASK_PENDING || st[i] == KG_TASK_RUNNING) {
+            json_array_append_new(json_object_get(out, "pending"),
+                                  json_pack("{s:s, s:s}", "task_id", idv[i],
+                                            "status",
+                                            kg_task_status_name(st[i])));
+            kg_http_key_add(waiting, idv[i]);
             continue;
         }
-        if (rc) {
-            json_decref(out);
-            kg_api_store_error(rep, rc, &err);
-            return NULL;
-        }
-        if (t.status >= KG_TASK_COMPLETED) {
-            json_array_append_new(results,
-                                  kg_api_result_view(t.id, t.status, t.result));
-            ++*settled;
-        } else {
-            json_array_append_new(
-                pending, json_pack("{s:s, s:s}", "task_id", t.id, "status",
-                                   kg_task_status_name(t.status)));
-            kg_http_key_add(waiting, id);
-        }
-        kg_task_free(&t);
+        rc = add_settled(api, idv[i], out, rep);
+        ++*settled;
+    }
+    free(idv);
+    free(st);
+    if (rc) {
+        json_decref(out);
+        return NULL;
     }
     return out;
 }

@@ -671,6 +671,34 @@ int kg_store_cache_get(kg_store *s, const char *key, json_t **result,
     return s->ops->cache_get(s, key, result, err);
 }
 
+int kg_store_status_many(kg_store *s, const char *const *ids, size_t n,
+                         int *status, kg_err *err)
+{
+    if (n && (!ids || !status))
+        return kg_errf(err, KG_EINVAL, "status: no ids");
+    for (size_t i = 0; i < n; i++) {
+        status[i] = -1;
+        if (!ids[i] || !kg_task_id_valid(ids[i]))
+            return kg_errf(err, KG_EINVAL, "status: entry %zu is no task id",
+                           i);
+    }
+    if (n == 0)
+        return 0;
+    if (s->ops->status_many)
+        return s->ops->status_many(s, ids, n, status, err);
+    for (size_t i = 0; i < n; i++) {
+        kg_task t;
+        int rc = s->ops->get(s, ids[i], 0, &t, err);
+        if (rc == 0) {
+            status[i] = t.status;
+            kg_task_free(&t);
+        } else if (rc != KG_ENOTFOUND) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
 int kg_store_cache_get_many(kg_store *s, const char *const *keys, size_t n,
                             json_t **results, kg_err *err)
 {

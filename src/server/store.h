@@ -247,6 +247,15 @@ int kg_store_get(kg_store *s, const char *id, unsigned what, kg_task *out,
                  kg_err *err);
 
 /*
+ * The status of each of n tasks at once (SQLite: one read transaction;
+ * Redis: one round trip), for a poll of many: status[i] (the caller's
+ * array of n) gets its enum kg_task_status, or -1 when there is no such
+ * task. Nothing else is read.
+ */
+int kg_store_status_many(kg_store *s, const char *const *ids, size_t n,
+                         int *status, kg_err *err);
+
+/*
  * Atomically hands the highest-priority, oldest pending task to worker_id
  * for lease_ms (store option): status running, attempts + 1, deadline set.
  * A task whose avoid_worker is worker_id is skipped while its avoidance

@@ -22,6 +22,9 @@ struct kg_store_ops {
                                int *created, json_t **cached, kg_err *err);
     int (*get)(kg_store *s, const char *id, unsigned what, kg_task *out,
                kg_err *err);
+    /* status[] is all -1 on entry; NULL: store.c calls get per id */
+    int (*status_many)(kg_store *s, const char *const *ids, size_t n,
+                       int *status, kg_err *err);
     /* what: KG_GET_REQUEST (parsed) or KG_GET_REQUEST_TEXT (as stored) */
     int (*lease)(kg_store *s, const char *worker_id, unsigned what,
                  kg_task *out, kg_err *err);

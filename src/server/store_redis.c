@@ -102,6 +102,7 @@ static const struct kg_store_ops REDIS_OPS = {
     .submit_batch = rd__submit_batch,
     .submit_batch_cached = rd__submit_batch_cached,
     .get = rd__get,
+    .status_many = rd__status_many,
     .lease = rd__lease,
     .complete = rd__complete,
     .retry = rd__retry,

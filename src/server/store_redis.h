@@ -26,6 +26,7 @@ enum {
     SC_UNREGISTER,
     SC_WLIST,
     SC_COUNTS,
+    SC_STATUS,
     SC_N
 };
 
@@ -66,6 +67,8 @@ int rd__submit_batch(kg_store *base, const kg_submit *t, size_t n, int *created,
                      kg_err *err);
 int rd__submit_batch_cached(kg_store *base, const kg_submit *t, size_t n,
                             int *created, json_t **cached, kg_err *err);
+int rd__status_many(kg_store *base, const char *const *ids, size_t n,
+                    int *status, kg_err *err);
 int rd__get(kg_store *base, const char *id, unsigned what, kg_task *out,
             kg_err *err);
 int rd__lease(kg_store *base, const char *worker_id, unsigned what,

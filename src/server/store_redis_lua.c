@@ -341,4 +341,12 @@ const char *const rd__scripts[SC_N] = {
     "for _, v in ipairs(redis.call('HGETALL', 'kg:stats')) do "
     "out[#out + 1] = v end\n"
     "return out\n",
+    /* ARGV: task ids. Each one's status, -1 for no such task (reads
+       only: nothing is written, so no wait for the AOF) */
+    [SC_STATUS] = LUA_PRELUDE
+    "local out = {}\n"
+    "for i, id in ipairs(ARGV) do\n"
+    " out[i] = tonumber(redis.call('HGET', tk(id), 'status') or -1)\n"
+    "end\n"
+    "return out\n",
 };

@@ -142,6 +142,29 @@ int rd__get(kg_store *base, const char *id, unsigned what, kg_task *out,
     return code;
 }
 
+/* Every task's status in one script (one round trip). */
+int rd__status_many(kg_store *base, const char *const *ids, size_t n,
+                    int *status, kg_err *err)
+{
+    if (n > INT32_MAX)
+        return kg_errf(err, KG_EINVAL, "status: too many ids");
+    int code;
+    redisReply *r = rd__run((rd_store *)base, SC_STATUS, (int)n,
+                            (const char **)ids, NULL, &code, err);
+    if (!r)
+        return code;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != n) {
+        freeReplyObject(r);
+        return kg_errf(err, KG_EIO, "redis: unexpected reply");
+    }
+    for (size_t i = 0; i < n; i++) {
+        int64_t v = rd__num(r->element[i]);
+        status[i] = v >= 0 && v < KG_NSTATUS ? (int)v : -1;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
 int rd__lease(kg_store *base, const char *worker_id, unsigned what,
               kg_task *out, kg_err *err)
 {

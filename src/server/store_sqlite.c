@@ -54,6 +54,7 @@ static const struct kg_store_ops SQLITE_OPS = {
     .describe = sq_describe,
     .submit_batch = sq__submit_batch,
     .get = sq__get,
+    .status_many = sq__status_many,
     .lease = sq__lease,
     .complete = sq__complete,
     .retry = sq__retry,

@@ -84,6 +84,8 @@ int sq__collect_ids(kg_sqlconn *c, sqlite3_stmt *st,
 
 int sq__submit_batch(kg_store *base, const kg_submit *t, size_t n, int *created,
                      kg_err *err);
+int sq__status_many(kg_store *base, const char *const *ids, size_t n,
+                    int *status, kg_err *err);
 int sq__get(kg_store *base, const char *id, unsigned what, kg_task *out,
             kg_err *err);
 int sq__lease(kg_store *base, const char *worker_id, unsigned what,

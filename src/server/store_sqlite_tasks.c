@@ -129,6 +129,44 @@ int sq__get(kg_store *base, const char *id, unsigned what, kg_task *out,
     return kg_sqldb_read(((sq_store *)base)->db, r_get, &a, err);
 }
 
+struct status_many_args {
+    const char *const *ids;
+    size_t n;
+    int *status;
+};
+
+/* Every task in one read transaction: one snapshot, one lock round. */
+static int r_status_many(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct status_many_args *a = arg;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_READ_BEGIN, err);
+    int rc = st ? kg_sqlconn_exec(c, st, err) : KG_EIO;
+    for (size_t i = 0; rc == 0 && i < a->n; i++) {
+        kg_task t;
+        struct get_args one = {a->ids[i], 0, &t};
+        int r = r_get(c, &one, err);
+        if (r == 0) {
+            a->status[i] = t.status;
+            kg_task_free(&t);
+        } else if (r != KG_ENOTFOUND) {
+            rc = r;
+        }
+    }
+    if ((st = kg_sqlconn_stmt(c, ST_READ_END, rc < 0 ? NULL : err)) != NULL) {
+        int r = kg_sqlconn_exec(c, st, rc < 0 ? NULL : err);
+        if (rc == 0)
+            rc = r;
+    }
+    return rc;
+}
+
+int sq__status_many(kg_store *base, const char *const *ids, size_t n,
+                    int *status, kg_err *err)
+{
+    struct status_many_args a = {ids, n, status};
+    return kg_sqldb_read(((sq_store *)base)->db, r_status_many, &a, err);
+}
+
 /* ---- the lease and its end --------------------------------------------- */
 
 struct lease_args {

@@ -650,6 +650,15 @@ static void test_cancel(void **state)
     assert_int_equal(kg_store_cancel(s, "p1", &err), 0);
     reg(s, "w1", "cpu:0");
     assert_string_equal(lease(s, "w1", id), "p2"); /* p1 is not leased */
+    const char *ids[] = {"p2", "nope", "p1", "p3"};
+    int st[4];
+    assert_int_equal(submit(s, "p3", 1), 0);
+    OK(kg_store_status_many(s, ids, 4, st, &e_)); /* one read of them all */
+    assert_int_equal(st[0], KG_TASK_RUNNING);
+    assert_int_equal(st[1], -1);
+    assert_int_equal(st[2], KG_TASK_CANCELLED);
+    assert_int_equal(st[3], KG_TASK_PENDING);
+    assert_int_equal(kg_store_cancel(s, "p3", &err), 0);
     assert_int_equal(kg_store_cancel(s, "p2", &err), 0);
     json_t *res = result_of("pass");
     assert_int_equal(
@@ -665,7 +674,7 @@ static void test_cancel(void **state)
     assert_string_equal(lease(s, "w1", id), "");
     kg_store_counts c;
     OK(kg_store_counts_get(s, &c, &e_));
-    assert_int_equal(c.by_status[KG_TASK_CANCELLED], 2);
+    assert_int_equal(c.by_status[KG_TASK_CANCELLED], 3);
     assert_int_equal(c.by_status[KG_TASK_RUNNING], 0);
     assert_int_equal(c.pending[1], 0);
     /* a cancelled lease does not expire into a requeue */
