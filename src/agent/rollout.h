@@ -144,10 +144,10 @@ void ro_context_turn(ro_run *r, ro_traj *tr, int t);
  * ts[0..m) (task ids set; a result or a refusal that comes with the reply
  * is taken): 0, or KG_EUNAVAIL / KG_EINVAL with err. ro_env_poll asks
  * for the results of us[0..n) in POST /results/batch requests of at most
- * RO_POLL_IDS ids, and when they fit in one, waits up to wait_s on the
- * server for one to finish: each finished turn gets its result or error
- * set. Returns how many finished, or -1 when the server did not answer. */
-#define RO_POLL_IDS 1000 /* the server's cap on ids per request */
+ * KG_RESULTS_MAX_IDS ids, and when they fit in one, waits up to wait_s on
+ * the server for one to finish: each finished turn gets its result or
+ * error set. Returns how many finished, or -1 when the server did not
+ * answer. */
 int ro_env_submit(ro_run *r, ro_traj **ts, int m, kg_err *err);
 int ro_env_poll(ro_run *r, ro_turn **us, int n, double wait_s);
 int ro_env_health(ro_run *r, kg_err *err);

@@ -11,6 +11,7 @@
 #include "agent/rollout.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/results_poll.h"
 
 #define BATCH 256
 #define REQ_TIMEOUT_MS 60000L
@@ -168,88 +169,63 @@ int ro_env_submit(ro_run *r, ro_traj **ts, int m, kg_err *err)
     return rc;
 }
 
-/* The turn of us[0..n) whose task is id, or NULL. */
-static ro_turn *turn_of(ro_turn **us, int n, const char *id)
-{
-    for (int i = 0; id && i < n; i++)
-        if (!strcmp(us[i]->task_id, id))
-            return us[i];
-    return NULL;
-}
-
-/* Takes one POST /results/batch answer into us[0..n): the finished
- * turns' results, an error for an id the server does not know. Returns
- * how many finished. */
-static int take_results(ro_run *r, ro_turn **us, int n, const json_t *body)
-{
-    int done = 0;
-    size_t i;
-    json_t *v;
-    json_array_foreach(json_object_get(body, "results"), i, v)
-    {
-        ro_turn *u =
-            turn_of(us, n, json_string_value(json_object_get(v, "task_id")));
-        if (u && !u->result && !u->error && json_is_object(v)) {
-            u->result = json_incref(v);
-            count(r, u);
-            done++;
-        }
-    }
-    json_array_foreach(json_object_get(body, "unknown"), i, v)
-    {
-        ro_turn *u = turn_of(us, n, json_string_value(v));
-        if (u && !u->result && !u->error) {
-            u->error = strdup("the server has no such task (lost with its "
-                              "store?)");
-            done++;
-        }
-    }
-    return done;
-}
-
-/* One POST /results/batch for us[0..n) (n <= RO_POLL_IDS). */
+/* One POST /results/batch for us[0..n) (n <= KG_RESULTS_MAX_IDS):
+ * how many finished (result or error set), or -1 when the server did not
+ * answer. */
 static int poll_batch(ro_run *r, ro_turn **us, int n, double wait_s)
 {
-    json_t *ids = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(ids, json_string(us[i]->task_id));
-    json_t *body = json_pack("{s:o, s:f}", "task_ids", ids, "wait_s", wait_s);
-    kg_client_resp resp;
+    const char **ids = calloc((size_t)n, sizeof *ids);
+    json_t **res = calloc((size_t)n, sizeof *res);
+    char *unknown = calloc((size_t)n, 1);
     kg_err e = {{0}};
-    int rc =
-        kg_client_request(r->server, "POST", "/results/batch", body,
-                          REQ_TIMEOUT_MS + (long)(wait_s * 1000), &resp, &e);
-    json_decref(body);
-    int done = 0;
-    if (rc || resp.status >= 500) {
-        done = -1;
-    } else if (resp.status == 200) {
-        done = take_results(r, us, n, resp.json);
-    } else if (resp.status == 405) {
+    int rc = ids && res && unknown ? 0 : KG_ENOMEM, done = 0;
+    for (int i = 0; rc == 0 && i < n; i++)
+        ids[i] = us[i]->task_id;
+    if (rc == 0)
+        rc = kg_results_poll(r->server, ids, (size_t)n, wait_s, REQ_TIMEOUT_MS,
+                             res, unknown, &e);
+    if (rc == KG_ENOTFOUND) {
         /* a server from before POST /results/batch (GET /results/{id}
            only): ask for each task again, one by one */
         kg_info("the server has no POST /results/batch: asking for each "
                 "result on its own");
         r->poll_one_by_one = 1;
-    } else {
-        char why[400];
-        kg_client_error_text(&resp, why, sizeof why);
-        for (int i = 0; i < n; i++)
-            if (!us[i]->result && !us[i]->error && (us[i]->error = strdup(why)))
-                done++;
+        rc = 0;
+    } else if (rc == KG_EUNAVAIL || rc == KG_ENOMEM) {
+        done = -1; /* asked again (the server counts as away) */
     }
-    kg_client_resp_free(&resp);
+    for (int i = 0; done >= 0 && i < n; i++) {
+        ro_turn *u = us[i];
+        if (u->result || u->error)
+            continue;
+        if (res[i]) {
+            u->result = res[i];
+            res[i] = NULL;
+            count(r, u);
+        } else if (unknown[i]) {
+            u->error = strdup("the server has no such task (lost with its "
+                              "store?)");
+        } else if (rc == KG_EINVAL) {
+            u->error = strdup(e.msg); /* refused: ends the turn */
+        }
+        done += u->result || u->error;
+    }
+    for (int i = 0; res && i < n; i++)
+        json_decref(res[i]);
+    free(ids);
+    free(res);
+    free(unknown);
     return done;
 }
 
 int ro_env_poll(ro_run *r, ro_turn **us, int n, double wait_s)
 {
     int done = 0;
-    if (n > RO_POLL_IDS)
+    if (n > KG_RESULTS_MAX_IDS)
         wait_s = 0; /* several requests: none may hold the others up */
-    for (int b = 0; b < n && !r->poll_one_by_one; b += RO_POLL_IDS) {
-        int d = poll_batch(r, us + b, n - b < RO_POLL_IDS ? n - b : RO_POLL_IDS,
-                           wait_s);
+    for (int b = 0; b < n && !r->poll_one_by_one; b += KG_RESULTS_MAX_IDS) {
+        int k = n - b < KG_RESULTS_MAX_IDS ? n - b : KG_RESULTS_MAX_IDS;
+        int d = poll_batch(r, us + b, k, wait_s);
         if (d < 0)
             return -1;
         done += d;

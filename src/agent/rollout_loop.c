@@ -13,6 +13,7 @@
 #include "agent/rollout.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/results_poll.h"
 
 /* Between rounds of POST /results/batch while the policy has work (no
  * wait at the server then); the longest wait at the server while it has
@@ -267,7 +268,7 @@ static int poll(ro_loop *L)
     int n = at_eval(L, ts, us);
     /* a wait at the server paces the rounds itself; any other round
        (also a long poll answered at once with nothing) waits POLL_MS */
-    int wait = !L->away_since && !r->poll_one_by_one && n <= RO_POLL_IDS &&
+    int wait = !L->away_since && !r->poll_one_by_one && n <= KG_RESULTS_MAX_IDS &&
                kg_policy_pending(r->policy) == 0;
     if (!n || ((!wait || L->quick_empty) && now - L->last_poll < POLL_MS)) {
         r->st.evals_in_flight = n;
