@@ -155,6 +155,16 @@ MUTATIONS = [
              "max(self.floor_ns, min(2.0 * self.ns(), top))",
              "max(self.floor_ns, 2.0 * self.ns())", ["tests/harness/test_timing_lock.py -k lead"]),
 
+    Mutation("warm-spare-lock-dropped", "a warm spare's task holds the device lock from "
+             "its start message", "harness/kgym_harness/judge.py",
+             '        task["device_lock"] = device_lock\n',
+             '        pass\n',
+             ["tests/integration/test_engine_knobs.py -k device_lock"]),
+    Mutation("engine-cpu-threads-ignored", "--cpu-threads reaches the candidate",
+             "src/worker/engine_env.c", "    if (e->cfg.cpu_threads > 0)\n",
+             "    if (0)\n",
+             ["tests/integration/test_engine_knobs.py -k flags-win"]),
+
     # ---- the agent's scores (kgym rollout, issue 25) -----------------------------
     Mutation("agent-problem-error-scored", "a problem_error turn is not the policy's: not "
              "scored", "src/agent/rollout_score.c",
