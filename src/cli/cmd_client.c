@@ -13,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_util.h"
+#include "cli/client_wait.h"
 #include "common/clock.h"
 #include "common/http_client.h"
 #include "common/log.h"
@@ -32,12 +33,6 @@ static const char COMMON_HELP[] =
     "  --server URL        default $KGYM_SERVER, else " KG_CLI_DEFAULT_SERVER
     "\n"
     "  --token-file F      client token (default $KGYM_TOKEN_FILE)\n";
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 static void print_json(const json_t *j)
 {
@@ -100,40 +95,24 @@ static int refused(const kg_client_resp *r)
 }
 
 /*
- * Polls GET /results/ID until it is 200 (prints it, 0), refused (2), or
- * timeout_s passes (1). Network errors are retried until the timeout.
+ * Waits for task id's result (client_wait.c): prints it (0), or the
+ * server's refusal (2), or says it timed out after timeout_s (1).
  */
 static int wait_result(kg_client *c, const char *id, double timeout_s,
                        int as_json)
 {
-    char path[160];
-    snprintf(path, sizeof path, "/results/%s", id);
-    double t0 = kg_now_ms() / 1e3, pause = 0.1;
-    for (;;) {
-        kg_client_resp r;
-        kg_err err = {{0}};
-        int rc =
-            kg_client_request(c, "GET", path, NULL, REQ_TIMEOUT_MS, &r, &err);
-        if (rc == 0 && r.status == 200 && json_is_object(r.json)) {
-            print_result(r.json, as_json);
-            kg_client_resp_free(&r);
-            return 0;
-        }
-        if (rc == 0 && r.status != 202 && r.status < 500) {
-            int code = refused(&r);
-            kg_client_resp_free(&r);
-            return code;
-        }
-        if (rc)
-            kg_warn("%s (retrying)", err.msg);
-        kg_client_resp_free(&r);
-        if (timeout_s > 0 && kg_now_ms() / 1e3 - t0 + pause > timeout_s) {
-            kg_error("%s not finished after %.0f s", id, timeout_s);
-            return 1;
-        }
-        sleep_s(pause);
-        pause = pause * 1.5 > 2 ? 2 : pause * 1.5;
-    }
+    const char *ids[1] = {id};
+    json_t *res[1] = {NULL};
+    char *errors[1] = {NULL};
+    int code = kg_cli_wait_all(c, ids, res, errors, 1, timeout_s);
+    if (res[0])
+        print_result(res[0], as_json);
+    else if (errors[0])
+        kg_error("%s", errors[0]);
+    code = res[0] ? 0 : errors[0] ? 2 : code ? 1 : 0;
+    json_decref(res[0]);
+    free(errors[0]);
+    return code;
 }
 
 /*
@@ -420,45 +399,29 @@ static void print_table(const char *ref, struct cand *cs, int n)
 }
 
 /*
- * Polls GET /results/ID of every accepted candidate without a result
- * until all have one (0), or timeout_s passes (1). A task the server
- * refuses to show (4xx) is recorded as an error.
+ * Waits for every accepted candidate without a result until all have one
+ * (0), or timeout_s passes (1). A task the server refuses to show (4xx,
+ * unknown) is recorded as an error.
  */
 static int wait_all(kg_client *c, struct cand *cs, int n, double timeout_s)
 {
-    double t0 = kg_now_ms() / 1e3, pause = 0.1;
-    for (;;) {
-        int left = 0;
-        for (int i = 0; i < n; i++) {
-            if (!cs[i].id[0] || cs[i].result || cs[i].error)
-                continue;
-            char path[160];
-            snprintf(path, sizeof path, "/results/%s", cs[i].id);
-            kg_client_resp r;
-            kg_err err = {{0}};
-            int rc = kg_client_request(c, "GET", path, NULL, REQ_TIMEOUT_MS,
-                                       &r, &err);
-            if (rc == 0 && r.status == 200 && json_is_object(r.json)) {
-                cs[i].result = json_incref(r.json);
-            } else if (rc == 0 && r.status != 202 && r.status < 500) {
-                char e[400];
-                cs[i].error = strdup(kg_client_error_text(&r, e, sizeof e));
-            } else {
-                left++;
-                if (rc)
-                    kg_warn("%s (retrying)", err.msg);
-            }
-            kg_client_resp_free(&r);
+    const char *ids[MAX_CANDS];
+    json_t *res[MAX_CANDS];
+    char *errors[MAX_CANDS];
+    int at[MAX_CANDS], m = 0;
+    for (int i = 0; i < n; i++)
+        if (cs[i].id[0] && !cs[i].result && !cs[i].error) {
+            ids[m] = cs[i].id;
+            res[m] = NULL;
+            errors[m] = NULL;
+            at[m++] = i;
         }
-        if (!left)
-            return 0;
-        if (timeout_s > 0 && kg_now_ms() / 1e3 - t0 + pause > timeout_s) {
-            kg_error("%d task(s) not finished after %.0f s", left, timeout_s);
-            return 1;
-        }
-        sleep_s(pause);
-        pause = pause * 1.5 > 1 ? 1 : pause * 1.5;
+    int code = m ? kg_cli_wait_all(c, ids, res, errors, m, timeout_s) : 0;
+    for (int j = 0; j < m; j++) {
+        cs[at[j]].result = res[j];
+        cs[at[j]].error = errors[j];
     }
+    return code;
 }
 
 /*

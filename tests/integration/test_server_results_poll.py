@@ -349,14 +349,16 @@ def test_python_client_waits_by_long_poll(server):
     assert e.value.status == 404
 
 
-def test_python_client_falls_back_on_an_older_server():
-    """A server without POST /results/batch answers it 405 (the path is
-    GET /results/{id}'s): the client asks for each task on its own."""
+def older_server(ready_after: int = 3):
+    """A stub of a server from before POST /results/batch, which answers
+    it 405 (the path is GET /results/{id}'s): GET /results/{id} is 202
+    for the first ready_after - 1 GETs in all, then 200. Returns the
+    server (shut it down) and the list of paths it was asked."""
     import http.server
-    from kgym.client import Client
+    gets: list[str] = []
 
     class Old(http.server.BaseHTTPRequestHandler):
-        gets: list[str] = []
+        protocol_version = "HTTP/1.1"
 
         def reply(self, code: int, body: dict) -> None:
             data = json.dumps(body).encode()
@@ -371,9 +373,9 @@ def test_python_client_falls_back_on_an_older_server():
             self.reply(405, {"error": {"code": "method_not_allowed", "message": "no"}})
 
         def do_GET(self) -> None:
-            Old.gets.append(self.path)
+            gets.append(self.path)
             tid = self.path.rsplit("/", 1)[1]
-            if len(Old.gets) < 3:
+            if len(gets) < ready_after:
                 self.reply(202, {"task_id": tid, "status": "running"})
             else:
                 self.reply(200, {"task_id": tid, "status": "completed", "verdict": "pass"})
@@ -382,10 +384,76 @@ def test_python_client_falls_back_on_an_older_server():
             pass
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Old)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, gets
+
+
+def test_python_client_falls_back_on_an_older_server():
+    from kgym.client import Client
+    srv, gets = older_server()
     try:
         c = Client(f"http://127.0.0.1:{srv.server_address[1]}", token="t" * 20)
         out = c.wait_all(["a", "b"], timeout=10, poll=0.01)
         assert {k: v["verdict"] for k, v in out.items()} == {"a": "pass", "b": "pass"}
-        assert Old.gets == ["/results/a"] * 3 + ["/results/b"]
+        assert gets == ["/results/a"] * 3 + ["/results/b"]
     finally:
         srv.shutdown()
+
+
+def test_kgym_wait_falls_back_on_an_older_server(tmp_path):
+    import subprocess
+    from test_server_api import KGYM
+    srv, gets = older_server(ready_after=4)
+    tokens = tmp_path / "tokens"
+    tokens.write_text("t" * 20 + "\n")
+    tokens.chmod(0o600)
+    try:
+        t0 = time.monotonic()
+        p = subprocess.run([KGYM, "wait", "a", "--json", "--server",
+                            f"http://127.0.0.1:{srv.server_address[1]}", "--token-file",
+                            str(tokens)], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["verdict"] == "pass"
+        assert "no POST /results/batch" in p.stderr
+        # GET every 0.1 s, then 0.15, 0.225: paced, not in a loop
+        assert gets == ["/results/a"] * 4 and time.monotonic() - t0 > 0.2
+    finally:
+        srv.shutdown()
+
+
+def kgym_cli(s, *args: str, timeout: float = 60):
+    import os
+    import subprocess
+    from test_server_api import KGYM
+    return subprocess.run([KGYM, *args, "--server", f"http://127.0.0.1:{s.port}",
+                           "--token-file", os.path.join(s.tmp, "tokens")],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_kgym_wait_long_polls(server):
+    """`kgym wait` (and `kgym submit --wait`) wait by POST /results/batch:
+    one request for a result that comes 0.6 s later, no GET /results."""
+    (tid,) = submit(server)
+    wid = register(server)
+
+    def finish() -> None:
+        time.sleep(0.6)
+        lease_task(server, wid, tid)
+        post_result(server, wid, tid, "pass", speedup=1.25)
+    before = {r: requests_to(server, r) for r in ("results", "results_batch")}
+    box = in_background(finish)
+    p = kgym_cli(server, "wait", tid, "--json")
+    box["thread"].join(30)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["task_id"] == tid and r["verdict"] == "pass" and r["speedup"] == 1.25
+    got = {r: requests_to(server, r) - before[r] for r in before}
+    assert got == {"results": 0, "results_batch": 1}, got
+    # unknown: refused at once; still pending: a timeout
+    p = kgym_cli(server, "wait", uid("ghost"))
+    assert p.returncode == 2 and "not_found" in p.stderr, p.stderr
+    (late,) = submit(server)
+    t0 = time.monotonic()
+    p = kgym_cli(server, "wait", late, "--timeout", "1")
+    assert p.returncode == 1 and "not finished after 1 s" in p.stderr, p.stderr
+    assert 0.9 < time.monotonic() - t0 < 5
+    assert server.request("DELETE", f"/tasks/{late}")[0] == 200
