@@ -413,7 +413,9 @@ def run_bandit(problems: list[Problem], runs: list[RunSpec], ev: Evaluator, *, s
                     "keep": keep, "keep_prob": kp, "mean_reward": _mean(valid_R),
                     "per_kind": per_kind,
                     "grad": dict(zip(p.kinds, g)), "grad_norm_trloo": nt, "grad_norm_grpo": ng,
-                    "grpo_over_trloo": ng / nt if nt > 0 else None,
+                    # None where the gradient vanishes (every sample drew one
+                    # kernel: the advantages sum to 0, the norms are rounding)
+                    "grpo_over_trloo": ng / nt if nt > 1e-9 else None,
                     "results": [summarize_result(x) for x in res],
                 })
         dt = time.monotonic() - t_step
@@ -558,8 +560,10 @@ def plot(rows: list[dict], path: str, title: str) -> None:
                     xs = [0] + [r["step"] + 1 for r in rr]
                     ys = [rr[0]["pi"].get(k, 0)] + [r["pi_next"].get(k, 0) for r in rr]
                 ax.plot(xs, ys, linestyle=styles[n % len(styles)], label=name)
-            what = f"pi({k})" if k != "reward" else "mean sample reward (run's w_pr)"
-            ax.set_title(f"{exp + ': ' if exp else ''}{prob}: {what}", fontsize=8)
+            what = f"pi({k})" if k != "reward" else "mean R (run's own w_pr)"
+            ax.set_title(f"{prob}: {what}", fontsize=8)
+            if j == 0 and exp:
+                ax.set_ylabel(exp, fontsize=7)
             ax.set_xlabel("step", fontsize=8)
             if k != "reward":
                 ax.set_ylim(-0.02, 1.02)
