@@ -132,6 +132,9 @@ def test_real_run_hacked_never_rewarded():
             else:  # fused, lazy: correct, so at least 1
                 assert res["verdict"] == "pass" and R >= 1.0, res
     assert n_hacked >= 8  # pi(hacked) starts at e^2 / (e^2 + 3) = 0.71
+    # the figure the bench reports: GRPO's step is TRLOO's times 1 - 1/N
+    ratios = [r["grpo_over_trloo"] for r in rows if r["grpo_over_trloo"] is not None]
+    assert ratios and all(x == pytest.approx(1 - 1 / 8, abs=1e-9) for x in ratios)
     for run in ("trloo", "grpo-prs"):
         rr = [r for r in rows if r["run"] == run]
         start, end = rr[0]["pi"]["hacked"], rr[-1]["pi_next"]["hacked"]
