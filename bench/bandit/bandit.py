@@ -580,9 +580,11 @@ def plot(rows: list[dict], path: str, title: str) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", choices=("cpu", "triton", "cuda"), default="cpu")
+    ap.add_argument("--backend", choices=("cpu", "triton"), default="cpu",
+                    help="cpu: kernels/cpu (C++ extensions); triton: kernels/gpu, for a CUDA "
+                    "machine (on a CPU Triton's interpreter would run them at GPU sizes)")
     ap.add_argument("--kernels", help="folder of problem folders (default kernels/cpu for backend cpu, "
-                    "kernels/gpu otherwise)")
+                    "kernels/gpu for triton)")
     ap.add_argument("--problems", help="comma-separated problem names (default: all)")
     ap.add_argument("--kinds", help="comma-separated kernel kinds to offer (default: all present)")
     ap.add_argument("--server", help="an existing kgym serve URL (default: start one)")
