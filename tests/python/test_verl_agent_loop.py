@@ -163,3 +163,4 @@ def test_example_yaml_composes_with_registered_components(tmp_path):
     assert d["len"] == 7 and d["roles"] == ["system", "user"], d
     assert d["name"] == "level1/1_GELU" and d["agent_name"] == "kgym_agent"
     assert d["has_reference"] and d["cpu_hint"]
+

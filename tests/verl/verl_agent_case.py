@@ -5,10 +5,10 @@ agent_loop_config_path, the loop built by hydra.utils.instantiate, verl's
 postprocessing into a DataProto), then verl's compute_advantage with
 adv_estimator trloo on what came out.
 
-The language model is a stand-in, ScriptedLLM: it answers verl's
-server-manager generate() call with the token ids of replies written in the
-test (by the sample's priority and the call's turn), and records each
-prompt it was given. Everything else is real: verl's token building, kgym
+The language model is a stand-in, ScriptedLLM (tests/verl/verl_llm.py): it
+answers verl's server-manager generate() call with the token ids of
+replies written in the test (by the sample's priority and the call's
+turn), and records each prompt it was given. Everything else is real: verl's token building, kgym
 serve on the cpu backend, libkgym's scores.
 
 stdin: {"server", "token_file", "model_dir", "runs": [{"overrides", "server",
@@ -33,22 +33,7 @@ from verl.experimental.agent_loop.agent_loop import _agent_loop_registry  # noqa
 from verl.trainer.config import AlgoConfig  # noqa: E402
 from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 from verl.utils.ray_utils import get_event_loop  # noqa: E402
-from verl.workers.rollout.replica import TokenOutput  # noqa: E402
-
-
-class ScriptedLLM:
-    """A stand-in for the language model only (see the module docstring)."""
-
-    def __init__(self, tokenizer, replies):
-        self.tok, self.replies = tokenizer, replies  # replies[priority][turn]
-        self.calls: dict[int, list[str]] = {}
-
-    async def generate(self, request_id, *, prompt_ids, sampling_params, priority=0, **kw):
-        seen = self.calls.setdefault(int(priority), [])
-        seen.append(self.tok.decode(prompt_ids))
-        text = self.replies[int(priority)][len(seen) - 1]
-        ids = self.tok(text, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
-        return TokenOutput(token_ids=ids, log_probs=[-0.25] * len(ids), stop_reason="completed")
+from verl_llm import ScriptedLLM  # noqa: E402
 
 
 def run(spec):

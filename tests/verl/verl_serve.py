@@ -8,11 +8,10 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
-
-import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY = os.environ.get("KGYM_VERL_PYTHON") or os.path.join(REPO, ".venv-verl", "bin", "python")
@@ -21,6 +20,7 @@ from kgym_env import KGYM, Env, free_port  # noqa: E402,F401
 
 
 def require_verl() -> None:
+    import pytest
     if not os.access(PY, os.X_OK):
         if os.environ.get("KGYM_REQUIRE_VERL") == "1":
             raise RuntimeError(f"KGYM_REQUIRE_VERL=1 but {PY} is missing (scripts/verl-venv)")
@@ -63,15 +63,41 @@ def broken_ref() -> str:
                                   "    raise RuntimeError('this problem is broken')")
 
 
+def verl_env() -> dict:
+    """The environment of a case under verl's venv: python/ and tests/verl
+    on the path, then $KGYM_VERL_EXTRA_PATH (packages kept outside the venv);
+    nothing fetched from the hub; Ray without its home-directory token."""
+    path = [os.path.join(REPO, "python"), os.path.join(REPO, "tests", "verl")]
+    if os.environ.get("KGYM_VERL_EXTRA_PATH"):
+        path.append(os.environ["KGYM_VERL_EXTRA_PATH"])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(path), HF_HUB_OFFLINE="1",
+                TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+
+
+def verl_imports(module: str) -> bool:
+    """Whether verl's venv imports module (with verl_env's path)."""
+    return subprocess.run([PY, "-c", f"import {module}"], env=verl_env(),
+                          capture_output=True, timeout=120).returncode == 0
+
+
 def run_case(script: str, case: dict, timeout: float = 240) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.join(REPO, "python"), os.path.join(REPO, "tests", "verl")]),
-        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    p = subprocess.run([PY, os.path.join(REPO, "tests", "verl", script)],
-                       input=json.dumps(case), capture_output=True, text=True,
-                       timeout=timeout, env=env)
-    assert p.returncode == 0, p.stderr[-4000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    """Runs tests/verl/SCRIPT under verl's venv with case on stdin, in a
+    session of its own, which is killed whole after it (a case that starts
+    Ray leaves nothing behind, also on a timeout); its last stdout line."""
+    p = subprocess.Popen([PY, os.path.join(REPO, "tests", "verl", script)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=verl_env(), start_new_session=True)
+    try:
+        out, err = p.communicate(json.dumps(case), timeout=timeout)
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+    assert p.returncode == 0, err[-4000:]
+    return json.loads(out.strip().splitlines()[-1])
 
 
 PASS_2X = {"status": "completed", "verdict": "pass", "correctness": True, "speedup": 2.0,
