@@ -165,6 +165,16 @@ MUTATIONS = [
              "    if (0)\n",
              ["tests/integration/test_engine_knobs.py -k flags-win"]),
 
+    Mutation("results-poll-not-woken", "a final result answers the result polls waiting "
+             "for it", "src/server/api_worker.c",
+             "            kg_http_key_add(rep->done_keys, tid);",
+             "            (void)tid;",
+             ["tests/integration/test_server_results_poll.py -k parks_until_a_result"]),
+    Mutation("agent-results-not-long-polled", "the agent waits for results at the server, "
+             "not by polling", "src/agent/rollout_loop.c",
+             "ro_env_poll(r, us, n, wait ? POLL_WAIT_S : 0)", "ro_env_poll(r, us, n, 0)",
+             ["tests/integration/test_rollout.py -k long_poll"]),
+
     # ---- the agent's scores (kgym rollout, issue 25) -----------------------------
     Mutation("agent-problem-error-scored", "a problem_error turn is not the policy's: not "
              "scored", "src/agent/rollout_score.c",
