@@ -175,6 +175,15 @@ MUTATIONS = [
              "ro_env_poll(r, us, n, wait ? POLL_WAIT_S : 0)", "ro_env_poll(r, us, n, 0)",
              ["tests/integration/test_rollout.py -k long_poll"]),
 
+    Mutation("heartbeat-running-uncounted", "a lease whose reply was lost goes back to "
+             "pending (the store's heartbeat counts what the worker holds)",
+             "src/server/store_sqlite_workers.c",
+             "a->running = rc < 0 ? 0 : kg_sqlconn_changes(c);", "a->running = 0;",
+             ["tests/integration/test_server_api.py -k which_tasks_it_no_longer_holds"]),
+    Mutation("heartbeat-running-uncounted-redis", "the same on Redis",
+             "src/server/store_redis_lua.c", "    \" n = n + #pl\\n\"\n", "",
+             ["tests/integration/test_server_api.py -k which_tasks_it_no_longer_holds"]),
+
     # ---- the agent's scores (kgym rollout, issue 25) -----------------------------
     Mutation("agent-problem-error-scored", "a problem_error turn is not the policy's: not "
              "scored", "src/agent/rollout_score.c",

@@ -6,9 +6,10 @@ as the number of registered workers grows, loopback only, both stores.
         [--stores sqlite,redis]
 
 A heartbeat that carries "tasks" (kgym worker always sends the list, an
-empty one when idle) also lists every registered worker
-(api_worker.c, release_unknown: kg_store_worker_list), so its cost grows
-with the fleet; without "tasks" it does not. For each store and fleet
+empty one when idle) is checked against the count of tasks the store says
+the worker holds; only a worker that holds more than it reports makes the
+server list every worker (api_worker.c, release_unknown). Its cost should
+not grow with the fleet; this bench shows whether it does. For each store and fleet
 size: register that many workers (one per host, device cpu:0), then one
 client sends CALLS heartbeats of one worker back to back, with and
 without "tasks": mean latency and CPU ms per call of kgym serve (and

@@ -215,8 +215,11 @@ void kg_api_h_heartbeat(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
         return;
     }
     kg_err err;
-    int rc = kg_store_worker_heartbeat(api->store, wid, &err);
-    if (rc == 0 && json_is_array(tasks) && release_unknown(api, wid, held)) {
+    int running = 0;
+    int rc = kg_store_worker_heartbeat(api->store, wid, &running, &err);
+    /* the store's count first: listing every worker is for the rare case */
+    if (rc == 0 && json_is_array(tasks) && running > held &&
+        release_unknown(api, wid, held)) {
         /* everything it held is pending again: stop all of it */
         json_decref(cancel);
         cancel = json_copy(tasks);

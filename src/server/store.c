@@ -765,12 +765,16 @@ int kg_store_worker_register(kg_store *s, const char *id, const char *device,
     return s->ops->worker_register(s, id, device, host, err);
 }
 
-int kg_store_worker_heartbeat(kg_store *s, const char *id, kg_err *err)
+int kg_store_worker_heartbeat(kg_store *s, const char *id, int *running,
+                              kg_err *err)
 {
-    int rc;
+    int rc, n = 0;
     if ((rc = check_id("worker id", id, err)) < 0)
         return rc;
-    return s->ops->worker_heartbeat(s, id, err);
+    rc = s->ops->worker_heartbeat(s, id, &n, err);
+    if (running)
+        *running = n;
+    return rc;
 }
 
 int kg_store_worker_unregister(kg_store *s, const char *id, kg_err *err)

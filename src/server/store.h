@@ -383,10 +383,13 @@ int kg_store_worker_register(kg_store *s, const char *id, const char *device,
 
 /*
  * The worker is alive: last_seen = now, and every lease it holds is
- * extended to now + lease_ms. KG_ENOTFOUND when not registered (the worker
- * should register again).
+ * extended to now + lease_ms; *running (when not NULL) gets how many tasks
+ * it holds, as kg_store_worker_list counts them, so a heartbeat need not
+ * list every worker. KG_ENOTFOUND when not registered (the worker should
+ * register again).
  */
-int kg_store_worker_heartbeat(kg_store *s, const char *id, kg_err *err);
+int kg_store_worker_heartbeat(kg_store *s, const char *id, int *running,
+                              kg_err *err);
 
 /*
  * Removes the worker; tasks it still holds go back to pending at once

@@ -45,7 +45,8 @@ struct kg_store_ops {
     int (*counts)(kg_store *s, kg_store_counts *out, kg_err *err);
     int (*worker_register)(kg_store *s, const char *id, const char *device,
                            const char *host, kg_err *err);
-    int (*worker_heartbeat)(kg_store *s, const char *id, kg_err *err);
+    int (*worker_heartbeat)(kg_store *s, const char *id, int *running,
+                            kg_err *err);
     int (*worker_unregister)(kg_store *s, const char *id, kg_err *err);
     int (*worker_list)(kg_store *s, kg_worker **out, size_t *n, kg_err *err);
 };

@@ -93,7 +93,8 @@ int rd__counts(kg_store *base, kg_store_counts *out, kg_err *err);
 /* store_redis_workers.c: workers */
 int rd__worker_register(kg_store *base, const char *id, const char *device,
                         const char *host, kg_err *err);
-int rd__worker_heartbeat(kg_store *base, const char *id, kg_err *err);
+int rd__worker_heartbeat(kg_store *base, const char *id, int *running,
+                         kg_err *err);
 int rd__worker_unregister(kg_store *base, const char *id, kg_err *err);
 int rd__worker_list(kg_store *base, kg_worker **out, size_t *n, kg_err *err);
 

@@ -274,9 +274,11 @@ const char *const rd__scripts[SC_N] = {
     "registered') end\n"
     "redis.call('HSET', 'kg:w:' .. w, 'seen', t) "
     "redis.call('ZADD', 'kg:workers', t, w)\n"
+    "local n = 0\n"
     "for p = 0, 2 do\n"
     " local q = 'kg:q:' .. p\n"
     " local pl = redis.call('XPENDING', q, 'kg', '-', '+', 1000, w)\n"
+    " n = n + #pl\n"
     " for _, pe in ipairs(pl) do\n"
     "  local c = redis.call('XCLAIM', q, 'kg', w, 0, pe[1])\n"
     "  if type(c[1]) == 'table' and c[1][2] then\n"
@@ -286,7 +288,7 @@ const char *const rd__scripts[SC_N] = {
     "  end\n"
     " end\n"
     "end\n"
-    "return 0\n",
+    "return n\n",
     /* ARGV: id */
     [SC_UNREGISTER] = LUA_PRELUDE
     "local w = ARGV[1] local t = now()\n"

@@ -22,7 +22,8 @@ int rd__worker_register(kg_store *base, const char *id, const char *device,
     return code;
 }
 
-int rd__worker_heartbeat(kg_store *base, const char *id, kg_err *err)
+int rd__worker_heartbeat(kg_store *base, const char *id, int *running,
+                         kg_err *err)
 {
     char lease[24];
     snprintf(lease, sizeof lease, "%lld", (long long)base->opts.lease_ms);
@@ -30,8 +31,10 @@ int rd__worker_heartbeat(kg_store *base, const char *id, kg_err *err)
     int code;
     redisReply *r =
         rd__run((rd_store *)base, SC_HEARTBEAT, 2, av, NULL, &code, err);
-    if (r)
+    if (r) {
+        *running = (int)rd__num(r); /* the entries its consumer holds */
         freeReplyObject(r);
+    }
     return code;
 }
 

@@ -17,6 +17,7 @@ struct worker_args {
     int64_t now, alive_after, lease_ms;
     kg_worker *list;
     size_t n;
+    int running; /* w_heartbeat: the leases it extended */
 };
 
 static int w_register(kg_sqlconn *c, void *arg, kg_err *err)
@@ -72,14 +73,20 @@ static int w_heartbeat(kg_sqlconn *c, void *arg, kg_err *err)
     int rc = sq__touch_worker(c, a->id, a->now, err);
     if (rc < 0)
         return rc;
-    return sq__exec_id_int(c, ST_EXTEND, a->id, a->now + a->lease_ms, err);
+    rc = sq__exec_id_int(c, ST_EXTEND, a->id, a->now + a->lease_ms, err);
+    /* every running task it holds: the count kg_store_worker_list gives */
+    a->running = rc < 0 ? 0 : kg_sqlconn_changes(c);
+    return rc;
 }
 
-int sq__worker_heartbeat(kg_store *base, const char *id, kg_err *err)
+int sq__worker_heartbeat(kg_store *base, const char *id, int *running,
+                         kg_err *err)
 {
     struct worker_args a = {
         .id = id, .now = kg_store_now_ms(), .lease_ms = base->opts.lease_ms};
-    return kg_sqldb_write(((sq_store *)base)->db, w_heartbeat, &a, err);
+    int rc = kg_sqldb_write(((sq_store *)base)->db, w_heartbeat, &a, err);
+    *running = a.running;
+    return rc;
 }
 
 static int w_unregister(kg_sqlconn *c, void *arg, kg_err *err)

@@ -563,8 +563,11 @@ static void test_expired_requeue_and_limit(void **state)
     OK(kg_store_requeue_expired(s, 2, &rq, &e_));
     assert_int_equal(rq.requeued + rq.failed, 0); /* not yet expired */
     kg_test_sleep_ms(LEASE_MS + 100);
-    /* past the deadline but before a sweep: a heartbeat still extends */
-    OK(kg_store_worker_heartbeat(s, "w1", &e_));
+    /* past the deadline but before a sweep: a heartbeat still extends,
+     * and says how many tasks w1 holds */
+    int running = -1;
+    OK(kg_store_worker_heartbeat(s, "w1", &running, &e_));
+    assert_int_equal(running, 1);
     OK(kg_store_requeue_expired(s, 2, &rq, &e_));
     assert_int_equal(rq.requeued, 0);
     kg_test_sleep_ms(LEASE_MS + 100);
@@ -579,10 +582,11 @@ static void test_expired_requeue_and_limit(void **state)
     assert_int_equal(
         kg_store_complete(s, "x1", "w1", KG_TASK_COMPLETED, res, &err),
         KG_ESTATE);
-    OK(kg_store_worker_heartbeat(s, "w1", &e_));
+    OK(kg_store_worker_heartbeat(s, "w1", &running, &e_));
+    assert_int_equal(running, 0); /* requeued: w1 holds nothing */
     assert_string_equal(lease(s, "w1", id), "x1");
     kg_test_sleep_ms(LEASE_MS + 100);
-    OK(kg_store_worker_heartbeat(s, "w1", &e_)); /* keep w1 alive... */
+    OK(kg_store_worker_heartbeat(s, "w1", NULL, &e_)); /* keep w1 alive... */
     OK(kg_store_requeue_expired(s, 2, &rq, &e_));
     assert_int_equal(rq.requeued + rq.failed, 0); /* ...and its lease */
     kg_test_sleep_ms(LEASE_MS + 100);
@@ -850,7 +854,7 @@ static void test_workers(void **state)
     /* leaving hands the task back */
     assert_int_equal(kg_store_worker_unregister(s, "w2", &err), 0);
     assert_int_equal(kg_store_worker_unregister(s, "w2", &err), KG_ENOTFOUND);
-    assert_int_equal(kg_store_worker_heartbeat(s, "w2", &err), KG_ENOTFOUND);
+    assert_int_equal(kg_store_worker_heartbeat(s, "w2", NULL, &err), KG_ENOTFOUND);
     kg_task t;
     assert_int_equal(kg_store_lease(s, "w2", &t, &err), KG_ENOTFOUND);
     assert_string_equal(lease(s, "w1", id), "u1");
@@ -872,7 +876,7 @@ static void test_reregister_releases_leases(void **state)
     reg(s, "w1", "cpu:0");
     assert_string_equal(lease(s, "w1", id), "r1");
     reg(s, "w1", "cpu:0"); /* the restarted process */
-    OK(kg_store_worker_heartbeat(s, "w1", &e_));
+    OK(kg_store_worker_heartbeat(s, "w1", NULL, &e_));
     assert_int_equal(kg_store_get(s, "r1", 0, &t, &err), 0);
     assert_int_equal(t.status, KG_TASK_PENDING);
     kg_task_free(&t);
@@ -896,7 +900,7 @@ static void test_dead_worker(void **state)
        lease: the task comes back because w1 is dead */
     for (int i = 0; i < 4; i++) {
         kg_test_sleep_ms(TTL_MS / 4 + 20);
-        OK(kg_store_worker_heartbeat(s, "w2", &e_));
+        OK(kg_store_worker_heartbeat(s, "w2", NULL, &e_));
     }
     kg_worker *v;
     size_t n;
@@ -914,7 +918,7 @@ static void test_dead_worker(void **state)
     assert_string_equal(lease(s, "w2", id), "d1");
     /* a dead worker's device can be claimed by a new worker */
     reg(s, "w3", "cuda:0");
-    assert_int_equal(kg_store_worker_heartbeat(s, "w1", &err), KG_ENOTFOUND);
+    assert_int_equal(kg_store_worker_heartbeat(s, "w1", NULL, &err), KG_ENOTFOUND);
     assert_int_equal(kg_store_worker_register(s, "w1", "cuda:0", "host1", &err),
                      KG_ESTATE);
 }

@@ -163,3 +163,39 @@ def fake(mode: str, results: list | None = None) -> http.server.ThreadingHTTPSer
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), cls)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
+
+
+NO_CODE = "Let me think about it first."
+
+
+def ray_case(script: str, tmp_path) -> dict:
+    """A Ray case (verl_legacy_case.py, verl_v1_case.py): one problem, 2
+    samples x 2 turns (pass, pass; pass, no code) against a Fake server
+    that passes every evaluation."""
+    srv = fake("seq", [PASS_2X])
+    try:
+        return run_case(script, {
+            "server": f"http://127.0.0.1:{srv.server_port}", "model_dir": str(tmp_path / "tiny"),
+            "reference": read(GELU_REF),
+            "replies": [[honest(), honest()], [honest(), NO_CODE]]}, timeout=150)
+    finally:
+        srv.shutdown()
+
+
+def check_two_turns(out: dict) -> None:
+    """What ray_case's samples must give: libkgym's rewards per turn (3.5
+    for a pass, 0 without code), each on its turn's last token, turn k the
+    k-th run of the mask, TRLOO per turn (returns 7, 3.5 and 3.5, 0: +-3.5
+    at both turns)."""
+    import pytest
+    a, b = out["samples"]
+    assert a["extra"]["kgym_turn_rewards"] == [3.5, 3.5]
+    assert b["extra"]["kgym_turn_rewards"] == [3.5, 0]
+    for x in (a, b):
+        ends = x["extra"]["kgym_turn_ends"]
+        assert x["extra"]["kgym_turn_index"] == [0, 1]
+        assert [e for _, e in x["runs"]] == ends
+        assert x["rm_nonzero"] == [[e - 1, r] for e, r in
+                                   zip(ends, x["extra"]["kgym_turn_rewards"]) if r]
+    assert a["run_advantages"] == pytest.approx([3.5, 3.5])
+    assert b["run_advantages"] == pytest.approx([-3.5, -3.5])
