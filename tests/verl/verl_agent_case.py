@@ -84,7 +84,8 @@ def run(spec):
                                 metrics={}, extra_fields={"kgym_turn_ends": ends,
                                                           "kgym_turn_rewards": rew})
         res["samples"].append({
-            "uid": uids[i], "mask": mask, "response_len": L, "rm_scores": b["rm_scores"][i].tolist(),
+            "uid": uids[i], "mask": mask, "response_len": L,
+            "rm_scores": b["rm_scores"][i].tolist(),
             "as_dict_rm_scores": o.as_dict()["rm_scores"].tolist(),
             "advantages": adv.batch["advantages"][i].tolist(),
             "returns": adv.batch["returns"][i].tolist(),

@@ -84,7 +84,8 @@ def shared_scorer(k: dict) -> KgymScorer:
     if s is None:
         s = _scorers[key] = KgymScorer(
             server=k.get("server"), token_file=k.get("token_file"), fields=k.get("fields"),
-            timeout=float(k.get("eval_timeout", 3600)), server_wait=float(k.get("server_wait", 120)),
+            timeout=float(k.get("eval_timeout", 3600)),
+            server_wait=float(k.get("server_wait", 120)),
             poll=float(k.get("poll", 0.25)))
     return s
 

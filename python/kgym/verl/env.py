@@ -116,7 +116,8 @@ class RewardCfg:
     @classmethod
     def from_mapping(cls, m: Any) -> "RewardCfg":
         m = dict(m or {})
-        return cls(**{f.name: float(m[f.name]) for f in dataclasses.fields(cls) if m.get(f.name) is not None})
+        return cls(**{f.name: float(m[f.name]) for f in dataclasses.fields(cls)
+                      if m.get(f.name) is not None})
 
 
 @dataclasses.dataclass
