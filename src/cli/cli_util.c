@@ -385,12 +385,3 @@ void kg_cli_engine_knobs_env(kg_engine_cfg *cfg)
     }
 }
 
-int kg_cli_engine_knob_export(const char *a, const char *v, kg_err *err)
-{
-    kg_engine_cfg scratch;
-    memset(&scratch, 0, sizeof scratch);
-    int rc = kg_cli_engine_knob(&scratch, a, v, err);
-    if (rc == 1 && setenv(find_knob(a)->env, v, 1))
-        return kg_errf(err, KG_ENOMEM, "%s: %s", a, strerror(errno));
-    return rc;
-}

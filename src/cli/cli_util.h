@@ -87,12 +87,5 @@ int kg_cli_engine_knob(kg_engine_cfg *cfg, const char *a, const char *v,
  */
 void kg_cli_engine_knobs_env(kg_engine_cfg *cfg);
 
-/*
- * kgym serve --workers: a knob flag for the local workers, checked as
- * kg_cli_engine_knob does and handed to them through its environment
- * variable (the supervisor starts them with a fixed command line; they
- * read it with kg_cli_engine_knobs_env). Same returns.
- */
-int kg_cli_engine_knob_export(const char *a, const char *v, kg_err *err);
 
 #endif

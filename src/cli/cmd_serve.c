@@ -202,7 +202,8 @@ static void host_name(char host[64])
  * with run_workers once the server listens. */
 static int new_workers(struct local_ctx *lc, kg_super **super,
                        char (*devices)[KG_SUPER_DEVICE], int ndev,
-                       const char *token, const char *token_file, int grace_s)
+                       const char *token, const char *token_file, int grace_s,
+                       const char *const *wargs, int nwargs)
 {
     char exe[PATH_MAX], host[64], prefix[128];
     if (kg_cli_exe_path(exe, sizeof exe)) {
@@ -219,6 +220,8 @@ static int new_workers(struct local_ctx *lc, kg_super **super,
                         .id_prefix = prefix,
                         .grace_ms = grace_s * 1000,
                         .python = getenv("KGYM_PYTHON"),
+                        .worker_args = wargs,
+                        .n_worker_args = nwargs,
                         .on_exit = on_worker_exit,
                         .ctx = lc};
     kg_err err;
@@ -259,6 +262,8 @@ struct serve_opts {
     const char *token_file, *worker_token_file;
     const char *data_dir, *workers;
     const char *knob; /* a local workers' knob given (--cpu-threads...) */
+    const char *wargs[KG_SUPER_MAX_ARGS]; /* the knobs, for their command line */
+    int nwargs;
     long threads, lease_s, ttl_s, max_attempts, grace_s;
     long max_conns, per_client, request_s;
     const char *trust[16];
@@ -284,13 +289,21 @@ static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
         }
         const char *v = argv[++i];
         kg_err err = {{0}};
-        int knob = kg_cli_engine_knob_export(a, v, &err); /* --cpu-threads.. */
+        kg_engine_cfg scratch; /* checked here, applied by each worker */
+        memset(&scratch, 0, sizeof scratch);
+        int knob = kg_cli_engine_knob(&scratch, a, v, &err); /* --cpu-threads.. */
         if (knob < 0) {
             kg_error("%s", err.msg);
             return 2;
         }
         if (knob > 0) {
+            if (o->nwargs + 2 > KG_SUPER_MAX_ARGS) {
+                kg_error("%s: too many flags for the local workers", a);
+                return 2;
+            }
             o->knob = a;
+            o->wargs[o->nwargs++] = a;
+            o->wargs[o->nwargs++] = v;
             continue;
         }
         if (!strcmp(a, "--listen"))
@@ -481,7 +494,8 @@ static int server_start(struct server *s, struct serve_opts *o, kg_auth *auth,
     s->lc.store = s->store;
     if (o->ndev > 0 && new_workers(&s->lc, &s->super, o->devices, o->ndev,
                                    local_token[0] ? local_token : NULL,
-                                   o->worker_token_file, (int)o->grace_s))
+                                   o->worker_token_file, (int)o->grace_s,
+                                   o->wargs, o->nwargs))
         return -1;
     kg_api_set_supervisor(s->api, s->super);
     kg_http_config hc = {.listen = o->listen,

@@ -179,6 +179,8 @@ struct slot {
 struct kg_super {
     kg_super_cfg cfg; /* strings point into the copies below */
     char *exe, *url, *token, *token_file, *prefix, *python;
+    char *args[KG_SUPER_MAX_ARGS];
+    int nargs;
     struct slot slots[KG_SUPER_MAX];
     pthread_t thread;
     int thread_started;
@@ -228,7 +230,7 @@ static int spawn(kg_super *s, struct slot *sl, kg_err *err)
             *c = '-';
     int drain_s = s->cfg.grace_ms / 1000 - 2;
     snprintf(drain, sizeof drain, "%d", drain_s < 1 ? 1 : drain_s);
-    const char *argv[20];
+    const char *argv[20 + KG_SUPER_MAX_ARGS];
     int k = 0;
     argv[k++] = s->exe;
     argv[k++] = "worker";
@@ -251,6 +253,8 @@ static int spawn(kg_super *s, struct slot *sl, kg_err *err)
         argv[k++] = "--python";
         argv[k++] = s->python;
     }
+    for (int i = 0; i < s->nargs; i++)
+        argv[k++] = s->args[i];
     argv[k] = NULL;
 
     int tp[2] = {-1, -1};
@@ -500,6 +504,8 @@ static void free_super(kg_super *s)
     free(s->token_file);
     free(s->prefix);
     free(s->python);
+    for (int i = 0; i < s->nargs; i++)
+        free(s->args[i]);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
     free(s);
@@ -514,6 +520,9 @@ int kg_super_new(kg_super **out, const kg_super_cfg *cfg, kg_err *err)
                        KG_SUPER_MAX);
     if (cfg->id_prefix && strlen(cfg->id_prefix) > 60)
         return kg_errf(err, KG_EINVAL, "worker id prefix over 60 characters");
+    if (cfg->n_worker_args < 0 || cfg->n_worker_args > KG_SUPER_MAX_ARGS)
+        return kg_errf(err, KG_EINVAL, "local workers: at most %d more flags",
+                       KG_SUPER_MAX_ARGS);
     kg_super *s = calloc(1, sizeof *s);
     if (!s)
         return kg_errf(err, KG_ENOMEM, "out of memory");
@@ -524,6 +533,8 @@ int kg_super_new(kg_super **out, const kg_super_cfg *cfg, kg_err *err)
     s->token_file = dup_or_null(cfg->token_file, &oom);
     s->prefix = dup_or_null(cfg->id_prefix ? cfg->id_prefix : "local-", &oom);
     s->python = dup_or_null(cfg->python, &oom);
+    for (; s->nargs < cfg->n_worker_args; s->nargs++)
+        s->args[s->nargs] = dup_or_null(cfg->worker_args[s->nargs], &oom);
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

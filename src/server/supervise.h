@@ -18,6 +18,7 @@
 #define KG_SUPER_MAX 64      /* local workers at most */
 #define KG_SUPER_DEVICE 80   /* a device name, "cuda:GPU-<uuid>" included */
 #define KG_SUPER_ID 101      /* a worker id and its NUL */
+#define KG_SUPER_MAX_ARGS 8  /* flags added to each worker's command line */
 
 /*
  * The GPUs this process may use, found without initialising CUDA:
@@ -62,6 +63,10 @@ typedef struct kg_super_cfg {
      * timeout is set a little below it (0: 10 s) */
     int grace_ms;
     const char *python; /* passed as --python when set */
+    /* more flags for each worker's command line (kgym serve's
+     * --cpu-threads N...), at most KG_SUPER_MAX_ARGS strings */
+    const char *const *worker_args;
+    int n_worker_args;
     /* called from the supervisor's thread after a worker exited */
     void (*on_exit)(void *ctx, const char *worker_id);
     void *ctx;

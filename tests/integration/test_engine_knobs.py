@@ -131,10 +131,31 @@ def test_worker_flags_reach_the_candidate(tmp_path):
         env.close()
 
 
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except OSError:
+                pass
+    return out
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode() for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
 def test_serve_workers_flags_reach_the_candidate(tmp_path):
-    """kgym serve hands the flags to the workers it starts (through their
-    environment: the supervisor's command line is fixed), who pass them to
-    their children."""
+    """kgym serve hands the flags to the workers it starts, on their
+    command line (not through its environment), who pass them to their
+    children."""
     probe = probe_file(tmp_path)
     env = Env("sqlite")
     try:
@@ -146,6 +167,12 @@ def test_serve_workers_flags_reach_the_candidate(tmp_path):
         c.close()
         r = _run_probe_task(env, probe)
         assert seen(r) == (3, "3", True), open(serve.log).read()[-3000:]
+        workers = [_cmdline(p) for p in _children(serve.pid)]
+        workers = [w for w in workers if w[1:2] == ["worker"]]
+        assert len(workers) == 1, workers
+        flags = " ".join(workers[0])
+        assert ("--cpu-threads 3" in flags and "--compile-ahead on" in flags
+                and "--spare-mem-floor 0.5" in flags), flags
     finally:
         env.close()
 

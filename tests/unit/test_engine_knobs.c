@@ -163,22 +163,6 @@ static void test_bad_env_values_leave_the_default(void **state)
     assert_int_equal(cfg.cpu_threads, 0);
 }
 
-static void test_export_hands_a_checked_value_on(void **state)
-{
-    (void)state;
-    kg_err err = {{0}};
-    assert_int_equal(kg_cli_engine_knob_export("--cpu-threads", "6", &err), 1);
-    assert_string_equal(getenv("KGYM_CPU_THREADS"), "6");
-    assert_int_equal(kg_cli_engine_knob_export("--cpu-threads", "x", &err),
-                     KG_EINVAL);
-    assert_string_equal(getenv("KGYM_CPU_THREADS"), "6");
-    assert_int_equal(kg_cli_engine_knob_export("--listen", "x", &err), 0);
-    /* what a worker started with it reads */
-    kg_engine_cfg cfg = zero_cfg();
-    kg_cli_engine_knobs_env(&cfg);
-    assert_int_equal(cfg.cpu_threads, 6);
-}
-
 /* ---- the engine's check -------------------------------------------- */
 
 static void test_engine_refuses_knobs_out_of_range(void **state)
@@ -327,7 +311,6 @@ int main(void)
                                clear_env),
         cmocka_unit_test_setup(test_bad_env_values_leave_the_default,
                                clear_env),
-        cmocka_unit_test_setup(test_export_hands_a_checked_value_on, clear_env),
         cmocka_unit_test_setup(test_engine_refuses_knobs_out_of_range,
                                clear_env),
         cmocka_unit_test(test_mem_floor_default_and_none),
