@@ -159,6 +159,7 @@ def test_example_yaml_composes_with_registered_components(tmp_path):
     assert out["reward_manager_class"] == "KgymRewardManager"
     assert out["rollout_correction_matches_mrs"], out
     assert out["use_v1"] and out["multi_turn"]
+    assert not out["critic"] and not out["reference"]  # TRLOO: no critic, no KL reference
     # python -m kgym.verl.dataset's parquet, read by verl's own dataset class
     d = out["dataset"]
     assert d["len"] == 7 and d["roles"] == ["system", "user"], d

@@ -1,6 +1,6 @@
 """Run under verl's venv by tests/python/test_verl_agent_loop.py: the
-example YAML composed by hydra over verl's ppo_trainer.yaml, turned into
-verl's dataclasses (AlgoConfig, RolloutConfig), and what it names resolved
+example YAML composed by hydra over verl's ppo_trainer.yaml, checked by
+verl's validate_config (as main_ppo does), turned into verl's dataclasses (AlgoConfig, RolloutConfig), and what it names resolved
 through verl's own registries and loaders: the advantage estimator, the
 agent loop (from agent_loop_config_path) and the reward manager."""
 import json
@@ -20,6 +20,12 @@ from verl.trainer.ppo.reward import resolve_reward_manager_cls  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 from verl.utils.import_utils import resolve_config_path  # noqa: E402
 
+# what verl's main_ppo checks before it starts anything
+from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E402
+from verl.utils.config import validate_config  # noqa: E402
+
+validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg),
+                use_critic=need_critic(cfg))
 OmegaConf.resolve(cfg)
 algo = omega_conf_to_dataclass(cfg.algorithm)
 rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
@@ -54,4 +60,5 @@ print(json.dumps({"dataset": dataset,
     "reward_manager_class": rm_cls.__name__,
     "rollout_correction_matches_mrs": all(
         algo.rollout_correction[k] == v for k, v in rc.items()),
-    "use_v1": bool(cfg.trainer.use_v1), "multi_turn": bool(rollout.multi_turn.enable)}))
+    "use_v1": bool(cfg.trainer.use_v1), "multi_turn": bool(rollout.multi_turn.enable),
+    "critic": need_critic(cfg), "reference": need_reference_policy(cfg)}))
