@@ -95,6 +95,44 @@ static size_t utf8_bad(const unsigned char *s, size_t n, const char **why)
     return n;
 }
 
+/*
+ * Reads fd to its end or want bytes, whichever comes first, into a malloc'd
+ * buffer with room for a NUL after them (*n bytes; *rerr an errno when a
+ * read failed). size is what fstat said: the first guess, plus one byte, so
+ * a file that grows shows it (files such as /proc's say 0). NULL when out
+ * of memory.
+ */
+static char *read_up_to(int fd, size_t size, size_t want, size_t *n, int *rerr)
+{
+    size_t cap = size + 1;
+    if (cap < 4096)
+        cap = 4096 < want ? 4096 : want;
+    char *b = malloc(cap + 1);
+    while (b && *n < want) {
+        if (*n == cap) {
+            size_t nc = cap * 2 < want ? cap * 2 : want;
+            char *nb = realloc(b, nc + 1);
+            if (!nb) {
+                free(b);
+                return NULL;
+            }
+            b = nb;
+            cap = nc;
+        }
+        ssize_t r = read(fd, b + *n, cap - *n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            *rerr = errno;
+            break;
+        }
+        if (r == 0)
+            break;
+        *n += (size_t)r;
+    }
+    return b;
+}
+
 char *kg_cli_read_code(const char *path, const char *field, size_t *len,
                        kg_err *err)
 {
@@ -136,37 +174,9 @@ char *kg_cli_read_code(const char *path, const char *field, size_t *len,
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0)
         fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    /* the size said, and one byte more: a file that grows shows it; at
-     * most limit + 1 bytes in all (files such as /proc's say size 0) */
-    size_t want = limit + 1, n = 0;
-    size_t cap = (size_t)st.st_size + 1;
-    if (cap < 4096)
-        cap = 4096 < want ? 4096 : want;
-    char *b = malloc(cap + 1);
+    size_t n = 0;
     int rerr = 0;
-    while (b && n < want) {
-        if (n == cap) {
-            size_t nc = cap * 2 < want ? cap * 2 : want;
-            char *nb = realloc(b, nc + 1);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-            cap = nc;
-        }
-        ssize_t r = read(fd, b + n, cap - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            rerr = errno;
-            break;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
+    char *b = read_up_to(fd, (size_t)st.st_size, limit + 1, &n, &rerr);
     close(fd);
     if (!b) {
         kg_errf(err, KG_ENOMEM, "%s: out of memory", path);
