@@ -64,6 +64,18 @@ uint32_t kg_api_hash_id(const char *s)
     return h;
 }
 
+int kg_api_seen_add(const char **tab, size_t cap, const char *id)
+{
+    size_t i = kg_api_hash_id(id) & (cap - 1);
+    while (tab[i]) {
+        if (!strcmp(tab[i], id))
+            return 1;
+        i = (i + 1) & (cap - 1);
+    }
+    tab[i] = id;
+    return 0;
+}
+
 void kg_api_hit_put(kg_api *api, const char *id, const char *key)
 {
     struct hit *set = &api->hits[(kg_api_hash_id(id) % HIT_SETS) * HIT_WAYS];

@@ -129,19 +129,6 @@ static json_t *entry_error(size_t index, const json_t *task,
     return o;
 }
 
-/* Open-addressing set of ids, to refuse the same id twice in one batch. */
-static int seen_add(const char **tab, size_t cap, const char *id)
-{
-    size_t i = kg_api_hash_id(id) & (cap - 1);
-    while (tab[i]) {
-        if (!strcmp(tab[i], id))
-            return 1;
-        i = (i + 1) & (cap - 1);
-    }
-    tab[i] = id;
-    return 0;
-}
-
 /* The working state of one batch: arrays of n (or cap) entries, owned. */
 struct batch {
     size_t n, cap;
@@ -151,7 +138,7 @@ struct batch {
     int *created;        /* by submission: the store's answer */
     json_t **hits;       /* by submission: a cached result, or NULL */
     char *ok;            /* by index: valid, not a duplicate */
-    const char **seen;   /* the ids seen so far (seen_add) */
+    const char **seen;   /* the ids seen so far (kg_api_seen_add) */
     json_t *entries;     /* the reply's "tasks" */
     size_t m, rejected, fresh;
 };
@@ -239,7 +226,7 @@ static void batch_check(struct batch *b, const json_t *tasks)
         int detail = b->rejected < BATCH_DETAILED_ERRORS;
         if (prepare(task, &b->ps[i], &e)) {
             entry = entry_error(i, task, &e, detail);
-        } else if (seen_add(b->seen, b->cap, b->ps[i].id)) {
+        } else if (kg_api_seen_add(b->seen, b->cap, b->ps[i].id)) {
             kg_api_set_error(
                 &e, 422, "duplicate_task_id", "task_id",
                 "field \"task_id\": %s appears earlier in this batch",

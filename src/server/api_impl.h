@@ -41,6 +41,10 @@ struct kg_api {
 /* ---- the cache-answered tasks (api.c) ---------------------------------- */
 
 uint32_t kg_api_hash_id(const char *s); /* FNV-1a of a NUL-terminated id */
+/* Adds id to an open-addressing set of cap slots (a power of two, at least
+ * twice the ids; the caller zeroes it); 1 when it was there already: how a
+ * request refuses the same id twice in one list. */
+int kg_api_seen_add(const char **tab, size_t cap, const char *id);
 void kg_api_hit_put(kg_api *api, const char *id, const char *key);
 /* Copies the cache key of a cache-answered task id into key; 0 if none. */
 int kg_api_hit_get(kg_api *api, const char *id, char key[65]);

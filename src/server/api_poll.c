@@ -10,20 +10,6 @@
 #include "common/request.h"
 #include "server/api_impl.h"
 
-/* Open-addressing set of ids, to refuse the same id twice in one list
- * (cap a power of two, at least twice the ids). */
-static int seen_add(const char **tab, size_t cap, const char *id)
-{
-    size_t i = kg_api_hash_id(id) & (cap - 1);
-    while (tab[i]) {
-        if (!strcmp(tab[i], id))
-            return 1;
-        i = (i + 1) & (cap - 1);
-    }
-    tab[i] = id;
-    return 0;
-}
-
 /*
  * Checks the body's "task_ids": an array of 1..KG_API_MAX_POLL_IDS
  * distinct task ids (400 not an array or an entry not a string, 413
@@ -80,7 +66,7 @@ static const json_t *poll_ids(const json_t *in, kg_api_error *e)
                              "field \"task_ids\": entry %zu is not a task id "
                              "(1..100 characters of [A-Za-z0-9._:-])",
                              i);
-        } else if (seen_add(seen, cap, id)) {
+        } else if (kg_api_seen_add(seen, cap, id)) {
             bad = "twice";
             kg_api_set_error(e, 422, "duplicate_task_id", "task_ids",
                              "field \"task_ids\": %s is listed twice", id);
