@@ -158,6 +158,7 @@ class KgymAgentLoop(AgentLoopBase):
         mask: list[int] = []
         lps: list[float] = []
         kept = (ids, mask, lps)  # the state after the last scored turn
+        kept_messages = len(messages)
         scores, feedback, stop = [], [], "turns"
         for t in range(self.turns):
             with simple_timer("generate_sequences", metrics):
@@ -204,6 +205,7 @@ class KgymAgentLoop(AgentLoopBase):
             ids, mask, lps = new_ids, mask2, (lps2 or [])
             kept = (ids, mask, lps)
             messages.append({"role": "assistant", "content": reply})
+            kept_messages = len(messages)
             fb = no_code_feedback(why) if code is None else feedback_text(result)
             scores.append(s)
             feedback.append(fb)
@@ -256,7 +258,7 @@ class KgymAgentLoop(AgentLoopBase):
         return KgymAgentLoopOutput(
             prompt_ids=ids[:len(ids) - n], response_ids=response_ids, response_mask=mask,
             response_logprobs=lps if lps else None, reward_score=float(sum(rewards)),
-            num_turns=len(messages), metrics=metrics, extra_fields=extra_fields)
+            num_turns=kept_messages, metrics=metrics, extra_fields=extra_fields)
 
 
 class KgymAgentLoopWorker(AgentLoopWorker):
