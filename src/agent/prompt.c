@@ -12,22 +12,6 @@
 
 #define MAX_TEMPLATE (64 * 1024)
 
-const char *kg_prompt_backend_hint(const char *backend)
-{
-    if (backend && !strcmp(backend, "triton"))
-        return "Write the kernels in Triton (functions decorated with "
-               "@triton.jit, launched from ModelNew.forward).";
-    if (backend && !strcmp(backend, "cuda"))
-        return "Write the kernels in CUDA C++, compiled with "
-               "torch.utils.cpp_extension.load_inline and called from "
-               "ModelNew.forward.";
-    if (backend && !strcmp(backend, "cpu"))
-        return "Write the kernels in C++ for the CPU (loops, OpenMP, SIMD), "
-               "compiled with torch.utils.cpp_extension.load_inline and "
-               "called from ModelNew.forward.";
-    return "Write the kernels in the language the backend runs.";
-}
-
 /* The index of the key that "{name}" at t names, or -1; *len gets the
  * placeholder's length. */
 static int placeholder(const char *t, const char *const *keys, int n,

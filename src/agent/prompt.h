@@ -1,7 +1,8 @@
 /*
  * prompt.h - the agent's prompts and what it reads back from a reply:
- * templates (compiled-in defaults or files), filled by name, and the code
- * of a reply (its last fenced python block defining ModelNew).
+ * templates (libkgym's defaults, kgym/prompt.h, or files), filled by name,
+ * and the code of a reply (its last fenced python block defining
+ * ModelNew).
  */
 #ifndef KGYM_AGENT_PROMPT_H
 #define KGYM_AGENT_PROMPT_H
@@ -9,15 +10,8 @@
 #include <stddef.h>
 
 #include "kgym/kgym.h"
+#include "kgym/prompt.h" /* the default templates and hints */
 
-/* The default templates (prompt_defaults.c), static text. */
-extern const char kg_prompt_default_system[];
-extern const char kg_prompt_default_first[];
-extern const char kg_prompt_default_refine[];
-
-/* What to write for {backend_hint}: how kernels are written on backend
- * ("cpu", "triton", "cuda"; anything else: a generic line). Static. */
-const char *kg_prompt_backend_hint(const char *backend);
 
 /*
  * Fills a template: each "{name}" whose name is one of keys[0..n) is

@@ -62,7 +62,8 @@ from uuid import uuid4
 import ray
 import torch
 
-from kgym.verl.env import (REFINE, KgymEnvError, KgymScorer, RewardCfg, extract_code,
+from kgym import prompts
+from kgym.verl.env import (KgymEnvError, KgymScorer, RewardCfg, extract_code,
                            feedback_text, no_code_feedback, prs_keep, score, seed_of)
 from kgym.verl.reward import _section
 from verl.experimental.agent_loop.agent_loop import (AgentLoopBase, AgentLoopManager,
@@ -212,7 +213,7 @@ class KgymAgentLoop(AgentLoopBase):
             if t == self.turns - 1 or stop == "response_length":
                 break
             before = list(messages)
-            text = REFINE.replace("{turn}", str(t + 1)).replace("{feedback}", fb)
+            text = prompts.fill(prompts.default("refine"), {"turn": str(t + 1), "feedback": fb})
             messages.append({"role": "user", "content": text})
             merged, mask3, lps3 = await self.ct_merge_context_msg(
                 before, messages, ids, mask, lps or None)

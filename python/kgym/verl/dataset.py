@@ -1,6 +1,6 @@
 """Problems as verl's RL dataset (parquet): one row per reference program,
-its prompt the C agent's first turn (system and first message,
-src/agent/prompt_defaults.c, docs/agent.md), reward_model.ground_truth the
+its prompt the C agent's first turn (system and first message, libkgym's
+templates through kgym.prompts, docs/agent.md), reward_model.ground_truth the
 reference, extra_info.entry_point and name, agent_name kgym_agent.
 
     python -m kgym.verl.dataset PROBLEMS OUT.parquet [--backend triton]
@@ -17,64 +17,14 @@ import argparse
 import os
 import sys
 
-SYSTEM = ("You are an expert in high-performance GPU and CPU kernels and in "
-          "PyTorch. You make PyTorch programs faster by replacing their operators "
-          "with custom kernels, and you keep their results the same.")
-
-FIRST = (
-    "Below is a PyTorch program: a module `{entry_point}` with its "
-    "`forward`, and the functions `get_inputs()` and `get_init_inputs()` "
-    "that make its inputs and its constructor's arguments.\n"
-    "\n"
-    "```python\n"
-    "{reference}\n"
-    "```\n"
-    "\n"
-    "Write a faster version of it as a class `ModelNew`:\n"
-    "- `ModelNew` takes the same constructor arguments as `{entry_point}` "
-    "and its `forward` takes the same inputs and returns the same outputs "
-    "(shapes, dtypes, values within a small tolerance).\n"
-    "- The work must run in custom kernels that you write. "
-    "{backend_hint}\n"
-    "- You are free to choose which operators to replace: fuse several "
-    "into one kernel, change the algorithm, keep some in PyTorch where a "
-    "kernel would not help.\n"
-    "- Do not special-case the inputs, cache results between calls, read "
-    "the timer or the caller's frames, or hand the work back to the "
-    "reference: such a program is caught and scores nothing.\n"
-    "\n"
-    "Think briefly about where the time goes, then give your answer as ONE "
-    "fenced ```python block holding the complete module: imports, kernels, "
-    "and `class ModelNew`. Only the last ```python block of your reply is "
-    "run; no test code in it.")
-
-HINTS = {
-    "triton": "Write the kernels in Triton (functions decorated with @triton.jit, "
-              "launched from ModelNew.forward).",
-    "cuda": "Write the kernels in CUDA C++, compiled with "
-            "torch.utils.cpp_extension.load_inline and called from ModelNew.forward.",
-    "cpu": "Write the kernels in C++ for the CPU (loops, OpenMP, SIMD), compiled with "
-           "torch.utils.cpp_extension.load_inline and called from ModelNew.forward.",
-}
+from kgym import prompts
 
 
 def first_prompt(reference: str, backend: str, entry_point: str = "Model") -> str:
-    """The C agent's first turn; placeholders filled in one pass, so the
-    reference's own braces are left alone."""
-    vals = {"{reference}": reference, "{entry_point}": entry_point, "{backend}": backend,
-            "{backend_hint}": HINTS.get(backend, "Write the kernels in the language the "
-                                                 "backend runs.")}
-    out, i = [], 0
-    while i < len(FIRST):
-        for k, v in vals.items():
-            if FIRST.startswith(k, i):
-                out.append(v)
-                i += len(k)
-                break
-        else:
-            out.append(FIRST[i])
-            i += 1
-    return "".join(out)
+    """The C agent's first turn (libkgym's template)."""
+    return prompts.fill(prompts.default("first"), {
+        "reference": reference, "entry_point": entry_point, "backend": backend,
+        "backend_hint": prompts.backend_hint(backend)})
 
 
 def problems(path: str) -> list[tuple[str, str]]:
@@ -101,7 +51,7 @@ def rows(path: str, backend: str, entry_point: str = "Model", system: bool = Tru
             print(f"kgym.verl.dataset: {name} skipped: no `class {entry_point}` or "
                   "`def get_inputs`", file=sys.stderr)
             continue
-        msgs = ([{"role": "system", "content": SYSTEM}] if system else []) + [
+        msgs = ([{"role": "system", "content": prompts.default("system")}] if system else []) + [
             {"role": "user", "content": first_prompt(ref, backend, entry_point)}]
         out.append({"data_source": "kgym", "prompt": msgs, "agent_name": "kgym_agent",
                     "reward_model": {"style": "rule", "ground_truth": ref},

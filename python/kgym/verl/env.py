@@ -37,19 +37,6 @@ from kgym.client import Client, KgymError, KgymUnavailable
 
 MAX_KERNEL_CODE = 256 * 1024
 
-# The C agent's refinement prompt (src/agent/prompt_defaults.c), {turn} is
-# 1-based: the turn of the program the feedback is about.
-REFINE = (
-    "Your program of turn {turn} was compiled, checked against the reference "
-    "on fresh inputs, timed and profiled. What the environment reported:\n"
-    "\n"
-    "{feedback}\n"
-    "\n"
-    "Improve your program: if it failed, fix the cause shown above; if it "
-    "is correct, make it faster (a larger share of the time in your own "
-    "kernels, fewer launches, more fusion). Give the complete new module as "
-    "ONE fenced ```python block defining `class ModelNew`, as before.")
-
 _OPEN = re.compile(r"[ \t]*```[ ]*(python|py)(?![A-Za-z0-9])", re.IGNORECASE)
 _CLOSE = re.compile(r"[ \t]*```")
 _MODELNEW = re.compile(r"(?m)^class ModelNew[(: ]")

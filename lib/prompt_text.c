@@ -1,13 +1,19 @@
-/* prompt_defaults.c - the agent's default prompts (prompt.h), written for
- * kgym after the structure of the Dr. Kernel paper's: the task and the
- * reference program on the first turn, the environment's feedback on each
- * later one. `kgym rollout --write-prompts DIR` writes them out as files to
- * edit; --prompt-system, --prompt-first and --prompt-refine read them back.
+/* prompt_text.c - the agent's default prompts and backend hints
+ * (include/kgym/prompt.h), written for kgym after the structure of the Dr.
+ * Kernel paper's: the task and the reference program on the first turn,
+ * the environment's feedback on each later one. In libkgym so that the C
+ * agent and the Python side (kgym.prompts: the verl agent loop and its
+ * dataset) ask the same text. `kgym rollout --write-prompts DIR` writes
+ * them out as files to edit; --prompt-system, --prompt-first and
+ * --prompt-refine read them back.
  *
  * Placeholders: {reference} (the reference program), {backend},
  * {backend_hint} (kg_prompt_backend_hint), {entry_point} in the first;
  * {feedback} and {turn} (1-based) in the refinement. */
-#include "agent/prompt.h"
+#include <stddef.h>
+#include <string.h>
+
+#include "kgym/prompt.h"
 
 const char kg_prompt_default_system[] =
     "You are an expert in high-performance GPU and CPU kernels and in "
@@ -51,3 +57,30 @@ const char kg_prompt_default_refine[] =
     "is correct, make it faster (a larger share of the time in your own "
     "kernels, fewer launches, more fusion). Give the complete new module as "
     "ONE fenced ```python block defining `class ModelNew`, as before.";
+
+const char *kg_prompt_backend_hint(const char *backend)
+{
+    if (backend && !strcmp(backend, "triton"))
+        return "Write the kernels in Triton (functions decorated with "
+               "@triton.jit, launched from ModelNew.forward).";
+    if (backend && !strcmp(backend, "cuda"))
+        return "Write the kernels in CUDA C++, compiled with "
+               "torch.utils.cpp_extension.load_inline and called from "
+               "ModelNew.forward.";
+    if (backend && !strcmp(backend, "cpu"))
+        return "Write the kernels in C++ for the CPU (loops, OpenMP, SIMD), "
+               "compiled with torch.utils.cpp_extension.load_inline and "
+               "called from ModelNew.forward.";
+    return "Write the kernels in the language the backend runs.";
+}
+
+const char *kg_prompt_default(const char *name)
+{
+    if (name && !strcmp(name, "system"))
+        return kg_prompt_default_system;
+    if (name && !strcmp(name, "first"))
+        return kg_prompt_default_first;
+    if (name && !strcmp(name, "refine"))
+        return kg_prompt_default_refine;
+    return NULL;
+}
