@@ -1,6 +1,7 @@
 /* cli_util.c - helpers shared by the kgym subcommands (cli_util.h). */
 #include "cli/cli_util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -302,6 +303,43 @@ int kg_cli_engine_flag(kg_engine_cfg *cfg, const char *a)
     } else
         return 0;
     return 1;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int kg_cli_py_files(const char *flag, const char *dir, char **list, int max,
+                    kg_err *err)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return kg_errf(err, KG_EIO, "%s %s: %s", flag, dir, strerror(errno));
+    int k = 0, rc = 0;
+    struct dirent *de;
+    while (!rc && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l <= 3 || strcmp(de->d_name + l - 3, ".py"))
+            continue;
+        char full[PATH_MAX];
+        snprintf(full, sizeof full, "%s/%s", dir, de->d_name);
+        if (k == max)
+            rc = kg_errf(err, KG_EINVAL, "%s %s: more than %d .py files", flag,
+                         dir, max);
+        else if (!(list[k++] = strdup(full)))
+            rc = kg_errf(err, KG_ENOMEM, "out of memory");
+    }
+    closedir(d);
+    if (!rc && k == 0)
+        rc = kg_errf(err, KG_ENOTFOUND, "%s %s: no .py files", flag, dir);
+    if (rc) {
+        while (k > 0)
+            free(list[--k]);
+        return rc;
+    }
+    qsort(list, (size_t)k, sizeof list[0], cmp_str);
+    return k;
 }
 
 /* ---- the engine's tuning knobs ------------------------------------------ */

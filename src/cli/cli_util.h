@@ -67,6 +67,15 @@ const char *kg_cli_root(char *buf, size_t n);
 int kg_cli_engine_flag(kg_engine_cfg *cfg, const char *a);
 
 /*
+ * The *.py files of directory dir, sorted by name, as malloc'd paths
+ * "dir/name" in list[0..n) (the caller frees each). Returns n (at least 1),
+ * or a negative KG_E* code with err naming the flag: the directory cannot
+ * be read, holds no .py file or more than max.
+ */
+int kg_cli_py_files(const char *flag, const char *dir, char **list, int max,
+                    kg_err *err);
+
+/*
  * The engine's tuning knobs as flags with a value (kgym eval, worker,
  * selfcheck): --cpu-threads N|auto, --compile-ahead on|off|auto,
  * --spare-mem-floor F (engine.h's cpu_threads, compile_ahead,

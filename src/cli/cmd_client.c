@@ -2,7 +2,6 @@
  * `kgym submit`, `status`, `result`, `wait`, `cancel`. Exit codes: 0 done,
  * 1 the server could not be reached / the task is not finished / timed
  * out, 2 bad usage or a request the server refused (4xx). */
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -280,11 +279,6 @@ struct cand {
     char *error;                 /* why it was refused, or NULL */
 };
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* Adds path, or every *.py in it (sorted) when it is a directory. */
 static int add_cands(struct cand *cs, int *n, const char *path, kg_err *err)
 {
@@ -294,27 +288,10 @@ static int add_cands(struct cand *cs, int *n, const char *path, kg_err *err)
                        strerror(errno));
     char *list[MAX_CANDS];
     int k = 0;
-    if (!S_ISDIR(st.st_mode)) {
+    if (!S_ISDIR(st.st_mode))
         list[k++] = strdup(path);
-    } else {
-        DIR *d = opendir(path);
-        if (!d)
-            return kg_errf(err, KG_EIO, "--cand %s: %s", path,
-                           strerror(errno));
-        struct dirent *de;
-        while ((de = readdir(d)) && k < MAX_CANDS) {
-            size_t l = strlen(de->d_name);
-            if (l > 3 && !strcmp(de->d_name + l - 3, ".py")) {
-                char full[PATH_MAX];
-                snprintf(full, sizeof full, "%s/%s", path, de->d_name);
-                list[k++] = strdup(full);
-            }
-        }
-        closedir(d);
-        if (k == 0)
-            return kg_errf(err, KG_ENOTFOUND, "--cand %s: no .py files", path);
-        qsort(list, (size_t)k, sizeof list[0], cmp_str);
-    }
+    else if ((k = kg_cli_py_files("--cand", path, list, MAX_CANDS, err)) < 0)
+        return k;
     for (int i = 0; i < k; i++) {
         if (*n >= MAX_CANDS || !list[i]) {
             for (int j = i; j < k; j++)

@@ -1,6 +1,5 @@
 /* cmd_eval.c - `kgym eval`: evaluate candidates locally through the worker
  * engine (the same path `kgym worker` uses), no server. */
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -96,11 +95,6 @@ static void usage(FILE *f)
                "torch_compile --strict true --seed 7\n");
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* Adds path, or every *.py in it when it is a directory (sorted). */
 static int add_cands(struct evalrun *run, const char *path, kg_err *err)
 {
@@ -115,30 +109,19 @@ static int add_cands(struct evalrun *run, const char *path, kg_err *err)
         run->names[run->n++] = strdup(path);
         return 0;
     }
-    DIR *d = opendir(path);
-    if (!d)
-        return kg_errf(err, KG_EIO, "--cand %s: %s", path, strerror(errno));
     char *list[MAX_CANDS];
-    int k = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && k < MAX_CANDS) {
-        size_t l = strlen(de->d_name);
-        if (l > 3 && !strcmp(de->d_name + l - 3, ".py")) {
-            char full[PATH_MAX];
-            snprintf(full, sizeof full, "%s/%s", path, de->d_name);
-            list[k++] = strdup(full);
-        }
-    }
-    closedir(d);
-    qsort(list, (size_t)k, sizeof list[0], cmp_str);
+    int k = kg_cli_py_files("--cand", path, list, MAX_CANDS, err);
+    if (k < 0)
+        return k;
     for (int i = 0; i < k; i++) {
-        if (run->n >= MAX_CANDS)
+        if (run->n >= MAX_CANDS) {
+            for (int j = i; j < k; j++)
+                free(list[j]);
             return kg_errf(err, KG_EINVAL, "too many candidates");
+        }
         run->refs[run->n] = run->cur_ref;
         run->names[run->n++] = list[i];
     }
-    if (k == 0)
-        return kg_errf(err, KG_ENOTFOUND, "--cand %s: no .py files", path);
     return 0;
 }
 

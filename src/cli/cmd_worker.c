@@ -116,6 +116,7 @@ static void usage(FILE *f)
             "zygote)\n"
             "  --no-sandbox            skip namespaces, seccomp and limits "
             "(debugging only)\n"
+            "  --no-cgroups            no per-task cgroup\n"
             "  --python PATH           interpreter with torch\n"
             "  --verbose               show the children's output\n",
             KG_CLI_DEFAULT_SERVER);
@@ -591,12 +592,8 @@ static int parse_worker_args(int argc, char **argv, struct worker_opts *o,
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--fresh")) {
-            cfg->fresh = 1;
-        } else if (!strcmp(a, "--no-sandbox")) {
-            cfg->no_sandbox = 1;
-        } else if (!strcmp(a, "--verbose")) {
-            cfg->verbose = 1;
+        } else if (kg_cli_engine_flag(cfg, a)) {
+            /* --fresh, --no-sandbox, --no-cgroups, --verbose */
         } else if (!v || strncmp(a, "--", 2)) {
             kg_error("%s: %s", a,
                      strncmp(a, "--", 2) ? "unexpected argument"

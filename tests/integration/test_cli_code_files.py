@@ -81,6 +81,7 @@ def unix_socket(tmp_path):
 
 
 CMDS = ["eval", "submit"]
+MAX_CANDS = {"eval": 4096, "submit": 1024}  # MAX_CANDS of cmd_eval.c, cmd_client.c
 FLAGS = ["--cand", "--ref"]
 
 
@@ -116,6 +117,22 @@ def test_fifo_inside_a_cand_directory_is_refused(cmd, tmp_path):
     write(tmp_path / "b_good.py", CODE)
     p = kgym(cmd, "--ref", REF, "--cand", str(tmp_path))
     refused(p, cmd, str(tmp_path / "a_fifo.py"), "a FIFO")
+
+
+@pytest.mark.parametrize("cmd", CMDS)
+def test_a_cand_directory_without_python_files_is_refused(cmd, tmp_path):
+    write(tmp_path / "notes.txt", b"no code here")
+    p = kgym(cmd, "--ref", REF, "--cand", str(tmp_path))
+    assert p.returncode != 0 and f"--cand {tmp_path}: no .py files" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("cmd", CMDS)
+def test_a_cand_directory_over_the_candidate_cap_is_refused(cmd, tmp_path):
+    for i in range(MAX_CANDS[cmd] + 1):
+        write(tmp_path / f"c{i:04d}.py", CODE)
+    p = kgym(cmd, "--ref", REF, "--cand", str(tmp_path))
+    assert p.returncode != 0, p.stderr
+    assert f"more than {MAX_CANDS[cmd]} .py files" in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("cmd", CMDS)
