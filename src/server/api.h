@@ -80,4 +80,13 @@ int kg_api_parse_body(const char *body, size_t len, json_t **out,
  */
 int kg_api_check_task(const json_t *in, json_t **norm, kg_api_error *e);
 
+/*
+ * Checks POST /results/batch's "task_ids": an array of
+ * 1..KG_API_MAX_POLL_IDS distinct task ids (400 not an array or an entry
+ * not a string, 413 too many, 422 empty, a malformed id or one listed
+ * twice). Returns the array (borrowed from in), or NULL with e filled.
+ * Pure: also a fuzz harness entry point.
+ */
+const json_t *kg_api_check_poll_ids(const json_t *in, kg_api_error *e);
+
 #endif

@@ -10,13 +10,7 @@
 #include "common/request.h"
 #include "server/api_impl.h"
 
-/*
- * Checks the body's "task_ids": an array of 1..KG_API_MAX_POLL_IDS
- * distinct task ids (400 not an array or an entry not a string, 413
- * too many, 422 empty, a malformed id or one listed twice). Returns the
- * array (borrowed from in), or NULL with e filled.
- */
-static const json_t *poll_ids(const json_t *in, kg_api_error *e)
+const json_t *kg_api_check_poll_ids(const json_t *in, kg_api_error *e)
 {
     const json_t *ids = json_object_get(in, "task_ids");
     if (!ids || json_is_null(ids)) {
@@ -169,7 +163,7 @@ void kg_api_h_results_batch(kg_api *api, const kg_http_req *req,
         kg_api_reply_error(rep, &e);
         return;
     }
-    const json_t *ids = poll_ids(in, &e);
+    const json_t *ids = kg_api_check_poll_ids(in, &e);
     double wait = 0;
     if (!ids || (!req->resumed && kg_api_wait_field(in, &wait, &e))) {
         json_decref(in);

@@ -3,7 +3,8 @@
  * untrusted bytes before the store sees them: cleaning a raw path (only
  * unreserved characters decoded) and routing a method and path,
  * checking an Authorization header, parsing a body, validating a task
- * request (and each task of a batch) and hashing it into a cache key.
+ * request (and each task of a batch) and hashing it into a cache key, and
+ * checking a results poll's list of ids.
  *
  * Built and run by `make fuzz` (part of `make test`): under ASan + UBSan,
  * FUZZ_SECONDS (default 30) from the seeds in tests/fuzz/corpus, with
@@ -84,6 +85,33 @@ static void check_task(const json_t *task)
         abort(); /* an error that blames a field names it */
 }
 
+/* A results poll's ids: accepted only as 1..the cap distinct valid ids;
+ * refused with a 4xx (or 500 out of memory) that names task_ids. */
+static void check_poll(const json_t *in)
+{
+    kg_api_error e;
+    const json_t *ids = kg_api_check_poll_ids(in, &e);
+    if (!ids) {
+        if (!(e.status == 400 || e.status == 413 || e.status == 422 ||
+              e.status == 500) ||
+            (e.status != 500 && (!e.field || strcmp(e.field, "task_ids"))))
+            abort();
+        return;
+    }
+    size_t n = json_array_size(ids);
+    if (ids != json_object_get(in, "task_ids") || n < 1 ||
+        n > KG_API_MAX_POLL_IDS)
+        abort();
+    for (size_t i = 0; i < n; i++) {
+        const char *id = json_string_value(json_array_get(ids, i));
+        if (!id || !kg_task_id_valid(id))
+            abort();
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(id, json_string_value(json_array_get(ids, j))))
+                abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const char *const methods[] = {"GET", "POST", "DELETE", "HEAD",
@@ -127,6 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kg_api_error e;
     if (kg_api_parse_body((const char *)p, (size_t)(end - p), &body, &e) == 0) {
         check_task(body);
+        check_poll(body);
         /* a worker's result as any view sends it: finalizing twice changes
            nothing more, and no verdict but pass keeps a speedup */
         json_t *r = json_deep_copy(body);
