@@ -2,7 +2,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/client_wait.h"
 #include "common/clock.h"
@@ -11,12 +10,6 @@
 
 #define REQ_TIMEOUT_MS 30000L
 #define LONG_WAIT_S 60.0 /* the longest wait asked of the server at once */
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 static int pending(const json_t *const *results, char *const *errors, int i)
 {
@@ -139,7 +132,7 @@ int kg_cli_wait_all(kg_client *c, const char *const *ids, json_t **results,
             return 1;
         }
         if (idle) {
-            sleep_s(pause);
+            kg_sleep_ms((long)(pause * 1000));
             pause = pause * 1.5 > 1 ? 1 : pause * 1.5;
         }
     }
