@@ -18,7 +18,7 @@ import json
 import os
 import time
 import urllib.parse
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 DEFAULT_SERVER = "http://127.0.0.1:10907"
 RESULTS_CHUNK = 1000  # the server's cap on ids per POST /results/batch
@@ -195,6 +195,18 @@ class Client:
                             timeout=self.timeout + wait_s)
         return self._check(s, b, (200,))
 
+    def results_chunked(self, task_ids: list[str],
+                        wait_s: float = 0) -> Iterator[tuple[list[str], dict]]:
+        """results() of any number of ids: (chunk, answer) for one POST
+        /results/batch per RESULTS_CHUNK ids, each asked when the caller
+        takes it. Only a single request waits (wait_s); with several none
+        may hold the others up."""
+        chunks = [task_ids[i:i + RESULTS_CHUNK]
+                  for i in range(0, len(task_ids), RESULTS_CHUNK)]
+        wait = wait_s if len(chunks) == 1 else 0.0
+        for chunk in chunks:
+            yield chunk, self.results(chunk, wait_s=wait)
+
     def wait(self, task_id: str, timeout: float | None = None, poll: float = 0.2,
              max_poll: float = 2.0) -> dict:
         """Waits until the task has finished and returns its result. Raises
@@ -220,11 +232,10 @@ class Client:
                 raise KgymTimeout(0, "timeout", f"{len(ids) - len(out)} of {len(ids)} tasks "
                                   f"not finished after {timeout} s")
             todo = [t for t in ids if t not in out]
-            chunks = [todo[i:i + RESULTS_CHUNK] for i in range(0, len(todo), RESULTS_CHUNK)]
-            wait = 0.0 if len(chunks) > 1 else min(LONG_POLL_S, left if left is not None else LONG_POLL_S)
+            several = len(todo) > RESULTS_CHUNK
+            wait = min(LONG_POLL_S, left if left is not None else LONG_POLL_S)
             try:
-                for chunk in chunks:
-                    b = self.results(chunk, wait_s=max(0.0, wait))
+                for _, b in self.results_chunked(todo, wait_s=max(0.0, wait)):
                     if b["unknown"]:
                         raise KgymError(404, "not_found", f"task_id {b['unknown'][0]}: no such task",
                                         "task_id")
@@ -239,7 +250,7 @@ class Client:
                     raise
                 time.sleep(0.5)
                 continue
-            if len(chunks) > 1 and len(out) < len(ids):
+            if several and len(out) < len(ids):
                 time.sleep(poll)
         return {t: out[t] for t in ids}
 

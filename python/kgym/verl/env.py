@@ -303,12 +303,9 @@ class KgymScorer:
         one chunk of ids is all there is; at most 1,000 ids a request);
         GET /results/{id} of each on a server without it (405)."""
         if not self._per_task:
-            chunks = [ids[i:i + 1000] for i in range(0, len(ids), 1000)]
-            wait = self.long_poll if len(chunks) == 1 else 0.0
             out: dict[str, Any] = {}
             try:
-                for chunk in chunks:
-                    b = c.results(chunk, wait_s=wait)
+                for chunk, b in c.results_chunked(ids, wait_s=self.long_poll):
                     if not isinstance(b, dict) or not isinstance(b.get("results"), list) \
                             or not isinstance(b.get("unknown", []), list):
                         return {"": KgymEnvError("malformed", "POST /results/batch answered "
