@@ -1,5 +1,5 @@
 /*
- * sched.h - the scheduler's policy on top of the store (issue 6).
+ * sched.h - the scheduler's policy on top of the store.
  *
  * The store (store.h) gives the mechanisms: atomic leases, deadlines,
  * requeue, retry with an avoided worker. The scheduler decides: how many

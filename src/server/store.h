@@ -1,5 +1,5 @@
 /*
- * store.h - the persistent task store of `kgym serve` (issue 6).
+ * store.h - the persistent task store of `kgym serve`.
  *
  * One API, two implementations behind a vtable: embedded SQLite
  * (store_sqlite.c, the default, one machine) and Redis (store_redis.c,

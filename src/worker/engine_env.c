@@ -34,12 +34,9 @@ const char *eng_child_device(const kg_engine *e)
  * cpu_threads (--cpu-threads) when set, else the machine's CPUs shared
  * among the processes that may compute at once, the task's judge and
  * candidate times --concurrency. They do not take turns even on the CPU: an
- * OpenMP pool spins after every parallel region, and the judge's and the
- * candidate's pools together outnumbered a 2-CPU machine's CPUs: reference
- * medians of 8 ms against a fastest call of 0.08 ms (2026-12-02,
- * docs/harness.md "The trusted clock"); pools that outnumber the CPUs slow
- * each other down by orders of magnitude
- * (bench/results/2026-12-01-diag-h200-s5.txt). */
+ * OpenMP pool spins after every parallel region, and pools that outnumber
+ * the CPUs slow each other down by orders of magnitude (docs/worker.md,
+ * "What the engine guarantees", has the measurements). */
 int eng_cpu_threads(const kg_engine *e)
 {
     if (e->cfg.cpu_threads > 0)
