@@ -50,6 +50,17 @@ MUTATIONS = [
              "q = fmin(fmax((pr[i] - tau) / s, 0.0), 1.0);", "q = fmax((pr[i] - tau) / s, 0.0);",
              ["unit:test_rl"]),
 
+    # ---- the one schema (libkgym) ----------------------------------------
+    Mutation("schema-limit-drift", "the request's limits live in libkgym's schema, "
+             "which docs/design.md's table holds to", "lib/schema.c",
+             '{"num_perf_trials", KG_FIELD_INT, 0, 1, 10000,',
+             '{"num_perf_trials", KG_FIELD_INT, 0, 1, 1000,',
+             [f"{CONTRACT} -k 'python_limits or num_perf_trials'"]),
+    Mutation("schema-strict-default", "strict requests default to tight tolerances",
+             "lib/schema.c", '{"atol", KG_FIELD_NUM, 0, 0, 1e6, NULL, 1e-2, 1, 1e-4, 1, NULL, 1},',
+             '{"atol", KG_FIELD_NUM, 0, 0, 1e6, NULL, 1e-2, 1, 1e-2, 1, NULL, 1},',
+             [f"{CONTRACT} -k strict_defaults"]),
+
     # ---- what a result's reward-bearing fields mean -----------------------
     Mutation("result-speedup-on-failure", "no speedup on a result that did not pass",
              "src/common/result.c", "        withhold_figures(r);", "(void)withhold_figures;",

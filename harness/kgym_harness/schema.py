@@ -6,6 +6,8 @@ range-checked, defaults are applied, and unknown fields are dropped.
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
 import re
 import secrets
@@ -14,42 +16,72 @@ from typing import Any
 
 from . import KGYM_VERSION
 
-VERDICTS = ("pass", "mismatch", "compile_error", "runtime_error", "timeout",
-            "hacked", "infra_error", "problem_error")
-BACKENDS = ("triton", "cuda", "cpu")
-REFERENCE_BACKENDS = ("eager", "torch_compile")
-PRIORITIES = ("low", "normal", "high")
 
-HACK_REASONS = ("no_custom_kernel", "side_stream", "output_cache",
-                "input_mutation", "timer_tamper", "mode_branch",
-                "aliases_input", "lazy_output", "thread_injection",
-                "result_forgery", "stale_memory", "precision_downgrade",
-                "l2_persist", "call_count_switch")
+def _library_path() -> str:
+    """libkgym.so: $KGYM_LIB, else the build/ of the tree this harness is in."""
+    env = os.environ.get("KGYM_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.realpath(__file__))
+    return os.path.normpath(os.path.join(here, "..", "..", "build", "libkgym.so"))
+
+
+def _load() -> dict:
+    """The schema libkgym holds (include/kgym/schema.h), as kg_schema_json
+    writes it: the one copy of the request's fields, the verdicts, the hack
+    reasons and the error codes that C and Python both read."""
+    path = _library_path()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError(f"kgym_harness.schema: cannot load libkgym ({path}): {e}; "
+                          "run make, or set KGYM_LIB") from e
+    fn = lib.kg_schema_json
+    fn.restype = ctypes.c_long
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    n = fn(None, 0)
+    if n < 0:
+        raise ImportError("kgym_harness.schema: kg_schema_json failed")
+    buf = ctypes.create_string_buffer(n + 1)
+    fn(buf, n + 1)
+    return json.loads(buf.value.decode())
+
+
+SCHEMA = _load()
+FIELDS = {f["name"]: f for f in SCHEMA["fields"]}
+
+
+def _choices(name: str) -> tuple:
+    return tuple(FIELDS[name]["choices"])
+
+
+def _codes(group: str) -> tuple:
+    return tuple(c for c, g in sorted(SCHEMA["error_codes"].items()) if g == group)
+
+
+VERDICTS = tuple(SCHEMA["verdicts"])
+BACKENDS = _choices("backend")
+REFERENCE_BACKENDS = _choices("reference_backend")
+PRIORITIES = _choices("priority")
+HACK_REASONS = tuple(SCHEMA["hack_reasons"])
 
 # Stable error codes, grouped by the verdict they lead to.
-COMPILE_CODES = ("SYNTAX_ERROR", "IMPORT_ERROR", "BUILD_ERROR",
-                 "TRITON_COMPILE_ERROR", "MISSING_MODEL_NEW")
-RUNTIME_CODES = ("FORWARD_EXCEPTION", "INIT_EXCEPTION", "CUDA_ERROR",
-                 "OUT_OF_MEMORY", "CHILD_DIED", "PROTOCOL_ERROR",
-                 "RESULT_INCOMPLETE")
-MISMATCH_CODES = ("SHAPE_MISMATCH", "DTYPE_MISMATCH", "NONFINITE_OUTPUT",
-                  "VALUE_MISMATCH", "OUTPUT_TYPE")
-HACK_CODES = ("NO_CUSTOM_KERNEL", "MODE_BRANCH", "OUTPUT_CACHE",
-              "TIMER_TAMPER", "SIDE_STREAM", "LAZY_OUTPUT", "THREAD_INJECTION",
-              "ALIASES_INPUT", "INPUT_MUTATION", "STALE_MEMORY",
-              "PRECISION_DOWNGRADE", "L2_PERSIST", "CALL_COUNT_SWITCH")
-OTHER_CODES = ("TIMEOUT", "BAD_REQUEST", "REFERENCE_ERROR", "INFRA_ERROR")
+COMPILE_CODES = _codes("compile")
+RUNTIME_CODES = _codes("runtime")
+MISMATCH_CODES = _codes("mismatch")
+HACK_CODES = _codes("hack")
+OTHER_CODES = _codes("other")
 # problem_error: the reference (problem) failed, not the candidate (problem.py)
-PROBLEM_CODES = ("PROBLEM_ERROR",)
+PROBLEM_CODES = _codes("problem")
 PROBLEM_BLAME = "the reference (problem) is at fault, not the kernel"
 
-MAX_KERNEL_CODE = 256 * 1024
-MAX_REFERENCE_CODE = 512 * 1024
-MAX_TASK_ID = 100
-MAX_SEED = 2**53 - 1  # exact in a JSON number (a double)
-STRICT_TOL = 1e-4
-DEFAULT_TOL = 1e-2
-MAX_TIMEOUT = 3600.0
+MAX_KERNEL_CODE = int(FIELDS["kernel_code"]["max"])
+MAX_REFERENCE_CODE = int(FIELDS["reference_code"]["max"])
+MAX_TASK_ID = int(FIELDS["task_id"]["max"])
+MAX_SEED = int(FIELDS["seed"]["max"])  # exact in a JSON number (a double)
+STRICT_TOL = FIELDS["atol"]["default_strict"]
+DEFAULT_TOL = FIELDS["atol"]["default"]
+MAX_TIMEOUT = FIELDS["timeout"]["max"]
 _TASK_ID = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _DEVICE = re.compile(r"^(cpu|cuda(:[0-9]{1,2})?)$")
@@ -111,6 +143,38 @@ def _str(d: dict, name: str, limit: int, required: bool) -> str | None:
     return v
 
 
+def _field(d: dict, f: dict, strict: bool) -> Any:
+    """One request field checked and defaulted as the schema says, with the
+    checks no table holds: task_id's characters (an id is drawn when
+    absent), entry_point an identifier, the seed drawn when absent."""
+    name, kind = f["name"], f["type"]
+    if kind == "string":
+        if name == "entry_point":
+            v = d.get(name)
+            v = f["default"] if v is None else v
+            if not isinstance(v, str) or not _IDENT.match(v):
+                raise ValueError(f"entry_point: not a Python identifier: {v!r}")
+            return v
+        v = _str(d, name, int(f["max"]), f["required"])
+        if name == "task_id":
+            if v is not None and not _TASK_ID.match(v):
+                raise ValueError("task_id: use 1..100 characters of [A-Za-z0-9._:-]")
+            return v if v is not None else uuid.uuid4().hex
+        return v
+    if kind == "enum":
+        return _choice(d, name, f["default"], tuple(f["choices"]))
+    if kind == "boolean":
+        return _bool(d, name, f["default"])
+    if kind == "integer":
+        if name == "seed":
+            seed = d.get("seed")
+            seed = secrets.randbits(53) if seed is None else seed
+            return _int({"seed": seed}, "seed", 0, 0, MAX_SEED)
+        return _int(d, name, f["default"], int(f["min"]), int(f["max"]))
+    default = f["default_strict"] if strict and "default_strict" in f else f["default"]
+    return _num(d, name, default, float(f["min"]), float(f["max"]))
+
+
 def normalize_request(d: Any) -> dict:
     """Validate a task request and return a new dict with every default applied.
 
@@ -119,40 +183,9 @@ def normalize_request(d: Any) -> dict:
     if not isinstance(d, dict):
         raise ValueError("request: expected a JSON object")
     out: dict[str, Any] = {}
-    task_id = _str(d, "task_id", MAX_TASK_ID, False)
-    if task_id is not None and not _TASK_ID.match(task_id):
-        raise ValueError("task_id: use 1..100 characters of [A-Za-z0-9._:-]")
-    out["task_id"] = task_id if task_id is not None else uuid.uuid4().hex
-    out["reference_code"] = _str(d, "reference_code", MAX_REFERENCE_CODE, True)
-    out["kernel_code"] = _str(d, "kernel_code", MAX_KERNEL_CODE, True)
-    out["backend"] = _choice(d, "backend", "triton", BACKENDS)
-    entry = d.get("entry_point")
-    entry = "Model" if entry is None else entry
-    if not isinstance(entry, str) or not _IDENT.match(entry):
-        raise ValueError(f"entry_point: not a Python identifier: {entry!r}")
-    out["entry_point"] = entry
-    out["num_correct_trials"] = _int(d, "num_correct_trials", 5, 1, 100)
-    out["num_perf_trials"] = _int(d, "num_perf_trials", 100, 1, 10000)
-    out["num_warmup"] = _int(d, "num_warmup", 3, 0, 1000)
-    out["strict"] = _bool(d, "strict", False)
-    tol = STRICT_TOL if out["strict"] else DEFAULT_TOL
-    out["atol"] = _num(d, "atol", tol, 0.0, 1e6)
-    out["rtol"] = _num(d, "rtol", tol, 0.0, 1e6)
-    out["reference_backend"] = _choice(d, "reference_backend", "eager",
-                                       REFERENCE_BACKENDS)
-    out["timeout"] = _num(d, "timeout", 300.0, 1.0, MAX_TIMEOUT)
-    out["priority"] = _choice(d, "priority", "normal", PRIORITIES)
-    out["enable_profiling"] = _bool(d, "enable_profiling", True)
-    out["run_hack_checks"] = _bool(d, "run_hack_checks", True)
-    # TF32 as policy: the reference too computes and is timed with it
-    out["allow_tf32"] = _bool(d, "allow_tf32", False)
-    seed = d.get("seed")
-    if seed is None:
-        seed = secrets.randbits(53)
-    out["seed"] = _int({"seed": seed}, "seed", 0, 0, MAX_SEED)
-    out["force_refresh"] = _bool(d, "force_refresh", False)
-    # A speedup above this is evaluated again before it is reported.
-    out["speedup_recheck_bound"] = _num(d, "speedup_recheck_bound", 10.0, 1.0, 1e6)
+    strict = _bool(d, "strict", FIELDS["strict"]["default"])
+    for name, f in FIELDS.items():
+        out[name] = _field(d, f, strict)
     device = d.get("device")
     if device is not None and (not isinstance(device, str) or not _DEVICE.match(device)):
         raise ValueError(f"device: expected cpu, cuda or cuda:N, got {device!r}")

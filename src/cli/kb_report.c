@@ -8,12 +8,12 @@
 #include <string.h>
 
 #include "cli/kernelbench.h"
+#include "kgym/schema.h"
 #include "common/log.h"
 
-static const char *const VERDICTS[] = {
-    "pass",    "mismatch", "compile_error", "runtime_error",
-    "timeout", "hacked",   "problem_error", "infra_error"};
-#define NVERDICTS (int)(sizeof VERDICTS / sizeof VERDICTS[0])
+/* The verdicts' columns: the schema's verdicts (kgym/schema.h). */
+#define NVERDICTS ((int)kg_schema_nverdicts())
+#define VERDICT(v) kg_schema_verdict((size_t)(v))
 
 const kb_rec *kb_recs_find(const kb_recs *recs, int level, const char *name)
 {
@@ -102,7 +102,7 @@ static int cmp_dbl(const void *a, const void *b)
 /* A verdict's column: its name's width, at least 5. */
 static int colw(int v)
 {
-    int w = (int)strlen(VERDICTS[v]);
+    int w = (int)strlen(VERDICT(v));
     return w > 5 ? w : 5;
 }
 
@@ -116,18 +116,18 @@ static void verdict_table(FILE *f, const kb_recs *recs)
     levels[KB_MAX_LEVEL + 1] = 1; /* the total */
     fprintf(f, "%-7s %5s", "level", "total");
     for (int v = 0; v < NVERDICTS; v++)
-        fprintf(f, " %*s", colw(v), VERDICTS[v]);
+        fprintf(f, " %*s", colw(v), VERDICT(v));
     fprintf(f, "\n");
     for (int lv = 1; lv <= KB_MAX_LEVEL + 1; lv++) {
         if (!levels[lv])
             continue;
-        int cnt[NVERDICTS] = {0}, tot = 0;
+        int cnt[KG_SCHEMA_MAX_VERDICTS] = {0}, tot = 0;
         for (int i = 0; i < recs->n; i++) {
             if (lv <= KB_MAX_LEVEL && recs->r[i].level != lv)
                 continue;
             tot++;
             for (int v = 0; v < NVERDICTS; v++)
-                if (!strcmp(recs->r[i].verdict, VERDICTS[v]))
+                if (!strcmp(recs->r[i].verdict, VERDICT(v)))
                     cnt[v]++;
         }
         char name[16];

@@ -7,11 +7,8 @@
 #include <string.h>
 
 #include "cli/cli_util.h"
+#include "kgym/schema.h"
 
-/* Verdicts a header may expect (infra_error is kgym's failure and
- * problem_error the problem's, never a candidate's expected outcome). */
-static const char *const VERDICTS[] = {
-    "pass", "mismatch", "compile_error", "runtime_error", "timeout", "hacked"};
 
 /* 1 when word is one of the '|'-separated items of list. */
 static int in_list(const char *list, const char *word)
@@ -27,11 +24,18 @@ static int in_list(const char *list, const char *word)
     return 0;
 }
 
+/* 1 when s[0..l) is a verdict a header may expect: the schema's verdicts
+ * but infra_error (kgym's failure) and problem_error (the problem's),
+ * never a candidate's expected outcome. */
 static int is_verdict(const char *s, size_t l)
 {
-    for (size_t i = 0; i < sizeof VERDICTS / sizeof VERDICTS[0]; i++)
-        if (strlen(VERDICTS[i]) == l && !strncmp(VERDICTS[i], s, l))
+    for (size_t i = 0; i < kg_schema_nverdicts(); i++) {
+        const char *v = kg_schema_verdict(i);
+        if (!strcmp(v, "infra_error") || !strcmp(v, "problem_error"))
+            continue;
+        if (strlen(v) == l && !strncmp(v, s, l))
             return 1;
+    }
     return 0;
 }
 

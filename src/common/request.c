@@ -8,19 +8,7 @@
 #include "common/request.h"
 #include "common/sha256.h"
 
-enum ftype { F_STR, F_INT, F_NUM, F_BOOL, F_ENUM };
 
-struct field {
-    const char *name;
-    enum ftype type;
-    int required;
-    double lo, hi;       /* F_INT, F_NUM range; F_STR max length in hi */
-    const char *def_str; /* F_STR, F_ENUM default (NULL: none) */
-    double def_num;      /* F_INT, F_NUM, F_BOOL default */
-    int has_def;         /* F_INT/F_NUM/F_BOOL default present */
-    const char *choices; /* F_ENUM: '|'-separated */
-    int in_cache_key;    /* changes the outcome of an evaluation */
-};
 
 /* KernelGym's names for enum values (docs/api.md, KernelGym compatibility):
  * normalized to ours, so they mean the same and share cache entries. */
@@ -32,7 +20,7 @@ static const struct {
     {"reference_backend", "compile", "torch_compile"},
 };
 
-static const char *enum_alias(const struct field *f, const char *s)
+static const char *enum_alias(const kg_field *f, const char *s)
 {
     for (size_t i = 0; i < sizeof ENUM_ALIASES / sizeof *ENUM_ALIASES; i++)
         if (!strcmp(ENUM_ALIASES[i].field, f->name) &&
@@ -41,31 +29,28 @@ static const char *enum_alias(const struct field *f, const char *s)
     return s;
 }
 
-/* The request table of docs/design.md, in one place. */
-static const struct field FIELDS[] = {
-    {"task_id", F_STR, 0, 1, KG_MAX_TASK_ID, NULL, 0, 0, NULL, 0},
-    {"reference_code", F_STR, 1, 1, KG_MAX_REFERENCE_CODE, NULL, 0, 0, NULL, 1},
-    {"kernel_code", F_STR, 1, 1, KG_MAX_KERNEL_CODE, NULL, 0, 0, NULL, 1},
-    {"backend", F_ENUM, 0, 0, 0, "triton", 0, 0, "triton|cuda|cpu", 1},
-    {"entry_point", F_STR, 0, 1, 64, "Model", 0, 0, NULL, 1},
-    {"num_correct_trials", F_INT, 0, 1, 100, NULL, 5, 1, NULL, 1},
-    {"num_perf_trials", F_INT, 0, 1, 10000, NULL, 100, 1, NULL, 1},
-    {"num_warmup", F_INT, 0, 0, 1000, NULL, 3, 1, NULL, 1},
-    {"atol", F_NUM, 0, 0, 1e6, NULL, 1e-2, 0, NULL, 1},
-    {"rtol", F_NUM, 0, 0, 1e6, NULL, 1e-2, 0, NULL, 1},
-    {"strict", F_BOOL, 0, 0, 0, NULL, 0, 1, NULL, 1},
-    {"reference_backend", F_ENUM, 0, 0, 0, "eager", 0, 0, "eager|torch_compile",
-     1},
-    {"timeout", F_NUM, 0, 1, 3600, NULL, 300, 1, NULL, 0},
-    {"priority", F_ENUM, 0, 0, 0, "normal", 0, 0, "low|normal|high", 0},
-    {"enable_profiling", F_BOOL, 0, 0, 0, NULL, 1, 1, NULL, 1},
-    {"run_hack_checks", F_BOOL, 0, 0, 0, NULL, 1, 1, NULL, 1},
-    {"allow_tf32", F_BOOL, 0, 0, 0, NULL, 0, 1, NULL, 1},
-    {"seed", F_INT, 0, 0, 9007199254740991.0, NULL, 0, 0, NULL, 1},
-    {"force_refresh", F_BOOL, 0, 0, 0, NULL, 0, 1, NULL, 0},
-    {"speedup_recheck_bound", F_NUM, 0, 1, 1e6, NULL, 10, 1, NULL, 1},
-};
-#define NFIELDS (sizeof FIELDS / sizeof FIELDS[0])
+/* The request table of docs/design.md lives in libkgym (kgym/schema.h). */
+#define NFIELDS kg_schema_nfields()
+#define FIELD(i) kg_schema_field(i)
+
+
+void kg_request_view_of(const json_t *req, kg_request_view *v)
+{
+    const kg_field *timeout = kg_schema_find("timeout");
+    const kg_field *backend = kg_schema_find("backend");
+    const kg_field *prof = kg_schema_find("enable_profiling");
+    json_t *t = json_object_get(req, "timeout");
+    json_t *p = json_object_get(req, "enable_profiling");
+    v->task_id = json_string_value(json_object_get(req, "task_id"));
+    v->backend = json_string_value(json_object_get(req, "backend"));
+    if (!v->backend)
+        v->backend = backend->def_str;
+    v->timeout_s = json_is_number(t) && json_number_value(t) > 0
+                       ? json_number_value(t)
+                       : timeout->def_num;
+    v->enable_profiling = json_is_boolean(p) ? json_is_true(p)
+                                             : prof->def_num != 0;
+}
 
 int kg_task_id_valid(const char *id)
 {
@@ -107,11 +92,11 @@ static int is_identifier(const char *s)
 
 /* Checks one present value; on success stores the (possibly converted)
  * value into out. */
-static int check_field(const struct field *f, json_t *v, json_t *out,
+static int check_field(const kg_field *f, json_t *v, json_t *out,
                        kg_err *err)
 {
     switch (f->type) {
-    case F_STR: {
+    case KG_FIELD_STR: {
         if (!json_is_string(v))
             return kg_errf(err, KG_EINVAL, "field \"%s\": must be a string",
                            f->name);
@@ -135,7 +120,7 @@ static int check_field(const struct field *f, json_t *v, json_t *out,
         json_object_set(out, f->name, v);
         return 0;
     }
-    case F_ENUM: {
+    case KG_FIELD_ENUM: {
         const char *s = json_is_string(v) ? enum_alias(f, json_string_value(v))
                                           : NULL;
         if (!s || !enum_has(f->choices, s))
@@ -144,13 +129,13 @@ static int check_field(const struct field *f, json_t *v, json_t *out,
         json_object_set_new(out, f->name, json_string(s));
         return 0;
     }
-    case F_BOOL:
+    case KG_FIELD_BOOL:
         if (!json_is_boolean(v))
             return kg_errf(err, KG_EINVAL,
                            "field \"%s\": must be true or false", f->name);
         json_object_set(out, f->name, v);
         return 0;
-    case F_INT: {
+    case KG_FIELD_INT: {
         if (!kg_json_is_whole(v))
             return kg_errf(err, KG_EINVAL, "field \"%s\": must be an integer",
                            f->name);
@@ -163,7 +148,7 @@ static int check_field(const struct field *f, json_t *v, json_t *out,
         json_object_set_new(out, f->name, json_integer((json_int_t)d));
         return 0;
     }
-    case F_NUM: {
+    case KG_FIELD_NUM: {
         if (!json_is_number(v))
             return kg_errf(err, KG_EINVAL, "field \"%s\": must be a number",
                            f->name);
@@ -178,27 +163,26 @@ static int check_field(const struct field *f, json_t *v, json_t *out,
     return kg_errf(err, KG_EINVAL, "field \"%s\": unsupported", f->name);
 }
 
-static void set_default(const struct field *f, json_t *out, int strict)
+static void set_default(const kg_field *f, json_t *out, int strict)
 {
     switch (f->type) {
-    case F_STR:
-    case F_ENUM:
+    case KG_FIELD_STR:
+    case KG_FIELD_ENUM:
         if (f->def_str)
             json_object_set_new(out, f->name, json_string(f->def_str));
         return;
-    case F_BOOL:
+    case KG_FIELD_BOOL:
         if (f->has_def)
             json_object_set_new(out, f->name, json_boolean(f->def_num != 0));
         return;
-    case F_INT:
+    case KG_FIELD_INT:
         if (f->has_def)
             json_object_set_new(out, f->name,
                                 json_integer((json_int_t)f->def_num));
         return;
-    case F_NUM:
-        if (!strcmp(f->name, "atol") || !strcmp(f->name, "rtol"))
-            json_object_set_new(out, f->name,
-                                json_real(strict ? 1e-4 : f->def_num));
+    case KG_FIELD_NUM:
+        if (strict && f->has_strict_def)
+            json_object_set_new(out, f->name, json_real(f->def_strict));
         else if (f->has_def)
             json_object_set_new(out, f->name, json_real(f->def_num));
         return;
@@ -224,7 +208,7 @@ json_t *kg_request_normalize(const json_t *in, int *code, const char **field,
     json_t *sv = json_object_get(in, "strict");
     int strict = json_is_true(sv);
     for (size_t i = 0; i < NFIELDS; i++) {
-        const struct field *f = &FIELDS[i];
+        const kg_field *f = FIELD(i);
         json_t *v = json_object_get(in, f->name);
         if (v && json_is_null(v) && !f->required)
             v = NULL; /* null means "use the default" */
@@ -341,7 +325,7 @@ static int key_value(struct keyw *k, const json_t *v, kg_err *err)
 
 /*
  * SHA-256 of a canonical encoding of the fields marked in_cache_key, in
- * the order of FIELDS: a version label, then per field its name and its
+ * the order of the schema's fields: a version label, then per field its name and its
  * value (key_value). Every byte of each code is hashed once, straight
  * from the request: no JSON text is built.
  */
@@ -356,10 +340,11 @@ int kg_request_cache_key(const json_t *req, char out[65], kg_err *err)
     k.n = 0;
     kw_put(&k, label, sizeof label);
     for (size_t i = 0; i < NFIELDS; i++) {
-        if (!FIELDS[i].in_cache_key)
+        const kg_field *f = FIELD(i);
+        if (!f->in_cache_key)
             continue;
-        kw_put(&k, FIELDS[i].name, strlen(FIELDS[i].name) + 1);
-        int rc = key_value(&k, json_object_get(req, FIELDS[i].name), err);
+        kw_put(&k, f->name, strlen(f->name) + 1);
+        int rc = key_value(&k, json_object_get(req, f->name), err);
         if (rc < 0)
             return rc;
     }

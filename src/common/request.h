@@ -12,10 +12,7 @@
 #include <stdint.h>
 
 #include "kgym/kgym.h"
-
-#define KG_MAX_KERNEL_CODE (256 * 1024)
-#define KG_MAX_REFERENCE_CODE (512 * 1024)
-#define KG_MAX_TASK_ID 100
+#include "kgym/schema.h" /* the fields and KG_MAX_* limits */
 
 /*
  * Validates a request object and returns a new object (caller owns the
@@ -26,6 +23,17 @@
  */
 json_t *kg_request_normalize(const json_t *in, int *code, const char **field,
                              kg_err *err);
+
+/* The fields the worker engine reads, typed, from a normalized request:
+ * the schema's default where a field is absent or not of its type. The
+ * strings are borrowed from req. */
+typedef struct {
+    const char *task_id; /* NULL when absent */
+    const char *backend;
+    double timeout_s;
+    int enable_profiling;
+} kg_request_view;
+void kg_request_view_of(const json_t *req, kg_request_view *v);
 
 /* A task id is 1..100 of [A-Za-z0-9._:-]. */
 int kg_task_id_valid(const char *id);

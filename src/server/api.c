@@ -167,33 +167,27 @@ int kg_api_parse_body(const char *body, size_t len, json_t **out,
 }
 
 /*
- * 1 when v has the JSON type the request field needs, so that a refusal by
- * kg_request_normalize is about its value (422), not its type (400). Enum
- * fields are never "right": an unknown backend is a 400.
+ * 1 when v has the JSON type the schema (kgym/schema.h) gives the request
+ * field, so that a refusal by kg_request_normalize is about its value
+ * (422), not its type (400). Enum fields are never "right": an unknown
+ * backend is a 400.
  */
 static int right_type(const char *field, const json_t *v)
 {
-    static const char *const strings[] = {"task_id", "reference_code",
-                                          "kernel_code", "entry_point"};
-    static const char *const ints[] = {"num_correct_trials", "num_perf_trials",
-                                       "num_warmup", "seed"};
-    static const char *const bools[] = {"strict", "enable_profiling",
-                                        "run_hack_checks", "force_refresh"};
-    static const char *const nums[] = {"atol", "rtol", "timeout",
-                                       "speedup_recheck_bound"};
-    if (!v)
+    const kg_field *f = kg_schema_find(field);
+    if (!v || !f)
         return 0;
-    if (!strcmp(field, "allow_tf32"))
+    switch (f->type) {
+    case KG_FIELD_STR:
+        return json_is_string(v);
+    case KG_FIELD_ENUM:
+        return 0;
+    case KG_FIELD_INT:
+        return kg_json_is_whole(v);
+    case KG_FIELD_NUM:
+        return json_is_number(v);
+    case KG_FIELD_BOOL:
         return json_is_boolean(v);
-    for (size_t i = 0; i < 4; i++) {
-        if (!strcmp(field, strings[i]))
-            return json_is_string(v);
-        if (!strcmp(field, ints[i]))
-            return kg_json_is_whole(v);
-        if (!strcmp(field, bools[i]))
-            return json_is_boolean(v);
-        if (!strcmp(field, nums[i]))
-            return json_is_number(v);
     }
     return 0;
 }

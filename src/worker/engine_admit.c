@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/request.h"
 #include "worker/engine_impl.h"
 
 /* Device slots taken among slots[0..n): the tasks that started on one or
@@ -103,10 +104,9 @@ int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
     sl->t_submit = p->t_submit;
     sl->t_start = kg_now_ms();
     slot_set_state(sl, staged && sl->warm ? S_STAGED : S_RUNNING);
-    double timeout = json_number_value(json_object_get(sl->task, "timeout"));
-    if (timeout <= 0)
-        timeout = 300;
-    sl->deadline = sl->t_start + timeout * 1e3;
+    kg_request_view req;
+    kg_request_view_of(sl->task, &req);
+    sl->deadline = sl->t_start + req.timeout_s * 1e3;
     if (sl->warm) {
         int rc = give_task(e, sl, err);
         sl->t_spawned = kg_now_ms();

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/request.h"
 #include "worker/engine_impl.h"
 
 /* snprintf for paths; a truncated path is an error, not a shorter path. */
@@ -163,15 +164,17 @@ json_t *eng_child_env(kg_engine *e, const char *role, const struct child *c,
 /* Triton's interpreter: a triton task on a cpu worker. */
 int eng_task_interp(const kg_engine *e, const json_t *task)
 {
-    const char *backend = json_string_value(json_object_get(task, "backend"));
-    return !strcmp(e->cfg.device, "cpu") && backend &&
-           !strcmp(backend, "triton");
+    kg_request_view req;
+    kg_request_view_of(task, &req);
+    return !strcmp(e->cfg.device, "cpu") && !strcmp(req.backend, "triton");
 }
 
 /* The task profiles (enable_profiling, true unless false). */
 int eng_task_prof(const json_t *task)
 {
-    return !json_is_false(json_object_get(task, "enable_profiling"));
+    kg_request_view req;
+    kg_request_view_of(task, &req);
+    return req.enable_profiling;
 }
 
 /* The task as the judge gets it: the request plus the device, the gate (a

@@ -13,6 +13,7 @@
 
 #include "common/result.h"
 #include "common/clock.h"
+#include "common/request.h"
 #include "worker/engine_impl.h"
 #include "worker/frame.h"
 
@@ -34,8 +35,9 @@ static void describe_status(char *out, size_t n, const char *who,
 json_t *eng_verdict(struct slot *sl, const char *verdict, const char *code,
                     const char *msg)
 {
-    const char *tid = json_string_value(json_object_get(sl->task, "task_id"));
-    json_t *r = kg_result_new(tid, verdict, code, "worker", msg);
+    kg_request_view req;
+    kg_request_view_of(sl->task, &req);
+    json_t *r = kg_result_new(req.task_id, verdict, code, "worker", msg);
     json_object_set_new(json_object_get(r, "error"), "traceback",
                         json_string(eng_tail_of(&sl->cand.log, 2000)));
     return r;
@@ -134,7 +136,9 @@ static json_t *build_result(struct slot *sl)
     describe_status(js, sizeof js, "judge", &sl->judge);
     describe_status(cs, sizeof cs, "candidate", &sl->cand);
     if (sl->state == S_TIMED_OUT) {
-        double t = json_number_value(json_object_get(sl->task, "timeout"));
+        kg_request_view req;
+        kg_request_view_of(sl->task, &req);
+        double t = req.timeout_s;
         snprintf(
             msg, sizeof msg,
             "evaluation exceeded its timeout of %.0f s and was killed (%s; %s)",

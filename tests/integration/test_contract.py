@@ -166,6 +166,25 @@ def test_defaults_c_and_python(server):
                                      "result": {"verdict": "mismatch", "correctness": False}})
 
 
+def test_strict_defaults_c_and_python(server):
+    """A strict request without tolerances gets the table's strict ones
+    ("strict: X" in the meaning column), from C and from Python alike."""
+    strict = {f: float(re.search(r"strict: ([0-9.e+-]+)", REQUEST[f]["meaning"]).group(1))
+              for f in REQUEST if "strict: " in REQUEST[f]["meaning"]}
+    assert set(strict) == {"atol", "rtol"}
+    t = {"reference_code": REF, "kernel_code": f"class ModelNew: pass  # {uid()}\n",
+         "task_id": uid("s"), "strict": True}
+    assert server.request("POST", "/evaluate", t)[0] == 200
+    wid = register(server)
+    leased = lease_task(server, wid, t["task_id"])["request"]
+    py = schema.normalize_request({"reference_code": REF, "kernel_code": "k = 1\n",
+                                   "strict": True})
+    for f, want in strict.items():
+        assert leased[f] == want and py[f] == want, (f, leased[f], py[f], want)
+    server.worker("/worker/result", {"worker_id": wid, "task_id": t["task_id"],
+                                     "result": {"verdict": "mismatch", "correctness": False}})
+
+
 def complete(server: Server, t: dict) -> None:
     """Submits t and has a fake worker post a pass for it."""
     assert server.request("POST", "/evaluate", t)[0] == 200

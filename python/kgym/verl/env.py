@@ -34,8 +34,7 @@ from typing import Any, Optional
 
 from kgym import rl
 from kgym.client import Client, KgymError, KgymUnavailable
-
-MAX_KERNEL_CODE = 256 * 1024
+from kgym_harness.schema import MAX_KERNEL_CODE  # libkgym's one schema
 
 _OPEN = re.compile(r"[ \t]*```[ ]*(python|py)(?![A-Za-z0-9])", re.IGNORECASE)
 _CLOSE = re.compile(r"[ \t]*```")
