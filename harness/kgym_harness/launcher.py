@@ -38,7 +38,7 @@ CANDIDATE_ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "USER", "LOG
                       "TORCH_CUDA_ARCH_LIST", "TRITON_INTERPRET", "TRITON_CACHE_DIR",
                       "TRITON_HOME", "NVIDIA_VISIBLE_DEVICES", "KGYM_WORKER_ID")
 TAIL_BYTES = 4000
-DEFAULT_TIMEOUT = 300.0
+DEFAULT_TIMEOUT = float(schema.FIELDS["timeout"]["default"])
 
 
 def _pythonpath(extra: str | None) -> str:
