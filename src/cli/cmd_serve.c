@@ -504,7 +504,8 @@ static int server_start(struct server *s, struct serve_opts *o, kg_auth *auth,
                          .per_ip_limit = (int)o->per_client,
                          .request_timeout_s = (int)o->request_s,
                          .allow_remote = kg_auth_enabled(auth)};
-    if (kg_http_start(&hc, s->api, auth, s->metrics, &s->http, &err)) {
+    kg_http_handler handler = kg_api_handler(s->api);
+    if (kg_http_start(&hc, &handler, auth, s->metrics, &s->http, &err)) {
         kg_error("%s", err.msg);
         return -1;
     }

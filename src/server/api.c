@@ -483,3 +483,21 @@ void kg_api_dispatch(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     }
     kg_http_error(rep, 404, "not_found", NULL, "no such endpoint");
 }
+
+static void handler_dispatch(void *ctx, const kg_http_req *req,
+                             kg_http_reply *rep)
+{
+    kg_api_dispatch(ctx, req, rep);
+}
+
+static int handler_defers(void *ctx)
+{
+    return kg_api_defers(ctx);
+}
+
+kg_http_handler kg_api_handler(kg_api *api)
+{
+    return (kg_http_handler){.ctx = api,
+                             .dispatch = handler_dispatch,
+                             .defers_writes = handler_defers};
+}

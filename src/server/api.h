@@ -56,6 +56,10 @@ int kg_api_defers(kg_api *api);
 /* Answers one routed, authenticated request (see http.h). */
 void kg_api_dispatch(kg_api *api, const kg_http_req *req, kg_http_reply *rep);
 
+/* The API as the transport's handler (kg_http_start): dispatch and
+ * defers_writes over api. */
+kg_http_handler kg_api_handler(kg_api *api);
+
 /* The parts of POST /evaluate that do not touch the store. */
 typedef struct kg_api_error {
     int status;        /* 400, 413, 422 */

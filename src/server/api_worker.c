@@ -238,8 +238,9 @@ void kg_api_h_heartbeat(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
 }
 
 /* Gives back a lease whose reply never reached the worker. */
-static void lease_undo(kg_api *api, json_t *arg)
+static void lease_undo(void *ctx, json_t *arg)
 {
+    kg_api *api = ctx;
     const char *id = json_string_value(json_object_get(arg, "task_id"));
     const char *wid = json_string_value(json_object_get(arg, "worker_id"));
     if (id && wid && kg_store_retry(api->store, id, wid, NULL, 0, NULL) == 0)

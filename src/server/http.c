@@ -519,7 +519,7 @@ static int fit_conn_cap(int want)
     return want;
 }
 
-int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
+int kg_http_start(const kg_http_config *cfg, const kg_http_handler *handler,
                   struct kg_auth *auth, struct kg_metrics *metrics,
                   kg_http **out, kg_err *err)
 {
@@ -538,7 +538,7 @@ int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
     kg_http *h = calloc(1, sizeof *h);
     if (!h)
         return kg_errf(err, KG_ENOMEM, "out of memory");
-    h->api = api;
+    h->handler = *handler;
     h->auth = auth;
     h->metrics = metrics;
     h->check_nul = !strncmp(MHD_get_version(), "0.9.", 4);
@@ -606,7 +606,8 @@ int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
         h->ticker_started = 1;
     /* with deferred writes the store threads only take the writes that
        would wait for a lock held by another process */
-    h->inline_writes = kg_api_defers(api);
+    h->inline_writes =
+        handler->defers_writes ? handler->defers_writes(handler->ctx) : 0;
     kg_http_start_jobs(h, cfg->store_threads > 0 ? cfg->store_threads
                                                  : DEFAULT_STORE_THREADS);
     *out = h;

@@ -35,7 +35,6 @@ enum kg_park_kind { KG_PARK_LEASE = 0, KG_PARK_RESULTS = 1 };
 #define KG_HTTP_KEY_WORDS 8
 void kg_http_key_add(uint64_t mask[KG_HTTP_KEY_WORDS], const char *task_id);
 
-struct kg_api;
 struct kg_auth;
 struct kg_metrics;
 typedef struct kg_http kg_http;
@@ -79,7 +78,7 @@ typedef struct kg_http_reply {
     int park_kind; /* enum kg_park_kind */
     uint64_t park_keys[KG_HTTP_KEY_WORDS];
     uint64_t done_keys[KG_HTTP_KEY_WORDS];
-    void (*undo)(struct kg_api *api, json_t *arg);
+    void (*undo)(void *ctx, json_t *arg); /* ctx: the handler's */
     json_t *undo_arg; /* owned */
 } kg_http_reply;
 
@@ -115,6 +114,19 @@ int kg_http_route(const char *method, const char *path, int *route, int *role,
  */
 int kg_http_clean_path(const char *raw, size_t n, char *out, size_t size);
 
+/*
+ * The application behind the transport. The HTTP layer knows no endpoint:
+ * it routes, authenticates and reads a request, then hands it to dispatch
+ * with ctx. defers_writes (may be NULL: 0) says whether the application
+ * can defer a write's durability, so that writing requests may run on the
+ * HTTP threads rather than the store threads.
+ */
+typedef struct kg_http_handler {
+    void *ctx;
+    void (*dispatch)(void *ctx, const kg_http_req *req, kg_http_reply *rep);
+    int (*defers_writes)(void *ctx);
+} kg_http_handler;
+
 typedef struct kg_http_config {
     const char *listen; /* "HOST:PORT", "[V6]:PORT"; default 127.0.0.1:10907 */
     int threads;        /* thread pool size; 0 = 4 per online CPU */
@@ -133,7 +145,7 @@ typedef struct kg_http_config {
  * Starts the daemon. auth may be NULL (no tokens). Returns 0 and the
  * server in *out (stop with kg_http_stop), or a negative KG_E* code.
  */
-int kg_http_start(const kg_http_config *cfg, struct kg_api *api,
+int kg_http_start(const kg_http_config *cfg, const kg_http_handler *handler,
                   struct kg_auth *auth, struct kg_metrics *metrics,
                   kg_http **out, kg_err *err);
 

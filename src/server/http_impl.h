@@ -11,7 +11,6 @@
 #include <pthread.h>
 #include <sys/socket.h>
 
-#include "server/api.h"
 #include "server/auth.h"
 #include "server/http.h"
 #include "server/metrics.h"
@@ -55,7 +54,7 @@ struct conn {
     unsigned long long wake_seen; /* h->wake_seq before its handler ran */
     struct conn *prev, *next;     /* in its parked list while parked */
     struct conn *job_next;        /* in the store job queue */
-    void (*undo)(struct kg_api *, json_t *);
+    void (*undo)(void *, json_t *);
     json_t *undo_arg;
     int started; /* on_request has seen it (else MHD answered it) */
     struct sockaddr_storage sa; /* the client's address */
@@ -78,7 +77,7 @@ struct sconn {
 
 struct kg_http {
     struct MHD_Daemon *d;
-    struct kg_api *api;
+    kg_http_handler handler; /* the application (api.c for kgym serve) */
     struct kg_auth *auth;
     struct kg_metrics *metrics;
     int port;

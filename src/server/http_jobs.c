@@ -157,7 +157,7 @@ void kg_http_run_handler(kg_http *h, struct conn *c, kg_http_reply *rep)
         .now = kg_http_now(),
         .slot = &c->slot,
     };
-    kg_api_dispatch(h->api, &req, rep);
+    h->handler.dispatch(h->handler.ctx, &req, rep);
     if (c->route == KG_ROUTE_METRICS && rep->status == 200 && rep->text)
         add_http_metrics(h, rep);
 }

@@ -339,7 +339,7 @@ void kg_http_on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         } else {
             c->status = 499;
             if (c->rep.undo)
-                c->rep.undo(h->api, c->rep.undo_arg);
+                c->rep.undo(h->handler.ctx, c->rep.undo_arg);
         }
         json_decref(c->rep.undo_arg);
         json_decref(c->rep.json);
@@ -350,7 +350,7 @@ void kg_http_on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         kg_http_request_deadline(h, mc,
                                  1); /* the next request on the connection */
     if (c->undo && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        c->undo(h->api, c->undo_arg);
+        c->undo(h->handler.ctx, c->undo_arg);
     json_decref(c->undo_arg);
     free(c->body);
     free(c);
