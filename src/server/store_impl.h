@@ -8,6 +8,7 @@
 #define KGYM_STORE_IMPL_H
 
 #include "server/store.h"
+#include "server/store_util.h"
 
 struct kg_store_ops {
     const char *name;
@@ -61,22 +62,5 @@ int kg_store_sqlite_open(kg_store **out, const char *path,
                          const kg_store_opts *opts, kg_err *err);
 int kg_store_redis_open(kg_store **out, const char *host, int port, int db,
                         const kg_store_opts *opts, kg_err *err);
-
-/* Milliseconds since the Unix epoch (CLOCK_REALTIME). */
-int64_t kg_store_now_ms(void);
-
-/* The JSON text stored for v (compact; caller frees), NULL if no memory. */
-char *kg_store_json_text(const json_t *v);
-
-/* Parses stored JSON text (caller owns the result); NULL if corrupt. */
-json_t *kg_store_json_parse(const char *s, size_t len);
-
-/*
- * The result given to a task failed by the sweep (caller owns it):
- * error_code LEASE_EXPIRED_TOO_OFTEN and a message naming the attempts
- * and the last holder.
- */
-json_t *kg_store_expired_result(const char *id, int attempts,
-                                const char *worker);
 
 #endif
