@@ -22,7 +22,7 @@ endif
 LDLIBS  := -Wl,--as-needed $(PKG_LIBS) -lm -lpthread
 
 LIB_SRCS := $(wildcard lib/*.c)
-APP_SRCS := $(filter-out src/cli/main.c,$(wildcard src/common/*.c src/server/*.c src/worker/*.c src/agent/*.c src/cli/*.c))
+APP_SRCS := $(filter-out src/cli/main.c,$(wildcard src/common/*.c src/server/*.c src/worker/*.c src/corpus/*.c src/agent/*.c src/cli/*.c))
 TEST_SRCS := $(wildcard tests/unit/test_*.c)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)

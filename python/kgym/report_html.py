@@ -5,7 +5,7 @@ anywhere: the SVG text is drawn as paths).
 
     python -m kgym.report_html DIR/report.json DIR/report.html
 
-The C command (src/agent/cmd_report.c) runs this after writing
+The C command (src/cli/cmd_report.c) runs this after writing
 report.json; it can be run again on a report.json by hand.
 """
 

@@ -9,7 +9,7 @@
 
 #include "agent/problems.h"
 #include "cli/cli_util.h"
-#include "cli/kernelbench.h"
+#include "corpus/kernelbench.h"
 #include "common/log.h"
 #include "common/request.h"
 

@@ -1,7 +1,7 @@
 /*
  * problems.h - the problems a rollout works on, from one of three shapes:
  *  - a KernelBench tree (DIR/levelN/ *.py, or KernelBench's checkout):
- *    names "level1/1_GELU" (src/cli/kernelbench.c reads it);
+ *    names "level1/1_GELU" (src/corpus/kernelbench.c reads it);
  *  - a folder of reference files (every DIR/ *.py) or one .py file: names are the
  *    file stems;
  *  - a JSONL in the common RL dataset shape, one problem a line:

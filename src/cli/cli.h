@@ -17,11 +17,11 @@ int kg_cli_result(int argc, char **argv);
 int kg_cli_wait(int argc, char **argv);
 int kg_cli_cancel(int argc, char **argv);
 int kg_cli_redteam(int argc, char **argv);
-/* src/agent/cmd_rollout.c: multi-turn rollouts of a policy (docs/agent.md) */
+/* src/cli/cmd_rollout.c: multi-turn rollouts of a policy (docs/agent.md) */
 int kg_cli_rollout(int argc, char **argv);
-/* src/agent/cmd_collect.c: a rollout, then its SFT export */
+/* src/cli/cmd_collect.c: a rollout, then its SFT export */
 int kg_cli_collect(int argc, char **argv);
-/* src/agent/cmd_report.c: Fast@p tables, report.json and report.html */
+/* src/cli/cmd_report.c: Fast@p tables, report.json and report.html */
 int kg_cli_report(int argc, char **argv);
 /* cmd_train.c: execs python/kgym/train.py (docs/training.md) */
 int kg_cli_train(int argc, char **argv);

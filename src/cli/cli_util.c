@@ -210,30 +210,6 @@ char *kg_cli_read_code(const char *path, const char *field, size_t *len,
     return NULL;
 }
 
-json_t *kg_cli_flag_value(const char *v)
-{
-    json_error_t je;
-    json_t *j = json_loads(v, JSON_DECODE_ANY, &je);
-    if (j && (json_is_number(j) || json_is_boolean(j) || json_is_null(j)))
-        return j;
-    json_decref(j);
-    return json_string(v);
-}
-
-int kg_cli_request_flag(json_t *fields, const char *flag, const char *v,
-                        kg_err *err)
-{
-    char key[64];
-    snprintf(key, sizeof key, "%s", flag + (strncmp(flag, "--", 2) ? 0 : 2));
-    for (char *p = key; *p; p++)
-        if (*p == '-')
-            *p = '_';
-    if (!strcmp(key, "reference_code") || !strcmp(key, "kernel_code"))
-        return kg_errf(err, KG_EINVAL, "use --ref and --cand for code");
-    json_object_set_new(fields, key, kg_cli_flag_value(v));
-    return 0;
-}
-
 int kg_cli_connect(kg_client **out, const char *server, const char *token_file,
                    kg_err *err)
 {

@@ -28,18 +28,6 @@
 char *kg_cli_read_code(const char *path, const char *field, size_t *len,
                        kg_err *err);
 
-/* A flag's value: a JSON literal when it parses as a number, boolean or
- * null, else a string. New reference. */
-json_t *kg_cli_flag_value(const char *v);
-
-/*
- * A request field given as a flag: "--num-perf-trials" -> "num_perf_trials"
- * set to kg_cli_flag_value(v) in fields. Refuses the code fields (they come
- * from files). Returns 0 or KG_EINVAL.
- */
-int kg_cli_request_flag(json_t *fields, const char *flag, const char *v,
-                        kg_err *err);
-
 /*
  * A client for `server` (NULL: $KGYM_SERVER, else the default) with the
  * first token of `token_file` (NULL: $KGYM_TOKEN_FILE, else no token).

@@ -484,7 +484,7 @@ static int parse_submit_args(int argc, char **argv, struct submit_opts *so,
                 so->o.token_file = v;
             else if (!strcmp(a, "--wait-timeout"))
                 so->o.timeout_s = atof(v);
-            else if (kg_cli_request_flag(so->fields, a, v, &err)) {
+            else if (kg_request_flag(so->fields, a, v, &err)) {
                 kg_error("%s", err.msg);
                 return 2;
             }

@@ -328,7 +328,7 @@ static int parse_eval_args(int argc, char **argv, struct evalrun *run,
                     cfg->prewarm = n ? n : -1;
             } else if (!strcmp(a, "--python"))
                 cfg->python = v;
-            else if (kg_cli_request_flag(fields, a, v, &err)) {
+            else if (kg_request_flag(fields, a, v, &err)) {
                 kg_error("%s", err.msg);
                 return 2;
             }

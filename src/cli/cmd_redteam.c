@@ -16,7 +16,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_util.h"
-#include "cli/redteam_case.h"
+#include "corpus/redteam_case.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/request.h"
@@ -634,7 +634,7 @@ static int parse_args(struct redteam *rt, kg_engine_cfg *cfg, int argc,
                          a);
                 return 2;
             }
-            if (kg_cli_request_flag(rt->defaults, a, v, &ferr)) {
+            if (kg_request_flag(rt->defaults, a, v, &ferr)) {
                 kg_error("%s: %s", a, ferr.msg);
                 return 2;
             }

@@ -14,7 +14,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_util.h"
-#include "cli/kernelbench.h"
+#include "corpus/kernelbench.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/request.h"
@@ -135,7 +135,7 @@ static int value_opt(struct kbrun *run, kg_engine_cfg *cfg, json_t *fields,
         kg_error("%s: not with %s", a,
                  run->self ? "selfcheck" : "--kernelbench");
         return 2;
-    } else if (kg_cli_request_flag(fields, a, v, &err))
+    } else if (kg_request_flag(fields, a, v, &err))
         n = -1;
     if (n < 0 && err.msg[0])
         kg_error("%s", err.msg);

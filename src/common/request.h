@@ -35,6 +35,19 @@ typedef struct {
 } kg_request_view;
 void kg_request_view_of(const json_t *req, kg_request_view *v);
 
+/* Request fields given as command-line flags (request_flag.c). */
+/* A flag's value: a JSON literal when it parses as a number, boolean or
+ * null, else a string. New reference. */
+json_t *kg_request_flag_value(const char *v);
+
+/*
+ * A request field given as a flag: "--num-perf-trials" -> "num_perf_trials"
+ * set to kg_request_flag_value(v) in fields. Refuses the code fields
+ * (they come from files). Returns 0 or KG_EINVAL.
+ */
+int kg_request_flag(json_t *fields, const char *flag, const char *v,
+                    kg_err *err);
+
 /* A task id is 1..100 of [A-Za-z0-9._:-]. */
 int kg_task_id_valid(const char *id);
 

@@ -1,5 +1,5 @@
 /* test_redteam_case.c - the red-team header line and matching results
- * against it (src/cli/redteam_case.c). */
+ * against it (src/corpus/redteam_case.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "cli/redteam_case.h"
+#include "corpus/redteam_case.h"
 
 #define PROB "problem=problems/cpu/level1/1_GELU.py backend=cpu"
 

@@ -1,12 +1,12 @@
 /* redteam_case.c - the red-team header line and matching a result against
  * it (redteam_case.h, docs/redteam.md). */
-#include "cli/redteam_case.h"
+#include "corpus/redteam_case.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli_util.h"
+#include "common/request.h"
 #include "kgym/schema.h"
 
 
@@ -77,7 +77,7 @@ static int parse_fields(kg_rt_case *c, const char *v, kg_err *err)
             free(copy);
             return KG_EINVAL;
         }
-        json_object_set_new(c->fields, tok, kg_cli_flag_value(colon + 1));
+        json_object_set_new(c->fields, tok, kg_request_flag_value(colon + 1));
     }
     free(copy);
     return 0;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/kernelbench.h"
+#include "corpus/kernelbench.h"
 #include "kgym/schema.h"
 #include "common/log.h"
 

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/kernelbench.h"
+#include "corpus/kernelbench.h"
 
 static int is_dir(const char *path)
 {

@@ -244,7 +244,7 @@ static int parse_args(int argc, char **argv, ro_opts *o)
         } else if (!strcmp(a, "--stop")) {
             json_array_append_new(o->pcfg.stop, json_string(v));
         } else if (!string_flag(o, a, v) &&
-                   kg_cli_request_flag(o->fields, a, v, &err)) {
+                   kg_request_flag(o->fields, a, v, &err)) {
             kg_error("%s", err.msg);
             return 2;
         }
