@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "json_util.h"
+#include "kgym/dynbuf.h"
 
 int kg_json_read_all(FILE *f, char **buf, size_t *len, kg_err *err)
 {
@@ -711,39 +712,18 @@ int kg_json_format_real(char *buf, size_t size, double x)
     return (int)o;
 }
 
-struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-};
-
-static void put(struct sbuf *b, const char *s, size_t n)
+/* The writer's buffer (kgym/dynbuf.h): a failed append stops the rest. */
+static void put(kg_dynbuf *b, const char *s, size_t n)
 {
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
+    kg_dynbuf_put(b, s, n);
 }
 
-static void puts_(struct sbuf *b, const char *s)
+static void puts_(kg_dynbuf *b, const char *s)
 {
     put(b, s, strlen(s));
 }
 
-static void put_u16(struct sbuf *b, unsigned u)
+static void put_u16(kg_dynbuf *b, unsigned u)
 {
     char esc[8];
     snprintf(esc, sizeof esc, "\\u%04x", u & 0xffff);
@@ -769,7 +749,7 @@ static unsigned utf8_next(const unsigned char *s, size_t n, size_t *used)
 }
 
 /* A JSON string as json.dumps writes it (ensure_ascii). */
-static void put_string(struct sbuf *b, const char *s, size_t n)
+static void put_string(kg_dynbuf *b, const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
     put(b, "\"", 1);
@@ -810,7 +790,7 @@ static void put_string(struct sbuf *b, const char *s, size_t n)
     put(b, "\"", 1);
 }
 
-static void dump(struct sbuf *b, const json_t *v)
+static void dump(kg_dynbuf *b, const json_t *v)
 {
     char num[48];
     switch (json_typeof(v)) {
@@ -868,11 +848,12 @@ static void dump(struct sbuf *b, const json_t *v)
 
 char *kg_json_dumps(const json_t *v)
 {
-    struct sbuf b = {NULL, 0, 0, 0};
+    kg_dynbuf b;
+    kg_dynbuf_init(&b, 0);
     dump(&b, v);
-    if (b.oom || !b.p) {
-        free(b.p);
+    if (!b.len) {
+        kg_dynbuf_free(&b);
         return NULL;
     }
-    return b.p;
+    return kg_dynbuf_take(&b, NULL);
 }

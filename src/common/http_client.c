@@ -1,6 +1,7 @@
 /* http_client.c - kgym's HTTP client over one reused libcurl easy handle
  * (see http_client.h). */
 #include "common/http_client.h"
+#include "kgym/dynbuf.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -20,10 +21,6 @@ struct kg_client {
     char errbuf[CURL_ERROR_SIZE];
 };
 
-struct buf {
-    char *p;
-    size_t n, cap;
-};
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
@@ -91,24 +88,11 @@ void kg_client_set_abort(kg_client *c, volatile sig_atomic_t *flag)
     c->abort_flag = flag;
 }
 
+/* curl's write callback: the body into a kg_dynbuf (kgym/dynbuf.h). */
 static size_t on_data(char *p, size_t size, size_t nmemb, void *ud)
 {
-    struct buf *b = ud;
     size_t n = size * nmemb;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np)
-            return 0; /* curl reports a write error */
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return n;
+    return kg_dynbuf_put(ud, p, n) ? 0 : n; /* 0: curl's write error */
 }
 
 static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut,
@@ -146,7 +130,8 @@ int kg_client_request(kg_client *c, const char *method, const char *path,
     if ((h = curl_slist_append(hdr, "Expect:"))) /* no 100-continue wait */
         hdr = h;
 
-    struct buf b = {0};
+    kg_dynbuf b;
+    kg_dynbuf_init(&b, 0);
     CURL *k = c->curl;
     curl_easy_reset(k); /* options only: the connection cache stays */
     curl_easy_setopt(k, CURLOPT_URL, url);
@@ -184,16 +169,15 @@ int kg_client_request(kg_client *c, const char *method, const char *path,
             rc = kg_errf(err, KG_ENOMEM, "%s %s: %s", method, url, why);
         else
             rc = kg_errf(err, KG_EUNAVAIL, "%s %s: %s", method, url, why);
-        free(b.p);
+        kg_dynbuf_free(&b);
     } else {
         curl_easy_getinfo(k, CURLINFO_RESPONSE_CODE, &resp->status);
-        if (!b.p && !(b.p = calloc(1, 1)))
+        resp->body = kg_dynbuf_take(&b, &resp->len);
+        if (!resp->body)
             rc = kg_errf(err, KG_ENOMEM, "out of memory");
-        resp->body = b.p;
-        resp->len = b.n;
-        if (b.p && b.n > 0) {
+        if (resp->body && resp->len > 0) {
             json_error_t je;
-            resp->json = json_loadb(b.p, b.n, 0, &je);
+            resp->json = json_loadb(resp->body, resp->len, 0, &je);
         }
     }
     curl_easy_setopt(k, CURLOPT_HTTPHEADER, NULL);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kgym/dynbuf.h"
 #include "server/metrics.h"
 
 /* Upper bounds of the latency buckets, seconds (+Inf is implicit). */
@@ -78,47 +79,12 @@ void kg_metrics_cache_hit(kg_metrics *m)
         atomic_fetch_add_explicit(&m->cache_hits, 1, memory_order_relaxed);
 }
 
-/* A growable text buffer; on allocation failure it sets oom and stops. */
-struct buf {
-    char *p;
-    size_t n, cap;
-    int oom;
-};
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static void
-bprintf(struct buf *b, const char *fmt, ...)
-{
-    if (b->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = 1;
-            return;
-        }
-        if ((size_t)k < b->cap - b->n) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t cap = b->cap * 2 + (size_t)k;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-}
+/* The page is written into a kg_dynbuf (kgym/dynbuf.h); a failed append
+ * stops the rest and the render returns NULL. */
+#define bprintf kg_dynbuf_printf
 
 /* The store's counts (when it answered the scrape). */
-static void render_store(struct buf *b, const kg_metrics_snapshot *s)
+static void render_store(kg_dynbuf *b, const kg_metrics_snapshot *s)
 {
     const kg_store_counts *k = &s->counts;
     bprintf(b,
@@ -157,7 +123,7 @@ static void render_store(struct buf *b, const kg_metrics_snapshot *s)
 }
 
 /* This server's own: cache hits, parked polls, local workers. */
-static void render_server(struct buf *b, kg_metrics *m,
+static void render_server(kg_dynbuf *b, kg_metrics *m,
                           const kg_metrics_snapshot *s)
 {
     bprintf(b,
@@ -198,7 +164,7 @@ static void render_server(struct buf *b, kg_metrics *m,
 }
 
 /* Requests counted by route and status. */
-static void render_requests(struct buf *b, kg_metrics *m)
+static void render_requests(kg_dynbuf *b, kg_metrics *m)
 {
     bprintf(b, "# HELP kgym_http_requests_total HTTP requests by route and "
                "status\n# TYPE kgym_http_requests_total counter\n");
@@ -215,7 +181,7 @@ static void render_requests(struct buf *b, kg_metrics *m)
 }
 
 /* The latency histograms, by route. */
-static void render_durations(struct buf *b, kg_metrics *m)
+static void render_durations(kg_dynbuf *b, kg_metrics *m)
 {
     bprintf(b, "# HELP kgym_http_request_duration_seconds Time from the "
                "request's first byte to the reply's last, by route\n"
@@ -252,17 +218,13 @@ static void render_durations(struct buf *b, kg_metrics *m)
 char *kg_metrics_render(kg_metrics *m, const kg_metrics_snapshot *s,
                         size_t *len)
 {
-    struct buf b = {malloc(16384), 0, 16384, 0};
-    if (!b.p)
+    kg_dynbuf b;
+    kg_dynbuf_init(&b, 0);
+    if (kg_dynbuf_reserve(&b, 16384))
         return NULL;
     render_store(&b, s);
     render_server(&b, m, s);
     render_requests(&b, m);
     render_durations(&b, m);
-    if (b.oom) {
-        free(b.p);
-        return NULL;
-    }
-    *len = b.n;
-    return b.p;
+    return kg_dynbuf_take(&b, len);
 }

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "common/result.h"
+#include "kgym/dynbuf.h"
 #include "server/store_util.h"
 
 int64_t kg_store_now_ms(void)
@@ -28,33 +29,13 @@ int64_t kg_store_now_ms(void)
  * written as one (checked by reading it back); only others go through
  * "%.17g". Every value reads back equal (json_equal).
  */
-struct jbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-};
-
-static void jb_put(struct jbuf *b, const char *s, size_t n)
+/* The writer's buffer (kgym/dynbuf.h): a failed append stops the rest. */
+static void jb_put(kg_dynbuf *b, const char *s, size_t n)
 {
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (b->n + n + 1 > cap)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
+    kg_dynbuf_put(b, s, n);
 }
 
-static void jb_str(struct jbuf *b, const char *s, size_t n)
+static void jb_str(kg_dynbuf *b, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
     jb_put(b, "\"", 1);
@@ -91,7 +72,7 @@ static void jb_str(struct jbuf *b, const char *s, size_t n)
     jb_put(b, "\"", 1);
 }
 
-static void jb_int(struct jbuf *b, long long v)
+static void jb_int(kg_dynbuf *b, long long v)
 {
     char t[24];
     int i = sizeof t;
@@ -134,7 +115,7 @@ static int short_real(double d, char *out, size_t size)
     return 0;
 }
 
-static void jb_real(struct jbuf *b, double d)
+static void jb_real(kg_dynbuf *b, double d)
 {
     char t[40];
     int n = short_real(d, t, sizeof t);
@@ -148,7 +129,7 @@ static void jb_real(struct jbuf *b, double d)
     jb_put(b, t, (size_t)n);
 }
 
-static void jb_value(struct jbuf *b, const json_t *v)
+static void jb_value(kg_dynbuf *b, const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
@@ -199,14 +180,14 @@ static void jb_value(struct jbuf *b, const json_t *v)
 
 char *kg_store_json_text(const json_t *v)
 {
-    struct jbuf b = {NULL, 0, 0, 0};
+    kg_dynbuf b;
+    kg_dynbuf_init(&b, 0);
     jb_value(&b, v);
-    if (b.oom || !b.p) {
-        free(b.p);
+    if (!b.len) {
+        kg_dynbuf_free(&b);
         return NULL;
     }
-    b.p[b.n] = 0;
-    return b.p;
+    return kg_dynbuf_take(&b, NULL);
 }
 
 json_t *kg_store_json_parse(const char *s, size_t len)
