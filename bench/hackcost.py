@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the hacking checks cost: evaluation time with run_hack_checks on vs off.
 
-Issue 5's bar: the hacking checks add at most 25% to the evaluation time of
+The bar: the hacking checks add at most 25% to the evaluation time of
 the GPU example problems. This runs every example problem's honest
 solution(s) of one set through the real worker engine, each evaluation
 once with run_hack_checks=true and once with false, in one run of
@@ -208,7 +208,7 @@ def main() -> int:
                      + " ".join(deltas))
     g = geomean(ratios)
     lines += ["", f"geometric mean of the ratios: {g:.3f} over {len(ratios)} solutions "
-                  f"({100 * (g - 1):+.1f}%; issue 5's bar: at most +25% on the GPU problems); "
+                  f"({100 * (g - 1):+.1f}%; the bar: at most +25% on the GPU problems); "
                   f"worst {max(ratios) if ratios else float('nan'):.3f}",
               "(phase columns: median over rounds of on minus off, ms: where the checks' time "
               "goes; timing and profiling do the same work either way, so their columns are "

@@ -100,7 +100,7 @@ MUTATIONS = [
              "src/common/request.c", '{"atol", F_NUM, 0, 0, 1e6, NULL, 1e-2, 0, NULL, 1},',
              '{"atol", F_NUM, 0, 0, 1e6, NULL, 1e-2, 0, NULL, 0},', ["unit:test_request"]),
 
-    # ---- the server's edge (issue 31) --------------------------------------------
+    # ---- the server's edge --------------------------------------------
     Mutation("http-trust-any-peer", "only peers inside --trust-clients-from skip the token",
              "src/server/auth.c", "        if (kg_cidr_match(&a->trusted[i], sa))",
              "        if (kg_cidr_match(&a->trusted[i], sa) || 1)", [f"{HARDENING} -k outside_the_ranges"]),
@@ -123,7 +123,7 @@ MUTATIONS = [
              "src/cli/cli_util.c", "    if ((unsigned long long)st.st_size > limit) {",
              "    if (0) {", [f"{CODE_FILES} -k huge_sparse"]),
 
-    # ---- a broken problem is not the candidate's (issue 31) ------------------------
+    # ---- a broken problem is not the candidate's ------------------------
     Mutation("problem-blamed-on-candidate", "the reference's own failure is problem_error",
              "harness/kgym_harness/judge.py",
              'schema.set_error(self.result, "problem_error", "PROBLEM_ERROR", e.phase, e.type,',
@@ -133,7 +133,7 @@ MUTATIONS = [
              "lib/rl_json.c", "        tu->excluded = 1;\n", "        tu->excluded = 0;\n",
              ["tests/python/test_rl_cli.py -k problem_error"]),
 
-    # ---- the kill layers and the thread looks (issue 32's audit) ----------------------
+    # ---- the kill layers and the thread looks ----------------------
     Mutation("engine-kill-leader-only", "the engine kills a child with its process group",
              "src/worker/engine_spawn.c", "        kg_sandbox_kill_group(c->pid, 2000, &st, NULL);",
              "        kill(c->pid, SIGKILL);",
@@ -195,7 +195,7 @@ MUTATIONS = [
              "src/server/store_redis_lua.c", "    \" n = n + #pl\\n\"\n", "",
              ["tests/integration/test_server_api.py -k which_tasks_it_no_longer_holds"]),
 
-    # ---- the agent's scores (kgym rollout, issue 25) -----------------------------
+    # ---- the agent's scores (kgym rollout) -----------------------------
     Mutation("agent-problem-error-scored", "a problem_error turn is not the policy's: not "
              "scored", "src/agent/rollout_score.c",
              '!strcmp(v, "infra_error") || !strcmp(v, "problem_error"))',
@@ -209,7 +209,7 @@ MUTATIONS = [
              "            body = body ? body : open, end = end ? end : p, open = NULL;",
              ["unit:test_agent_prompt"]),
 
-    # ---- kgym report's numbers (issue 26) --------------------------------------
+    # ---- kgym report's numbers --------------------------------------
     Mutation("report-hacked-counts", "a hacked kernel is never correct, whatever it claims",
              "src/agent/report_read.c", "r->correct = json_is_true(c) && !r->hacked;",
              "r->correct = json_is_true(c);", ["unit:test_report"]),

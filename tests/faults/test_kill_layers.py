@@ -1,4 +1,4 @@
-"""Each layer that ends what a task started, shown on its own (issue 32).
+"""Each layer that ends what a task started, shown on its own.
 
 A task's leftovers are ended by several layers: the engine kills each
 child's process group (kill_child, release_children, note_exit), the

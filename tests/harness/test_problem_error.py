@@ -1,5 +1,5 @@
 """problem_error: a broken reference (problem) is its own verdict, never the
-candidate's (issue 31, item 6).
+candidate's.
 
 Each reference below is broken in one way; the candidate is honest (the
 reference's own Model, unchanged: `class ModelNew(Model): pass`), so the

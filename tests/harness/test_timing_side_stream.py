@@ -1,5 +1,5 @@
 """timing.time_forward's CUDA path on the CPU, through stand-ins for the
-device's clock: which figure becomes each sample (issue 32).
+device's clock: which figure becomes each sample.
 
 pick_sample alone is tested in test_timing_lock.py and the real thing on a
 GPU in test_side_stream_gpu.py / test_timing_gpu.py (skipped here). This
