@@ -180,3 +180,36 @@ def test_rollout_with_scripted_policy(env: Env) -> None:
     assert "no fenced ```python" in rows[GELU, 3]["error"]
     assert all(v[SOFTMAX, s] == "pass" for s in range(4)), v
     assert all(r["logprobs"] is None for r in rows.values())
+
+
+def test_reply_with_nul(env: Env) -> None:
+    """\\u0000 in a reply is valid JSON: a NUL in the prose leaves the turn
+    scored; one inside the code block fails that turn with its reason."""
+    from scripted_policy import ScriptedPolicy
+    with open(os.path.join(SOL, "2_RowSoftmax.cpu.py")) as f:
+        code = f.read()
+    prose = f"Here\x00 it is.\n\n```python\n{code}```\n"
+    inside = f"```python\n{code}# \x00\n```\n"
+    pol = ScriptedPolicy({"2_RowSoftmax": {0: {0: {"text": prose}},
+                                           1: {0: {"text": inside}}}})
+    probs = os.path.join(env.base, "nul-problems")
+    os.makedirs(probs)
+    shutil.copy(os.path.join(CPU, "2_RowSoftmax.py"), probs)
+    out = os.path.join(env.base, "nul.jsonl")
+    try:
+        p = subprocess.run(
+            [KGYM, "rollout", "--policy", pol.url, "--model", "scripted", "--server", env.url,
+             "--token-file", env.token_file, "--problems", probs, "--samples", "2",
+             "--turns", "1", "--no-group-n", "--backend", "cpu", "--num-perf-trials", "3",
+             "--num-correct-trials", "2", "--out", out],
+            capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+    finally:
+        pol.close()
+    with open(out) as f:
+        rows = {r["sample"]: r for r in map(json.loads, f)}
+    assert "not JSON" not in (rows[0]["error"] or "") + (rows[1]["error"] or ""), rows
+    assert rows[0]["result"]["verdict"] == "pass", rows[0]
+    assert rows[0]["reply"] == prose.replace("\x00", "\ufffd")
+    assert rows[1]["code"] is None and rows[1]["valid"], rows[1]
+    assert "holds a NUL character (U+0000)" in rows[1]["error"], rows[1]
