@@ -213,3 +213,22 @@ def test_reply_with_nul(env: Env) -> None:
     assert rows[0]["reply"] == prose.replace("\x00", "\ufffd")
     assert rows[1]["code"] is None and rows[1]["valid"], rows[1]
     assert "holds a NUL character (U+0000)" in rows[1]["error"], rows[1]
+
+
+def test_rollout_checks_the_token_before_the_policy(env: Env) -> None:
+    """No --token-file against a server that needs one: a clear line and
+    exit 2 at start, before any chat request reaches the policy."""
+    from scripted_policy import ScriptedPolicy
+    pol = ScriptedPolicy({})
+    try:
+        p = subprocess.run(
+            [KGYM, "rollout", "--policy", pol.url, "--model", "scripted", "--server", env.url,
+             "--problems", env.tree, "--samples", "1", "--turns", "1", "--backend", "cpu",
+             "--out", os.path.join(env.base, "no-token.jsonl")],
+            capture_output=True, text=True, timeout=60,
+            env={k: v for k, v in os.environ.items() if k != "KGYM_TOKEN_FILE"})
+    finally:
+        pol.close()
+    assert p.returncode == 2, p.stderr
+    assert "refused the client token (HTTP 401" in p.stderr and "--token-file" in p.stderr
+    assert pol.requests == []
