@@ -8,7 +8,8 @@
  * file stem for a folder of references). A *.py file is one reply, sent
  * inside a ```python fence; a *.md or *.txt file is one whole reply, sent
  * as it is (prose, no code, a cut-off block). Wrong or cheating kernels are
- * just more files. Other files are ignored.
+ * just more files; a symlink to a file counts as the file. Other files are
+ * ignored.
  *
  * The problem of a request: its X-Kgym-Tag header's "problem" (kgym
  * rollout sends it); else the problem (--problems PATH) whose reference
@@ -148,7 +149,8 @@ static int on_file(const char *path, const struct stat *st, int type,
                    struct FTW *ftw)
 {
     (void)st;
-    if (type != FTW_F || ftw->level < 2 ||
+    /* a symlink counts when it names a regular file (read_replies checks) */
+    if ((type != FTW_F && type != FTW_SL) || ftw->level < 2 ||
         !(ends_with(path, ".py") || ends_with(path, ".md") ||
           ends_with(path, ".txt")))
         return 0;
@@ -212,7 +214,7 @@ static int read_replies(sp_server *s, const char *root, kg_err *err)
             char full[sizeof dir + NAME_MAX + 2];
             snprintf(full, sizeof full, "%s/%s", dir, de->d_name);
             struct stat st;
-            if (lstat(full, &st) || !S_ISREG(st.st_mode))
+            if (stat(full, &st) || !S_ISREG(st.st_mode))
                 continue;
             char **nn = realloc(names, (size_t)(n + 1) * sizeof *nn);
             if (!nn || !(nn[n] = strdup(full))) {
