@@ -70,8 +70,12 @@ def test_walk_on_a_fresh_clone():
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True)
                 bg.append(p)
-                first = p.stdout.readline()
-                assert "listening on" in first or first.startswith("http://"), (c, first)
+                seen = []
+                for line in p.stdout:  # its log lines, then the one that says it is up
+                    seen.append(line)
+                    if "listening on" in line or line.startswith("http://"):
+                        break
+                assert p.poll() is None, (c, seen)
                 threading.Thread(target=lambda p=p: [None for _ in p.stdout], daemon=True).start()
             else:
                 r = subprocess.run(["bash", "-c", c], cwd=clone, env=env, capture_output=True,
