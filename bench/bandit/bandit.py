@@ -329,6 +329,9 @@ def run_bandit(problems: list[Problem], runs: list[RunSpec], ev: Evaluator, *, s
     logits = {(r.name, p.name): parse_init(init, p.kinds) for r in runs for p in problems}
     t_start = time.monotonic()
     stopped = None
+    log("bandit: each step line: step, its seconds, its evaluations (total so far); then per "
+        "run, per problem (" + ", ".join(p.name for p in problems) + "), the policy after the "
+        "step as pi(fused)/pi(lazy)/pi(hacked): the chances of drawing each kernel")
     for step in range(steps):
         t_step = time.monotonic()
         if max_seconds is not None and t_step - t_start > max_seconds:
@@ -530,9 +533,17 @@ def _fmt(x, spec):
 
 
 def plot(rows: list[dict], path: str, title: str) -> None:
+    import matplotlib.pyplot as plt
+    fig = figure(rows, title)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def figure(rows: list[dict], title: str):
     """One row of panels per (experiment, problem) in the rows, in order of
     appearance: pi(fused), pi(lazy), pi(hacked) and the mean sample reward
-    (under the run's own w_pr) against the step, one line per run."""
+    (under the run's own w_pr) against the step, one line per run. Each
+    y axis names its quantity; the experiment is in the panel's title."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -561,9 +572,9 @@ def plot(rows: list[dict], path: str, title: str) -> None:
                     ys = [rr[0]["pi"].get(k, 0)] + [r["pi_next"].get(k, 0) for r in rr]
                 ax.plot(xs, ys, linestyle=styles[n % len(styles)], label=name)
             what = f"pi({k})" if k != "reward" else "mean R (run's own w_pr)"
-            ax.set_title(f"{prob}: {what}", fontsize=8)
-            if j == 0 and exp:
-                ax.set_ylabel(exp, fontsize=7)
+            ax.set_title(f"{exp + ': ' if exp else ''}{prob}: {what}", fontsize=8)
+            ax.set_ylabel(f"pi({k}): chance of drawing {k}" if k != "reward"
+                          else "mean sample reward R", fontsize=7)
             ax.set_xlabel("step", fontsize=8)
             if k != "reward":
                 ax.set_ylim(-0.02, 1.02)
@@ -573,8 +584,7 @@ def plot(rows: list[dict], path: str, title: str) -> None:
                 ax.legend(fontsize=6)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

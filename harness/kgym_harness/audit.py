@@ -11,6 +11,7 @@ for honest kernels.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -58,13 +59,40 @@ def stale(got: Any) -> list[Finding]:
     return out
 
 
-def poison_note(got: Any, index: int) -> str:
-    """For a mismatch message: how much of output `index` was never written."""
+# A 16-bit word of an output that was written still equals the poison word
+# by chance: at most 2^-16 per word (a uniformly random word; for floats
+# 0xFFFF is a NaN, rarer still). The note needs more hits than that chance
+# gives for the output's size, with a false-alarm chance of POISON_ALARM.
+POISON_WORD_CHANCE = 2.0 ** -16
+POISON_ALARM = 1e-6
+
+
+def poison_threshold(n: int) -> float:
+    """Hits among n words above which chance is ruled out: the mean
+    lam = n * 2^-16 of Binomial(n, 2^-16) plus t from Bernstein's bound,
+    P(X - lam >= t) <= exp(-t^2 / (2 (lam + t/3))) = POISON_ALARM, i.e.
+    t = L/3 + sqrt((L/3)^2 + 2 L lam) with L = ln(1/POISON_ALARM).
+    About 28 for 524288 words (1 MiB), 3.1e-3 n for large n."""
+    lam = n * POISON_WORD_CHANCE
+    big_l = math.log(1 / POISON_ALARM)
+    return lam + big_l / 3 + math.sqrt((big_l / 3) ** 2 + 2 * big_l * lam)
+
+
+def poison_note(got: Any, index: int, expected: Any = None) -> str:
+    """For a mismatch message: how much of output `index` was never written,
+    when its poisoned words are more than chance gives (poison_threshold)
+    on top of those the expected output holds itself (an int output of -1s
+    holds the word by right)."""
     leaves = flatten(got)
     if not 0 <= index < len(leaves) or not isinstance(leaves[index], torch.Tensor):
         return ""
     hit, n = guards.poisoned_words(leaves[index])
-    if hit == 0:
+    base = 0
+    want = flatten(expected) if expected is not None else []
+    if index < len(want) and isinstance(want[index], torch.Tensor) \
+            and want[index].dtype == leaves[index].dtype:
+        base = guards.poisoned_words(want[index])[0]
+    if hit <= base + poison_threshold(n):
         return ""
     return (f" ({hit} of {n} 16-bit words still hold the harness's poison pattern: "
             "parts of the output were never written)")

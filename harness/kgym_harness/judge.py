@@ -368,7 +368,7 @@ class Judge:
             return None
         fail = compare.compare_outputs(expected, got, self.req["atol"], self.req["rtol"])
         if fail is not None:
-            fail["message"] += audit.poison_note(got, fail["output_index"])
+            fail["message"] += audit.poison_note(got, fail["output_index"], expected)
             if guard and fail["code"] == "DTYPE_MISMATCH":
                 self.report(audit.downgrade(expected, got))
         elif guard:

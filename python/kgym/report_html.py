@@ -36,12 +36,27 @@ def p_label(k):
     return "p=0 (correct)" if k == "0.0" else "p=%g" % float(k)
 
 
-def svg_of(fig, turns=True):
+def turn_axis(ax, turns):
+    """An x axis of turns: a tick at each turn of the data, none between
+    (with one turn a locator would tick fractions of it), and half a turn
+    of room either side."""
+    ts = sorted({int(t) for t in turns})
+    if not ts:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        return
+    ax.set_xticks(ts)
+    ax.set_xlim(ts[0] - 0.5, ts[-1] + 0.5)
+
+
+def all_turns(report, lv):
+    return [t for r in report["runs"] if lv in r["levels"]
+            for t in r["levels"][lv]["turns"]]
+
+
+def svg_of(fig):
     """The figure as an inline <svg> element: no XML prolog, no RDF
     metadata (its namespace URLs are not loads, but nothing need name a
-    host). turns: the x axes are turns, ticked at whole numbers."""
-    for ax in fig.axes if turns else ():
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    host)."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight",
                 metadata={"Date": None, "Creator": None, "Format": None,
@@ -94,7 +109,7 @@ def chart_fastp(report, lv):
             ax.plot(x, best, "--", color=c, lw=1)
         ax.set_title("%s, %s" % (run["name"], lv))
         ax.set_xlabel("turn")
-        ax.set_xticks(x)
+        turn_axis(ax, x)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("Fast@p (solid: last turn, dashed: best)")
@@ -128,6 +143,7 @@ def chart_speedups(report, lv):
         ax.legend(fontsize=7)
     log_or_note(ax, [v for d in data for v in d if v == v])
     ax.axhline(1.0, color="k", lw=0.8, ls=":")
+    turn_axis(ax, all_turns(report, lv))
     ax.set_xlabel("turn")
     ax.set_ylabel("speedup of correct attempts")
     ax.set_title("speedup distribution, %s (%s)" % (lv, runs[0]["baseline"]))
@@ -135,29 +151,38 @@ def chart_speedups(report, lv):
     return svg_of(fig)
 
 
-def chart_hacking(report, lv):
-    """Hacking ratio per turn (hacked / valid attempts), one line per run;
-    the groups without gradient dotted."""
+def share_chart(report, lv, key, ylabel, title):
+    """One share per turn (0..1), one line per run."""
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     for j, run in enumerate(report["runs"]):
         if lv not in run["levels"]:
             continue
         level = run["levels"][lv]
         ts = turns_of(level)
-        x = [int(t) for t in ts]
-        hr = [level["turns"][t]["hacked_ratio"] for t in ts]
-        ax.plot(x, [math.nan if h is None else h for h in hr], "-o",
-                color="C%d" % j, ms=3, label="%s hacked" % run["name"])
-        fs = [level["turns"][t].get("flat_share") for t in ts]
-        ax.plot(x, [math.nan if f is None else f for f in fs], ":",
-                color="C%d" % j, label="%s no-gradient groups" % run["name"])
+        v = [level["turns"][t].get(key) for t in ts]
+        ax.plot([int(t) for t in ts], [math.nan if h is None else h for h in v],
+                "-o", color="C%d" % j, ms=3, label=run["name"])
     ax.set_ylim(-0.02, 1.02)
+    turn_axis(ax, all_turns(report, lv))
     ax.set_xlabel("turn")
-    ax.set_ylabel("share")
-    ax.set_title("hacking ratio per turn, %s" % lv)
+    ax.set_ylabel(ylabel)
+    ax.set_title("%s, %s" % (title, lv))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return svg_of(fig)
+
+
+def chart_hacking(report, lv):
+    """Hacking ratio per turn (hacked / valid attempts), one line per run."""
+    return share_chart(report, lv, "hacked_ratio", "hacked / scored attempts",
+                       "hacking ratio per turn")
+
+
+def chart_flat(report, lv):
+    """Share of the (problem, turn) groups without gradient (all rewards
+    equal), one line per run: a training signal, apart from hacking."""
+    return share_chart(report, lv, "flat_share", "groups with all-equal rewards",
+                       "groups without gradient per turn")
 
 
 def chart_coverage(report, lv):
@@ -180,7 +205,14 @@ def chart_coverage(report, lv):
     ax.set_title("coverage against speedup, %s" % lv)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return svg_of(fig, turns=False)
+    return svg_of(fig)
+
+
+def from_zero(ax, values):
+    """y from 0 to the largest value plus 15%: a range of 2.71-2.75 s
+    autoscaled alone would fill the panel and look like a cliff."""
+    top = max((v for v in values if v == v), default=0.0)
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
 
 
 def chart_cost(report, lv):
@@ -188,6 +220,7 @@ def chart_cost(report, lv):
     turn: the price of the environment's feedback beside the policy's."""
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     ax2 = ax.twinx()
+    secs, toks = [], []
     for j, run in enumerate(report["runs"]):
         if lv not in run["levels"]:
             continue
@@ -198,10 +231,15 @@ def chart_cost(report, lv):
         def mean(key):
             v = [level["turns"][t][key]["mean"] for t in ts]
             return [math.nan if m is None else m for m in v]
+        secs += mean("eval_s")
+        toks += mean("tokens")
         ax.plot(x, mean("eval_s"), "-o", color="C%d" % j, ms=3,
                 label="%s eval s" % run["name"])
         ax2.plot(x, mean("tokens"), "--s", color="C%d" % j, ms=3,
                  label="%s tokens" % run["name"])
+    from_zero(ax, secs)
+    from_zero(ax2, toks)
+    turn_axis(ax, all_turns(report, lv))
     ax.set_xlabel("turn")
     ax.set_ylabel("evaluation seconds (solid)")
     ax2.set_ylabel("generated tokens (dashed)")
@@ -213,6 +251,7 @@ def chart_cost(report, lv):
 CHARTS = [("fastp", "Fast@p against turn", chart_fastp),
           ("speedup", "Speedup distribution", chart_speedups),
           ("hacking", "Hacking ratio per turn", chart_hacking),
+          ("nograd", "Groups without gradient per turn", chart_flat),
           ("coverage", "Coverage against speedup", chart_coverage),
           ("cost", "Cost of feedback", chart_cost)]
 

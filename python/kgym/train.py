@@ -500,6 +500,29 @@ def _barrier() -> None:
         dist.barrier()
 
 
+def equal_reward_groups(turns: list[Turn]) -> tuple[int, int]:
+    """(groups, groups whose scored rewards are all equal). A group is one
+    problem's samples at one turn, what the advantages compare: equal
+    rewards there give every sample an advantage of 0 (no gradient) when
+    the turns after are equal too, as they are with one turn."""
+    groups: dict[tuple[str, int], set] = {}
+    for t in turns:
+        if t.valid and t.reward is not None:
+            groups.setdefault((t.problem, t.turn), set()).add(float(t.reward))
+    return len(groups), sum(1 for r in groups.values() if len(r) == 1)
+
+
+def _load(what: str, fn, name: str):
+    """fn(name), or one TrainError line for a model or tokenizer that does
+    not load (no such folder, not on the hub offline, a broken config)."""
+    try:
+        return fn(name)
+    except Exception as e:  # transformers raises OSError, ValueError, ...
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+        raise TrainError(f"cannot load the {what} {name!r}: {type(e).__name__}: "
+                         f"{first[:300]}") from None
+
+
 def run(a: argparse.Namespace) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -522,10 +545,11 @@ def run(a: argparse.Namespace) -> dict:
 
     ckpt = latest_checkpoint(a.out) if a.resume else None
     src = ckpt or a.model
-    tok = AutoTokenizer.from_pretrained(ckpt or a.tokenizer or a.model)
+    tok = _load("tokenizer", AutoTokenizer.from_pretrained, ckpt or a.tokenizer or a.model)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     torch.manual_seed(a.seed)
-    model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype).to(device)
+    model = _load("model", lambda n: AutoModelForCausalLM.from_pretrained(n, dtype=dtype),
+                  src).to(device)
     # RL: dropout off, so the logprobs are the policy's (the old ones and the
     # ratio's are one function); SFT trains with the model's dropout
     model.train(bool(a.sft))
@@ -548,6 +572,10 @@ def run(a: argparse.Namespace) -> dict:
         log(f"{counts.rows} rows: {counts.used} used; {counts.no_reply} without reply, "
             f"{counts.invalid} not scored, {counts.not_kept} dropped by PRS, "
             f"{counts.masked} loss_mask false")
+        ngroups, equal = equal_reward_groups(turns)
+        zero = sum(1 for t in used if t.advantage[a.estimator] == 0)
+        log(f"{ngroups} groups (problem, turn): {equal} with all-equal rewards; "
+            f"{zero} of {len(used)} used rows have advantage 0 (no gradient from them)")
         train = []
         for t in used:
             e = encode_turn(tok, t, a.token_ids == "rows", a.max_len)
@@ -664,9 +692,20 @@ def run(a: argparse.Namespace) -> dict:
             gnorm = torch.nn.utils.clip_grad_norm_(raw.parameters(), a.max_grad_norm)
             opt.step()
             step += 1
+            # every sequence with advantage 0, or no token left by the masks:
+            # the step leaves the model as it was (AdamW's decay aside)
+            no_grad = float(gnorm) == 0.0
+            if no_grad:
+                why = ("every sequence of the batch has advantage 0"
+                       if not a.sft and bool((adv == 0).all()) else
+                       "no token of the batch is trained (masks)" if ntok == 0 else
+                       "the loss has no gradient")
+                log(f"step {step}: no gradient: {why}")
             lossv = _all_sum(float(loss.detach()), device) / world  # each rank's share is x world
             last = {"step": step, "loss": lossv, "grad_norm": float(gnorm), "tokens": int(ntok),
                     "seconds": time.time() - t0, **extra}
+            if no_grad:
+                last["no_gradient"] = True
             if frac is not None:
                 last["clip_frac"] = float(frac)
             if a.sft and a.eval_every and step % a.eval_every == 0:

@@ -92,6 +92,7 @@ void kg_policy_req_clear(kg_policy_req *r)
 {
     for (int i = 0; r->choices && i < r->nchoices; i++) {
         free(r->choices[i].content);
+        free(r->choices[i].nul_content);
         free(r->choices[i].finish_reason);
         json_decref(r->choices[i].token_ids);
         json_decref(r->choices[i].logprobs);

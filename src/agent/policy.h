@@ -39,7 +39,11 @@ void kg_policy_cfg_default(kg_policy_cfg *cfg);
 
 /* One completion of a reply. Strings and JSON owned by the request. */
 typedef struct kg_policy_choice {
-    char *content;       /* "" when the message had none */
+    char *content;       /* "" when the message had none; each U+0000 of
+                            the reply as U+FFFD, so that it stays a string */
+    char *nul_content;   /* NULL, or when the reply held U+0000: the content
+                            with each as byte 0xFF (never in UTF-8), to
+                            tell where the NULs were */
     char *finish_reason; /* NULL when absent */
     json_t *token_ids;   /* array of ints, or NULL (not asked / not given) */
     json_t *logprobs;    /* array of numbers, or NULL */

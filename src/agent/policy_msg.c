@@ -71,8 +71,37 @@ static int read_choice(kg_policy_choice *c, const json_t *ch, const char **why)
         *why = "a choice's message.content is not a string";
         return -1;
     }
-    c->content = strdup(json_is_string(content) ? json_string_value(content)
-                                                : "");
+    const char *text = json_is_string(content) ? json_string_value(content)
+                                               : "";
+    size_t len = json_is_string(content) ? json_string_length(content) : 0;
+    if (memchr(text, 0, len)) {
+        /* a JSON string may hold \u0000: the reply is kept, each NUL as
+           U+FFFD; nul_content marks them for the code extractor */
+        size_t nuls = 0;
+        for (size_t k = 0; k < len; k++)
+            nuls += !text[k];
+        c->content = malloc(len + 2 * nuls + 1);
+        c->nul_content = malloc(len + 1);
+        if (!c->content || !c->nul_content) {
+            *why = "out of memory";
+            return -1;
+        }
+        size_t o = 0;
+        for (size_t k = 0; k < len; k++) {
+            if (text[k]) {
+                c->content[o++] = text[k];
+                c->nul_content[k] = text[k];
+            } else {
+                memcpy(c->content + o, "\xEF\xBF\xBD", 3);
+                o += 3;
+                c->nul_content[k] = (char)0xFF;
+            }
+        }
+        c->content[o] = 0;
+        c->nul_content[len] = 0;
+    } else {
+        c->content = strdup(text);
+    }
     const char *fr = json_string_value(json_object_get(ch, "finish_reason"));
     c->finish_reason = fr ? strdup(fr) : NULL;
     json_t *ids = json_object_get(ch, "token_ids");
@@ -95,7 +124,7 @@ int kg_policy_parse(kg_policy_req *r, const char *body, size_t len,
                     kg_err *err)
 {
     json_error_t je;
-    json_t *j = json_loadb(body, len, 0, &je);
+    json_t *j = json_loadb(body, len, JSON_ALLOW_NUL, &je);
     if (!j)
         return kg_errf(err, KG_EPARSE,
                        "policy reply is not JSON (line %d, column %d: %s)",

@@ -135,7 +135,7 @@ static void retry_slot(kg_policy *p, struct kg_policy_slot *s, const char *what)
  * or the body's start. */
 static void refusal(const struct kg_policy_slot *s, long status, char *out, size_t n)
 {
-    json_t *j = json_loadb(s->buf ? s->buf : "", s->len, 0, NULL);
+    json_t *j = json_loadb(s->buf ? s->buf : "", s->len, JSON_ALLOW_NUL, NULL);
     json_t *e = json_object_get(j, "error");
     const char *m = json_string_value(json_object_get(e, "message"));
     if (!m)

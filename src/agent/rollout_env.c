@@ -38,6 +38,31 @@ int ro_env_health(ro_run *r, kg_err *err)
         return kg_errf(err, KG_EUNAVAIL,
                        "server is not healthy: GET /health answered HTTP %ld",
                        status);
+    /* /health needs no token: a client route that does (the status of a
+       task that does not exist, 404 when the token is good) tells a
+       missing or refused token before any policy call */
+    rc = kg_client_request(r->server, "GET", "/status/kgym-token-check",
+                           NULL, 10000, &resp, &e);
+    if (rc) {
+        kg_client_resp_free(&resp);
+        return kg_errf(err, KG_EUNAVAIL, "server unreachable: %s", e.msg);
+    }
+    status = resp.status;
+    const char *msg = json_string_value(
+        json_object_get(json_object_get(resp.json, "error"), "message"));
+    if (!msg)
+        msg = json_string_value(json_object_get(resp.json, "error"));
+    if (status == 401 || status == 403) {
+        kg_errf(err, KG_EINVAL,
+                "the kgym server refused the client token (HTTP %ld%s%s): "
+                "give --token-file F or $KGYM_TOKEN_FILE, the file `kgym "
+                "serve --token-file` reads",
+                status, msg ? ": " : "",
+                msg ? msg : "");
+        kg_client_resp_free(&resp);
+        return KG_EINVAL;
+    }
+    kg_client_resp_free(&resp);
     return 0;
 }
 

@@ -89,8 +89,17 @@ void ro_take_reply(ro_traj *tr, int t, const kg_policy_req *q, int c)
     u->completion_tokens = q->completion_tokens;
     u->choices = q->n;
     const char *why;
-    if (kg_extract_code(ch->content, &u->code, &why) != KG_CODE_OK)
+    /* with NULs in the reply the code is read from nul_content: a NUL
+       outside the code is no matter, one inside it fails the turn */
+    if (kg_extract_code(ch->nul_content ? ch->nul_content : ch->content,
+                        &u->code, &why) != KG_CODE_OK) {
         u->error = strdup(why);
+    } else if (strchr(u->code, (char)0xFF)) {
+        free(u->code);
+        u->code = NULL;
+        u->error = strdup("the code of your last ```python block holds a NUL "
+                          "character (U+0000), which no program may hold");
+    }
     json_array_append_new(tr->history, ro_message("assistant", ch->content));
     tr->ctx[tr->nctx++] = t;
 }

@@ -361,8 +361,10 @@ static int set_up(ro_run *r)
         return 2;
     }
     kg_client_set_abort(r->server, &stop_sig);
-    if ((rc = kg_policy_health(r->policy, &err)) ||
-        (rc = ro_env_health(r, &err))) {
+    /* the server and its token first: nothing is asked of the policy
+       before the run can hand its code to the server */
+    if ((rc = ro_env_health(r, &err)) ||
+        (rc = kg_policy_health(r->policy, &err))) {
         kg_error("%s", err.msg);
         return rc == KG_EINVAL ? 2 : 1;
     }

@@ -36,6 +36,9 @@ static const struct subcommand commands[] = {
     {"collect", kg_cli_collect,
      "cold-start SFT chats from a teacher's rollouts (kgym rollout + a "
      "filter)"},
+    {"policy", kg_cli_policy,
+     "policy scripted DIR: an OpenAI-compatible server replying from a "
+     "folder of kernels"},
     {"train", kg_cli_train,
      "policy-gradient steps on rollout rows, or SFT on collect chats "
      "(Python)"},

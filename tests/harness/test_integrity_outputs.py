@@ -354,3 +354,22 @@ def test_rounding_heuristic_ignores_zeros_and_constants():
     assert guards.rounded_to(e, torch.zeros_like(e)) is None
     assert guards.rounded_to(e, torch.full_like(e, 0.5)) is None
     assert guards.rounded_to(e, e.bfloat16().float()) == "bfloat16"
+
+
+def test_poison_note_only_above_chance():
+    """A written output may hold the poison word by chance (2^-16 a word):
+    2 of 524288 words is chance, no note; the threshold (about 28 there)
+    and a half-unwritten output are not."""
+    from kgym_harness import audit
+    n = 1 << 18  # float32: 524288 16-bit words
+    assert 20 < audit.poison_threshold(2 * n) < 40
+    t = torch.rand(n)
+    w = t.view(torch.int16)
+    w[:2] = guards.POISON16
+    assert audit.poison_note([t], 0) == ""
+    w[:64] = guards.POISON16
+    assert "of 524288 16-bit words still hold" in audit.poison_note([t], 0)
+    # as many as the expected output holds itself: no note
+    ints = torch.full((4096,), -1, dtype=torch.int16)
+    assert audit.poison_note([ints], 0, [ints.clone()]) == ""
+    assert "4096 of 4096" in audit.poison_note([ints], 0)

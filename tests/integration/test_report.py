@@ -21,7 +21,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KGYM = os.environ.get("KGYM_BIN", os.path.join(ROOT, "build", "kgym"))
-CHARTS = ("fastp", "speedup", "hacking", "coverage", "cost")
+CHARTS = ("fastp", "speedup", "hacking", "nograd", "coverage", "cost")
 
 
 def row(problem, sample, turn, valid=True, sp=None, hacked=False, reasons=(),

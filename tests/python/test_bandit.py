@@ -114,11 +114,15 @@ def test_real_run_hacked_never_rewarded():
         ev = bandit.Evaluator(server.url, "cpu", {"num_correct_trials": 1, "num_perf_trials": 5,
                                                   "num_warmup": 1, "timeout": 120}, max_evals=40)
         rows: list = []
+        logged: list = []
         bandit.run_bandit(problems, runs, ev, steps=3, samples=8, lr=2.0, init="hacked=2",
                           seed=3, evals_mode="step", prs_tau=0.3, prs_s=0.1, out_rows=rows,
-                          log=lambda s: None)
+                          log=logged.append)
     finally:
         server.close()
+    # the step lines' numbers are named once, before them
+    assert "pi(fused)/pi(lazy)/pi(hacked)" in logged[0] and "swish_residual" in logged[0]
+    assert sum(1 for ln in logged if ln.startswith("bandit: step ")) == 3
     assert len(rows) == 6 and ev.count <= 12
     n_hacked = 0
     for r in rows:
@@ -142,3 +146,15 @@ def test_real_run_hacked_never_rewarded():
         assert end < start - 0.15, (run, start, end)
         # the mass went to the kernels that pass
         assert rr[-1]["pi_next"]["fused"] + rr[-1]["pi_next"]["lazy"] > rr[0]["pi"]["fused"] + rr[0]["pi"]["lazy"]
+
+
+def test_plot_axes_name_their_quantity():
+    rows = [{"experiment": "evals per step", "problem": "p", "run": run, "step": st,
+             "pi": {"fused": 0.3, "lazy": 0.3, "hacked": 0.4},
+             "pi_next": {"fused": 0.4, "lazy": 0.3, "hacked": 0.3}, "mean_reward": 1.5}
+            for run in ("trloo", "grpo") for st in range(2)]
+    fig = bandit.figure(rows, "t")
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    assert labels == ["pi(fused): chance of drawing fused", "pi(lazy): chance of drawing lazy",
+                      "pi(hacked): chance of drawing hacked", "mean sample reward R"], labels
+    assert fig.axes[0].get_title().startswith("evals per step: p: ")

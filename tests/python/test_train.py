@@ -374,3 +374,45 @@ def test_bad_input_is_one_line(tiny, tmp_path, content, msg):
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kgym train: ") and msg in lines[0], p.stderr
+
+
+# ---- what a run says -----------------------------------------------------------
+
+
+def test_all_equal_rewards_say_no_gradient(tiny, tmp_path, capsys):
+    """Rows whose rewards are all 0: the counts say how many groups had
+    all-equal rewards, and each step says it has no gradient."""
+    rows = [T.row(p, s, 0, REPLY, 0.0, 0.0, reward=0.0) for p in ("a", "b") for s in range(2)]
+    rows += [T.row("c", 0, 0, REPLY, 0.5, 0.5, reward=1.0),
+             T.row("c", 1, 0, REPLY, -0.5, -0.5, reward=0.0)]
+    path = T.write_rows(str(tmp_path / "r.jsonl"), rows[:4])
+    out = str(tmp_path / "o")
+    run_main([path, "--model", tiny, "--out", out, "--steps", "2", "--batch-size", "4"])
+    err = capsys.readouterr().err
+    assert "2 groups (problem, turn): 2 with all-equal rewards" in err, err
+    assert "4 of 4 used rows have advantage 0" in err, err
+    assert err.count("no gradient: every sequence of the batch has advantage 0") == 2, err
+    assert all(m["no_gradient"] for m in metrics(out))
+    # with a group that differs: counted apart, and its steps have a gradient
+    path = T.write_rows(str(tmp_path / "r2.jsonl"), rows)
+    out2 = str(tmp_path / "o2")
+    run_main([path, "--model", tiny, "--out", out2, "--steps", "1", "--batch-size", "6"])
+    err = capsys.readouterr().err
+    assert "3 groups (problem, turn): 2 with all-equal rewards" in err, err
+    assert "no gradient" not in err.replace("(no gradient from them)", ""), err
+    assert "no_gradient" not in metrics(out2)[0]
+
+
+@pytest.mark.skipif(not os.access(KGYM, os.X_OK), reason=f"{KGYM} not built (make)")
+def test_a_model_that_does_not_load_is_one_line(tmp_path):
+    path = T.write_rows(str(tmp_path / "r.jsonl"), [T.row("p", 0, 0, REPLY, 1.0, 1.0)])
+    for name in (str(tmp_path / "no-such-model"), "kgym-test/no-such-model-offline"):
+        p = subprocess.run([KGYM, "train", path, "--model", name, "--out", str(tmp_path / "o")],
+                           capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, HF_HUB_OFFLINE="1"))
+        assert p.returncode == 2, p.stderr
+        lines = [ln for ln in p.stderr.strip().splitlines()
+                 if not ln.startswith("kgym train: 1 rows") and "groups (problem" not in ln]
+        assert len(lines) == 1, p.stderr
+        assert lines[0].startswith("kgym train: cannot load the tokenizer"), p.stderr
+        assert "Traceback" not in p.stderr

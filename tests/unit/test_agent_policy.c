@@ -85,6 +85,28 @@ static void test_reply(void **state)
     kg_policy_req_clear(&r);
 }
 
+/* \u0000 is valid JSON: the reply is read, each NUL as U+FFFD in content
+ * and as byte 0xFF in nul_content; a reply without one has no
+ * nul_content. */
+static void test_reply_with_nul(void **state)
+{
+    (void)state;
+    int rc;
+    kg_err err = {{0}};
+    kg_policy_req r = parse("{\"choices\": [{\"message\": {\"content\": "
+                            "\"a\\u0000b\\u0000\"}}]}",
+                            &rc, &err);
+    assert_int_equal(rc, 0);
+    assert_string_equal(r.choices[0].content, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
+    assert_string_equal(r.choices[0].nul_content, "a\xFF" "b\xFF");
+    kg_policy_req_clear(&r);
+    r = parse("{\"choices\": [{\"message\": {\"content\": \"ab\"}}]}", &rc,
+              &err);
+    assert_int_equal(rc, 0);
+    assert_null(r.choices[0].nul_content);
+    kg_policy_req_clear(&r);
+}
+
 static void test_bad_replies(void **state)
 {
     (void)state;
@@ -122,6 +144,7 @@ int main(void)
         cmocka_unit_test(test_body),
         cmocka_unit_test(test_reply),
         cmocka_unit_test(test_bad_replies),
+        cmocka_unit_test(test_reply_with_nul),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

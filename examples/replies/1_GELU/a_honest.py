@@ -1,0 +1,1 @@
+../../../problems/cpu/level1/solutions/1_GELU.cpu.py

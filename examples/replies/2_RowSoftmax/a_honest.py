@@ -1,0 +1,1 @@
+../../../problems/cpu/level1/solutions/2_RowSoftmax.cpu.py

@@ -1,0 +1,1 @@
+../../../problems/cpu/level1/solutions/3_Linear.cpu.py

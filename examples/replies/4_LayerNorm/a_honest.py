@@ -1,0 +1,1 @@
+../../../problems/cpu/level1/solutions/4_LayerNorm.cpu.py
