@@ -21,7 +21,7 @@ int kg_cli_redteam(int argc, char **argv);
 int kg_cli_rollout(int argc, char **argv);
 /* src/cli/cmd_collect.c: a rollout, then its SFT export */
 int kg_cli_collect(int argc, char **argv);
-/* src/agent/policy_scripted.c: a scripted OpenAI-compatible policy */
+/* src/cli/cmd_policy.c: a scripted OpenAI-compatible policy */
 int kg_cli_policy(int argc, char **argv);
 /* src/cli/cmd_report.c: Fast@p tables, report.json and report.html */
 int kg_cli_report(int argc, char **argv);
