@@ -208,6 +208,13 @@ MUTATIONS = [
              "src/agent/prompt.c", "            body = open, end = p, open = NULL;",
              "            body = body ? body : open, end = end ? end : p, open = NULL;",
              ["unit:test_agent_prompt"]),
+    Mutation("agent-nul-in-code", "code holding a NUL from the reply is not run",
+             "src/agent/rollout_turn.c", "    } else if (strchr(u->code, (char)0xFF)) {",
+             "    } else if (0) {",
+             ["tests/integration/test_policy_scripted.py -k nul"]),
+    Mutation("agent-token-unchecked", "rollout stops on a refused token before the policy",
+             "src/agent/rollout_env.c", "    if (status == 401 || status == 403) {",
+             "    if (0) {", ["tests/integration/test_policy_scripted.py -k token"]),
 
     # ---- kgym report's numbers --------------------------------------
     Mutation("report-hacked-counts", "a hacked kernel is never correct, whatever it claims",

@@ -232,3 +232,28 @@ def test_rollout_checks_the_token_before_the_policy(env: Env) -> None:
     assert p.returncode == 2, p.stderr
     assert "refused the client token (HTTP 401" in p.stderr and "--token-file" in p.stderr
     assert pol.requests == []
+
+
+def test_collect_with_scripted_teacher(env: Env) -> None:
+    """kgym collect with the scripted policy as its teacher: the SFT chats
+    are the trajectories whose final turn passed (the honest kernels), the
+    wrong, cheating and prose replies left out."""
+    pol = Scripted(env.replies)
+    sft = os.path.join(env.base, "sft.jsonl")
+    try:
+        p = subprocess.run(
+            [KGYM, "collect", "--sft", sft, "--policy", pol.url, "--model", "scripted",
+             "--server", env.url, "--token-file", env.token_file, "--problems", env.tree,
+             "--samples", "4", "--turns", "1", "--backend", "cpu", "--num-perf-trials", "3",
+             "--num-correct-trials", "2"],
+            capture_output=True, text=True, timeout=400)
+        assert p.returncode == 0, p.stderr
+    finally:
+        pol.close()
+    with open(sft) as f:
+        chats = [json.loads(x) for x in f]
+    assert len(chats) == 5, [c.get("problem") for c in chats]
+    for c in chats:
+        reply = c["messages"][-1]["content"]
+        assert c["messages"][-1]["role"] == "assistant" and "erf(v * 0.5f)" not in reply
+        assert "functional.gelu" not in reply

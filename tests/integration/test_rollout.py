@@ -649,6 +649,8 @@ class OldServer:
             def do_GET(self) -> None:
                 if self.path == "/health":
                     return self.send(200, {"status": "ok"})
+                if self.path.startswith("/status/"):  # rollout's token check
+                    return self.send(404, {"error": "no such task"})
                 tid = self.path.rsplit("/", 1)[1]
                 box.gets += 1
                 if time.monotonic() - box.submitted[tid] < 2.0:
