@@ -1292,6 +1292,180 @@ static void test_readonly_root(void **state)
     assert_false(probe);
 }
 
+/* ---- the new root: what the child sees of the host -------------------- */
+
+struct view_arg {
+    struct mounts_arg m;
+    char dir[256];     /* /opt/kgym-test-view-PID: a host dir, world-readable */
+    char secret[300];  /* a world-readable file in it */
+    char allowed[300]; /* <dir>/allowed, given as a view path */
+    char data[300];    /* /var/lib/...: a data dir's world-readable file */
+    char home[300];    /* /home/...; "" without /home */
+    char root[300];    /* /root/...: mode 0600, root's */
+};
+
+static int v_host_view(void *arg)
+{
+    const struct view_arg *a = arg;
+    char p[KG_SANDBOX_PATH_MAX + 64], buf[64];
+    /* the host's files outside the view are not there at all */
+    const char *hidden[] = {a->secret, a->data, a->home, a->root,
+                            "/etc/shadow", "/etc/hostname", a->m.marker};
+    for (size_t i = 0; i < sizeof hidden / sizeof *hidden; i++) {
+        if (!hidden[i][0])
+            continue;
+        int fd = open(hidden[i], O_RDONLY);
+        if (fd >= 0 || errno != ENOENT) {
+            nbad++;
+            say("FAIL %s is visible (fd %d, errno %d)\n", hidden[i], fd,
+                errno);
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    /* what it needs is: a view path, the system, /etc's few, /dev, /proc */
+    snprintf(p, sizeof p, "%s/ok", a->allowed);
+    int fd = open(p, O_RDONLY);
+    EXPECT(fd >= 0 && read(fd, buf, sizeof buf) == 2 && !memcmp(buf, "ok", 2));
+    if (fd >= 0)
+        close(fd);
+    EXPECT(access("/etc/passwd", R_OK) == 0);
+    EXPECT(access("/etc/ld.so.cache", R_OK) == 0);
+    EXPECT(access("/proc/self/status", R_OK) == 0);
+    fd = open("/dev/null", O_WRONLY);
+    EXPECT(fd >= 0 && write(fd, "x", 1) == 1);
+    if (fd >= 0)
+        close(fd);
+    fd = open("/dev/urandom", O_RDONLY);
+    EXPECT(fd >= 0 && read(fd, buf, 8) == 8);
+    if (fd >= 0)
+        close(fd);
+    pid_t pid = fork(); /* through the /bin link, the loader and libc */
+    if (pid == 0) {
+        execl("/bin/true", "true", (char *)NULL);
+        _exit(127);
+    }
+    int st = -1;
+    EXPECT(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) &&
+           WEXITSTATUS(st) == 0);
+    /* its own dirs are writable, the rest is not */
+    char cwd[KG_SANDBOX_PATH_MAX + 16];
+    EXPECT(getcwd(cwd, sizeof cwd) && !strcmp(cwd, a->m.wd));
+    fd = open("mine", O_CREAT | O_WRONLY, 0600);
+    EXPECT(fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    snprintf(p, sizeof p, "%s/from-%d", a->m.cache, (int)getuid());
+    fd = open(p, O_CREAT | O_WRONLY | O_TRUNC, 0666);
+    EXPECT(fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    fd = open("/tmp/x", O_CREAT | O_WRONLY, 0600);
+    EXPECT(fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    EXPECT(mkdir("/kgym-test-view", 0700) < 0 &&
+           (errno == EROFS || errno == EACCES));
+    snprintf(p, sizeof p, "%s/new", a->allowed);
+    EXPECT(open(p, O_CREAT | O_WRONLY, 0600) < 0 &&
+           (errno == EROFS || errno == EACCES));
+    /* / holds the system's names, and /opt for the view path */
+    static const char *const ok[] = {"usr", "bin",  "sbin", "lib", "lib32",
+                                     "lib64", "libx32", "etc", "proc", "sys",
+                                     "dev", "tmp",  "var",  "opt", NULL};
+    DIR *d = opendir("/");
+    EXPECT(d != NULL);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        int known = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
+        for (int i = 0; ok[i] && !known; i++)
+            known = !strcmp(de->d_name, ok[i]);
+        if (!known) {
+            nbad++;
+            say("FAIL / shows %s\n", de->d_name);
+        }
+    }
+    if (d)
+        closedir(d);
+    return nbad;
+}
+
+/* Writes text into a new file path (mode), making its directory (0755). */
+static void plant(const char *dir, const char *path, mode_t mode,
+                  const char *text)
+{
+    if (dir)
+        assert_true(mkdir(dir, 0755) == 0 || errno == EEXIST);
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, mode);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    assert_int_equal(chmod(path, mode), 0);
+}
+
+static void test_host_view(void **state)
+{
+    (void)state;
+    NEED_ROOT("a mount namespace and pivot_root");
+    struct view_arg a;
+    memset(&a, 0, sizeof a);
+    mounts_setup(&a.m);
+    int me = (int)getpid();
+    char d2[256], d3[256];
+    snprintf(a.dir, sizeof a.dir, "/opt/kgym-test-view-%d", me);
+    snprintf(a.secret, sizeof a.secret, "%s/secret", a.dir);
+    snprintf(a.allowed, sizeof a.allowed, "%s/allowed", a.dir);
+    snprintf(d2, sizeof d2, "/var/lib/kgym-test-view-%d", me);
+    snprintf(a.data, sizeof a.data, "%s/task.py", d2);
+    snprintf(a.root, sizeof a.root, "/root/kgym-test-view-%d", me);
+    struct stat st;
+    if (stat("/home", &st) == 0) {
+        snprintf(d3, sizeof d3, "/home/kgym-test-view-%d", me);
+        snprintf(a.home, sizeof a.home, "%s/notes", d3);
+        plant(d3, a.home, 0644, "home");
+    }
+    assert_true(mkdir("/opt", 0755) == 0 || errno == EEXIST);
+    plant(a.dir, a.secret, 0644, "secret");
+    char ok[320];
+    snprintf(ok, sizeof ok, "%s/ok", a.allowed);
+    plant(a.allowed, ok, 0644, "ok");
+    plant(d2, a.data, 0644, "data");
+    plant(NULL, a.root, 0600, "root");
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.workdir = a.m.wd;
+    cfg.private_tmp = 1;
+    cfg.readonly_root = 1;
+    cfg.new_root = 1;
+    cfg.keep_paths[0] = a.m.cache;
+    cfg.view_paths[0] = a.allowed;
+    cfg.view_paths[1] = "/nonexistent/kgym-test-view"; /* skipped */
+    /* as a candidate's uid, and as uid 0 without capabilities, which
+     * could read even a 0600 file of root's */
+    struct child c1, c2;
+    cfg.uid = cfg.gid = 65534;
+    run(&cfg, v_host_view, &a, &c1);
+    cfg.uid = cfg.gid = -1;
+    run(&cfg, v_host_view, &a, &c2);
+    char p[KG_SANDBOX_PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/from-65534", a.m.cache);
+    int cached = access(p, F_OK) == 0;
+    snprintf(p, sizeof p, "%s/from-0", a.m.cache);
+    cached += access(p, F_OK) == 0;
+    snprintf(p, sizeof p, "%s/new", a.allowed);
+    int wrote = access(p, F_OK) == 0;
+    unlink(a.root);
+    kg_sandbox_rmtree(a.dir, NULL);
+    kg_sandbox_rmtree(d2, NULL);
+    if (a.home[0])
+        kg_sandbox_rmtree(d3, NULL);
+    mounts_cleanup(&a.m);
+    assert_exit0(&c1);
+    assert_exit0(&c2);
+    assert_int_equal(cached, 2);
+    assert_false(wrote);
+}
+
 static void test_private_tmp_bad_config(void **state)
 {
     (void)state;
@@ -1306,6 +1480,14 @@ static void test_private_tmp_bad_config(void **state)
     cfg.keep_paths[0] = "relative/path";
     assert_int_equal(kg_sandbox_enter(&cfg, &e), KG_EINVAL);
     assert_non_null(strstr(e.msg, "keep path"));
+    kg_sandbox_cfg_init(&cfg);
+    cfg.new_root = 1;
+    assert_int_equal(kg_sandbox_enter(&cfg, &e), KG_EINVAL);
+    assert_non_null(strstr(e.msg, "new_root needs private_tmp"));
+    kg_sandbox_cfg_init(&cfg);
+    cfg.view_paths[3] = "usr";
+    assert_int_equal(kg_sandbox_enter(&cfg, &e), KG_EINVAL);
+    assert_non_null(strstr(e.msg, "view path"));
 }
 
 static void test_json_private_fields(void **state)
@@ -1580,6 +1762,7 @@ int main(void)
         T(test_uid_switch),
         T(test_private_tmp),
         T(test_readonly_root),
+        T(test_host_view),
         T(test_private_tmp_bad_config),
         T(test_json_private_fields),
         T(test_nproc_uid),
