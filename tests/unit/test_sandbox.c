@@ -1501,7 +1501,8 @@ static void test_json_private_fields(void **state)
     json_t *s = json_loads(
         "{\"workdir\":\"/w\",\"private_tmp\":true,\"tmp_bytes\":1048576,"
         "\"readonly_root\":true,\"umask\":7,\"keep_paths\":[\"/c1\",\"/c2\"],"
-        "\"uid\":65401,\"gid\":65400}",
+        "\"uid\":65401,\"gid\":65400,\"new_root\":true,"
+        "\"view_paths\":[\"/v1\"]}",
         0, &je);
     assert_non_null(s);
     assert_int_equal(kg_sandbox_cfg_from_json(s, NULL, &cfg, &st, &en, &e), 0);
@@ -1514,6 +1515,9 @@ static void test_json_private_fields(void **state)
     assert_string_equal(cfg.keep_paths[1], "/c2");
     assert_null(cfg.keep_paths[2]);
     assert_int_equal(cfg.uid, 65401);
+    assert_int_equal(cfg.new_root, 1);
+    assert_string_equal(cfg.view_paths[0], "/v1");
+    assert_null(cfg.view_paths[1]);
     /* absent: off, umask kept */
     s = json_loads("{}", 0, &je);
     assert_int_equal(kg_sandbox_cfg_from_json(s, NULL, &cfg, &st, &en, &e), 0);
@@ -1522,6 +1526,8 @@ static void test_json_private_fields(void **state)
     assert_int_equal(cfg.readonly_root, 0);
     assert_int_equal(cfg.umask, -1);
     assert_null(cfg.keep_paths[0]);
+    assert_int_equal(cfg.new_root, 0);
+    assert_null(cfg.view_paths[0]);
     /* bad values: a clear error each */
     const char *bad[][2] = {
         {"{\"umask\":512}", "umask"},
@@ -1532,6 +1538,9 @@ static void test_json_private_fields(void **state)
         {"{\"keep_paths\":[\"rel\"]}", "keep_paths"},
         {"{\"keep_paths\":[1]}", "keep_paths"},
         {"{\"keep_paths\":[\"/a\",\"/b\",\"/c\",\"/d\",\"/e\"]}", "keep_paths"},
+        {"{\"view_paths\":\"/v\"}", "view_paths"},
+        {"{\"view_paths\":[\"v\"]}", "view_paths"},
+        {"{\"view_paths\":[null]}", "view_paths"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         s = json_loads(bad[i][0], 0, &je);
