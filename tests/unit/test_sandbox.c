@@ -1746,6 +1746,81 @@ static void test_torch_smoke(void **state)
     assert_exit0(&c);
 }
 
+/*
+ * The same smoke run in the candidate's own root, as a candidate uid: the
+ * view paths are what kg_sandbox_view_collect finds for this interpreter
+ * (with a PATH entry under /root, which no candidate uid may reach, left
+ * out), plus the script's directory. The interpreter is exec'd through the
+ * venv's path as named (a symlink chain here).
+ */
+static void test_torch_smoke_new_root(void **state)
+{
+    (void)state;
+    NEED_ROOT("a mount namespace and pivot_root");
+    char py[1024], script[1100], cwd[900], victims[1024];
+    const char *kp = getenv("KGYM_PYTHON");
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    snprintf(py, sizeof py, "%s", kp && *kp ? kp : ".venv/bin/python");
+    if (py[0] != '/')
+        snprintf(py, sizeof py, "%s/%s", cwd,
+                 kp && *kp ? kp : ".venv/bin/python");
+    snprintf(victims, sizeof victims, "%s/tests/unit/sandbox_victims", cwd);
+    snprintf(script, sizeof script, "%s/torch_check.py", victims);
+    if (access(py, X_OK) < 0 || access(script, R_OK) < 0) {
+        printf("    skipped: no %s or %s\n", py, script);
+        skip();
+    }
+    char hidden[64], *old_path = getenv("PATH");
+    char saved[4096];
+    snprintf(saved, sizeof saved, "%s", old_path ? old_path : "");
+    snprintf(hidden, sizeof hidden, "/root/kgym-test-bin-%d", (int)getpid());
+    assert_true(mkdir(hidden, 0755) == 0 || errno == EEXIST);
+    char path[4200];
+    snprintf(path, sizeof path, "%s:%s", hidden, saved);
+    setenv("PATH", path, 1);
+    const char *extra[] = {victims, NULL};
+    static kg_sandbox_view view;
+    kg_err e = {{0}};
+    int rc = kg_sandbox_view_collect(py, extra, &view, &e);
+    setenv("PATH", saved, 1);
+    rmdir(hidden);
+    if (rc)
+        fail_msg("view: %s", e.msg);
+    int has_victims = 0;
+    for (int i = 0; i < view.n; i++) {
+        printf("    view: %s\n", view.path[i]);
+        assert_null(strstr(view.path[i], "/root/kgym-test-bin"));
+        has_victims |= !strcmp(view.path[i], victims);
+    }
+    assert_true(has_victims);
+    char wd[KG_SANDBOX_PATH_MAX];
+    assert_int_equal(kg_sandbox_mkdtemp(base, wd, sizeof wd, NULL), 0);
+    assert_int_equal(chown(wd, 65534, 65534), 0);
+    const char *env[] = {"PATH=/usr/local/bin:/usr/bin:/bin",
+                         "TRITON_INTERPRET=1", "PYTHONDONTWRITEBYTECODE=1",
+                         NULL};
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.filter = &filter_wx;
+    cfg.workdir = wd;
+    cfg.env = env;
+    cfg.cpu_seconds = 60;
+    cfg.fsize_bytes = 64u << 20;
+    cfg.nofile = 1024;
+    cfg.uid = cfg.gid = 65534;
+    cfg.private_tmp = 1;
+    cfg.readonly_root = 1;
+    cfg.new_root = 1;
+    for (int i = 0; i < view.n; i++)
+        cfg.view_paths[i] = view.path[i];
+    char *argv[] = {py, script, "--quick", NULL};
+    struct child c;
+    start(&cfg, v_python, argv, &c);
+    finish(&c, 60000);
+    assert_int_equal(kg_sandbox_rmtree(wd, NULL), 0);
+    assert_exit0(&c);
+}
+
 #define T(f) cmocka_unit_test_teardown(f, teardown)
 
 int main(void)
@@ -1781,6 +1856,7 @@ int main(void)
         T(test_cgroup_pids),
         T(test_cgroup_catches_escapee),
         T(test_torch_smoke),
+        T(test_torch_smoke_new_root),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
