@@ -294,4 +294,13 @@ MUTATIONS = [
              "        return (s is not None and s > self.req[\"speedup_recheck_bound\"]",
              "        return (False and s > self.req[\"speedup_recheck_bound\"]",
              ["tests/harness/test_integrity_speedup.py -k rechecked"]),
+
+    # ---- the candidate's view of the host -----------------------------------
+    Mutation("sandbox-no-new-root", "a child with new_root sees only the allowed paths",
+             "src/worker/sandbox.c", "    int view = cfg->new_root;", "    int view = 0;",
+             ["unit:test_sandbox"]),
+    Mutation("engine-no-new-root", "the engine gives every candidate its own root",
+             "src/worker/engine_spawn.c", 'json_object_set_new(s, "new_root", json_true());',
+             'json_object_set_new(s, "new_root", json_false());',
+             ["tests/faults/test_faults.py -k read_the_hosts"]),
 ]

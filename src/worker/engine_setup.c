@@ -249,6 +249,20 @@ static int check_reachable(kg_engine *e, kg_err *err)
     return 0;
 }
 
+/* The candidate's view of the host (a new root, docs/sandbox.md): the
+ * interpreter's trees, PATH and LD_LIBRARY_PATH, and the harness. */
+static int init_view(kg_engine *e, kg_err *err)
+{
+    char harness[PATH_MAX];
+    const char *extra[] = {realpath(e->pythonpath, harness) ? harness
+                                                            : e->pythonpath,
+                           e->pythonpath, NULL};
+    int rc = kg_sandbox_view_collect(e->python, extra, &e->view, err);
+    for (int i = 0; !rc && i < e->view.n; i++)
+        eng_log_verbose(e, "candidate view: %s", e->view.path[i]);
+    return rc;
+}
+
 /* Per-role caches; the candidates' is shared by the candidate uids through
  * their group (eng_uids_init, eng_cand_cache_dir). */
 static int init_caches(kg_engine *e, const kg_engine_cfg *cfg, kg_err *err)
@@ -268,6 +282,8 @@ static int init_caches(kg_engine *e, const kg_engine_cfg *cfg, kg_err *err)
         chmod(e->cache_dir, 0755); /* ours, made under the umask */
     if (!rc && e->drop_uid)
         rc = check_reachable(e, err);
+    if (!rc && e->drop_uid)
+        rc = init_view(e, err);
     return rc;
 }
 

@@ -113,6 +113,13 @@ static void cand_identity(const kg_engine *e, json_t *s, int uid, int gpu)
     char cd[PATH_MAX + 16];
     snprintf(cd, sizeof cd, "%s/candidate", e->cache_dir);
     json_object_set_new(s, "keep_paths", keep_paths(e, cd));
+    /* a new root: the system, the interpreter's trees and the harness;
+     * no home, no data directory, no other task's files */
+    json_t *view = json_array();
+    for (int i = 0; i < e->view.n; i++)
+        json_array_append_new(view, json_string(e->view.path[i]));
+    json_object_set_new(s, "view_paths", view);
+    json_object_set_new(s, "new_root", json_true());
 }
 
 /* Sandbox settings per role: the candidate gets everything; the judge

@@ -280,7 +280,7 @@ static int path_join(char *out, size_t len, const char *a, const char *b)
 /* mkdir -p: missing directories are made 0755, owned by the caller. */
 static int mkdir_p(const char *path)
 {
-    char p[KG_SANDBOX_PATH_MAX];
+    char p[2 * KG_SANDBOX_PATH_MAX + 32];
     size_t n = strlen(path);
     if (n >= sizeof p || path[0] != '/') {
         errno = n >= sizeof p ? ENAMETOOLONG : EINVAL;
@@ -320,30 +320,46 @@ static int mount_fail(kg_err *err, const char *what, const char *path, int e)
 /* Every mount of our (private) namespace read-only, recursively; device
  * nodes stay usable (the read-only flag stops changes to the file system,
  * not writes to a device). Before Linux 5.12: the root mount only. */
-static int make_readonly(kg_err *err)
+static int make_readonly(const char *top, kg_err *err)
 {
     struct kg_mount_attr a = {.attr_set = KG_MOUNT_ATTR_RDONLY};
-    if (syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &a,
+    if (syscall(SYS_mount_setattr, AT_FDCWD, top, AT_RECURSIVE, &a,
                 sizeof a) == 0)
         return 0;
     if (errno != ENOSYS)
-        return mount_fail(err, "read-only", "/", errno);
-    if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
-        return mount_fail(err, "read-only remount of", "/", errno);
+        return mount_fail(err, "read-only", top, errno);
+    if (mount(NULL, top, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
+        return mount_fail(err, "read-only remount of", top, errno);
     return 0;
 }
+
+/* out = a + b; -1 if it does not fit */
+static int path_cat(char *out, size_t len, const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    if (na + nb + 1 > len)
+        return -1;
+    memcpy(out, a, na);
+    memcpy(out + na, b, nb + 1);
+    return 0;
+}
+
+#define KG_BIG_PATH (2 * KG_SANDBOX_PATH_MAX + 32)
 
 /* One tmpfs (the task's quota) holds four directories: the workdir and
  * new /tmp, /var/tmp and /dev/shm. It is mounted on the workdir first (a
  * directory that exists and is the task's own), its parts are held by fd,
  * then bound into place; the workdir is bound last, recreated inside the
- * new /tmp when it was below it. */
-static int mount_tmp(const kg_sandbox_cfg *cfg, kg_err *err)
+ * new /tmp when it was below it. top is the root being built ("" for the
+ * host's own, else the new root's directory). */
+static int mount_tmp(const kg_sandbox_cfg *cfg, const char *top, kg_err *err)
 {
     static const char *const part[] = {"home", "tmp", "var_tmp", "shm"};
     static const char *const where[] = {NULL, "/tmp", "/var/tmp", "/dev/shm"};
     enum { NPART = 4 };
-    const char *w = cfg->workdir;
+    char w[KG_BIG_PATH], at[KG_BIG_PATH];
+    if (path_cat(w, sizeof w, top, cfg->workdir) < 0)
+        return mount_fail(err, "private workdir", cfg->workdir, ENAMETOOLONG);
     char opts[96] = "mode=755,nr_inodes=65536,size=";
     u64_dec(cfg->tmp_bytes ? cfg->tmp_bytes : KG_SANDBOX_TMP_DEFAULT,
             opts + strlen(opts));
@@ -352,7 +368,7 @@ static int mount_tmp(const kg_sandbox_cfg *cfg, kg_err *err)
     int fd[NPART], r = 0;
     for (int i = 0; i < NPART; i++)
         fd[i] = -1;
-    char p[KG_SANDBOX_PATH_MAX + 16];
+    char p[KG_BIG_PATH + 16];
     for (int i = 0; i < NPART && !r; i++) {
         mode_t mode = i == 0 ? 0700 : 01777;
         if (path_join(p, sizeof p, w, part[i]) < 0 || mkdir(p, 0700) < 0 ||
@@ -365,8 +381,9 @@ static int mount_tmp(const kg_sandbox_cfg *cfg, kg_err *err)
     /* new /tmp last: the others may lie below it */
     for (int i = NPART - 1; i > 0 && !r; i--) {
         struct stat st; /* a symlink (/var/tmp -> /tmp) is left alone */
-        if (lstat(where[i], &st) == 0 && S_ISDIR(st.st_mode) &&
-            bind_fd(fd[i], where[i], 0) < 0)
+        if (path_cat(at, sizeof at, top, where[i]) == 0 &&
+            lstat(at, &st) == 0 && S_ISDIR(st.st_mode) &&
+            bind_fd(fd[i], at, 0) < 0)
             r = mount_fail(err, "private", where[i], errno);
     }
     if (!r && (mkdir_p(w) < 0 || bind_fd(fd[0], w, 0) < 0))
@@ -377,8 +394,260 @@ static int mount_tmp(const kg_sandbox_cfg *cfg, kg_err *err)
     return r;
 }
 
+/* ---- the new root: what the child sees of the host -------------------- */
+
+/* Shown to every child with a new root, besides cfg->view_paths: the
+ * system's programs, libraries and headers (the compilers need them), and
+ * the files of /etc that the loader, libc (users, time zone), Debian's
+ * Python and gcc (the c++ alternative) read. Absent ones are skipped. */
+static const char *const view_system[] = {
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+    "/etc/ld.so.preload", "/etc/alternatives", "/etc/passwd", "/etc/group",
+    "/etc/nsswitch.conf", "/etc/localtime", NULL};
+
+/* The device nodes of the new /dev (more: every /dev/nvidia* and dri). */
+static const char *const view_dev[] = {"null",    "zero", "full", "random",
+                                       "urandom", "tty",  NULL};
+
+/* Host paths bound into the new root so far: nothing is made below them
+ * (that would write into the host's tree). Static: no allocation. */
+static char view_bound[KG_SANDBOX_MAX_VIEW + 24][KG_SANDBOX_PATH_MAX];
+static int view_nbound;
+
+static int view_covered(const char *p)
+{
+    for (int i = 0; i < view_nbound; i++) {
+        size_t n = strlen(view_bound[i]);
+        if (!strncmp(p, view_bound[i], n) && (p[n] == 0 || p[n] == '/'))
+            return 1;
+    }
+    return 0;
+}
+
+static void view_mark(const char *p)
+{
+    if (view_nbound < (int)(sizeof view_bound / sizeof *view_bound) &&
+        strlen(p) < KG_SANDBOX_PATH_MAX)
+        memcpy(view_bound[view_nbound++], p, strlen(p) + 1);
+}
+
+/* Binds host path src onto top+src (a directory or a file made there as
+ * the mount point), recursively, and marks it. */
+static int view_bind(const char *top, const char *src, int dir)
+{
+    char dst[KG_BIG_PATH];
+    if (path_cat(dst, sizeof dst, top, src) < 0)
+        return errno = ENAMETOOLONG, -1;
+    if (dir) {
+        if (mkdir(dst, 0755) < 0 && errno != EEXIST)
+            return -1;
+    } else {
+        int fd = open(dst, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+        if (fd < 0 && errno != EEXIST)
+            return -1;
+        if (fd >= 0)
+            close(fd);
+    }
+    if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+        return -1;
+    view_mark(src);
+    return 0;
+}
+
+/* Makes host path p visible at the same path below top: each directory on
+ * the way is made (0755, root's), each symlink on the way is copied and
+ * the path goes on from its target, and the last component is bound from
+ * the host. cur is resolved as it goes, so top+cur never passes through a
+ * symlink: everything made lands in the new root, nothing below a bound
+ * (host) path is made. A path that does not exist is skipped. */
+static int view_add(const char *top, const char *p, int depth, kg_err *err)
+{
+    char cur[KG_SANDBOX_PATH_MAX], dst[KG_BIG_PATH];
+    size_t n = 0;
+    cur[0] = 0;
+    const char *s = p;
+    for (;;) {
+        while (*s == '/')
+            s++;
+        if (!*s)
+            return 0; /* "/" itself: never bound whole */
+        size_t len = strcspn(s, "/");
+        const char *rest = s + len;
+        if (len == 1 && s[0] == '.') {
+            s = rest;
+            continue;
+        }
+        if (len == 2 && s[0] == '.' && s[1] == '.') {
+            char *up = strrchr(cur, '/');
+            if (up)
+                *up = 0;
+            n = strlen(cur);
+            s = rest;
+            continue;
+        }
+        if (n + 1 + len >= sizeof cur)
+            return mount_fail(err, "view path", p, ENAMETOOLONG);
+        cur[n] = '/';
+        memcpy(cur + n + 1, s, len);
+        n += 1 + len;
+        cur[n] = 0;
+        s = rest;
+        int last = s[strspn(s, "/")] == 0;
+        int covered = view_covered(cur);
+        struct stat st;
+        if (lstat(cur, &st) < 0)
+            return 0; /* absent (or not ours to see): skipped */
+        if (S_ISLNK(st.st_mode)) {
+            char t[KG_SANDBOX_PATH_MAX], next[KG_BIG_PATH];
+            ssize_t tl = readlink(cur, t, sizeof t - 1);
+            if (tl <= 0 || depth >= 16)
+                return 0; /* a loop or an unreadable link: skipped */
+            t[tl] = 0;
+            if (!covered) {
+                if (path_cat(dst, sizeof dst, top, cur) < 0 ||
+                    (symlink(t, dst) < 0 && errno != EEXIST))
+                    return mount_fail(err, "view link", cur, errno);
+            }
+            /* next = the link's target, then what followed it */
+            *strrchr(cur, '/') = 0;
+            size_t nt = strlen(t), nr = strlen(s), nc = strlen(cur);
+            if (nc + nt + nr + 2 > sizeof next)
+                return mount_fail(err, "view path", p, ENAMETOOLONG);
+            size_t o = 0;
+            if (t[0] != '/') {
+                memcpy(next, cur, nc);
+                next[nc] = '/';
+                o = nc + 1;
+            }
+            memcpy(next + o, t, nt);
+            memcpy(next + o + nt, s, nr + 1);
+            return view_add(top, next, depth + 1, err);
+        }
+        if (covered)
+            continue; /* visible already; links further on still count */
+        if (!last) {
+            if (!S_ISDIR(st.st_mode))
+                return 0;
+            if (path_cat(dst, sizeof dst, top, cur) < 0 ||
+                (mkdir(dst, 0755) < 0 && errno != EEXIST))
+                return mount_fail(err, "view dir", cur, errno);
+            continue;
+        }
+        if (view_bind(top, cur, S_ISDIR(st.st_mode)) < 0)
+            return mount_fail(err, "view bind", cur, errno);
+        return 0;
+    }
+}
+
+/* The new /dev: a small tmpfs with the usual nodes, every nvidia* node or
+ * directory and dri bound from the host, and the fd links. The names are
+ * read with getdents64 into a stack buffer (no allocation). */
+static int view_dev_fill(const char *top, kg_err *err)
+{
+    char d[KG_BIG_PATH], h[64];
+    if (path_cat(d, sizeof d, top, "/dev") < 0 || mkdir(d, 0755) < 0 ||
+        mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NOEXEC,
+              "mode=755,size=65536,nr_inodes=512") < 0)
+        return mount_fail(err, "new", "/dev", errno);
+    struct stat st;
+    for (int i = 0; view_dev[i]; i++) {
+        path_cat(h, sizeof h, "/dev/", view_dev[i]);
+        if (stat(h, &st) == 0 && view_bind(top, h, 0) < 0)
+            return mount_fail(err, "view bind", h, errno);
+    }
+    int fd = open("/dev", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return mount_fail(err, "read", "/dev", errno);
+    char buf[4096];
+    long nb;
+    int r = 0;
+    while (!r && (nb = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+        for (long off = 0; off < nb && !r;) {
+            const struct dirent64 *e = (const void *)(buf + off);
+            off += e->d_reclen;
+            if (strncmp(e->d_name, "nvidia", 6) && strcmp(e->d_name, "dri"))
+                continue;
+            if (path_cat(h, sizeof h, "/dev/", e->d_name) < 0)
+                continue;
+            if (lstat(h, &st) < 0 || S_ISLNK(st.st_mode))
+                continue;
+            if (view_bind(top, h, S_ISDIR(st.st_mode)) < 0)
+                r = mount_fail(err, "view bind", h, errno);
+        }
+    }
+    close(fd);
+    static const char *const link[][2] = {{"/proc/self/fd", "/dev/fd"},
+                                          {"/proc/self/fd/0", "/dev/stdin"},
+                                          {"/proc/self/fd/1", "/dev/stdout"},
+                                          {"/proc/self/fd/2", "/dev/stderr"}};
+    for (int i = 0; i < 4 && !r; i++)
+        if (path_cat(d, sizeof d, top, link[i][1]) < 0 ||
+            symlink(link[i][0], d) < 0)
+            r = mount_fail(err, "view link", link[i][1], errno);
+    if (!r && (path_cat(d, sizeof d, top, "/dev/shm") < 0 || mkdir(d, 0755)))
+        r = mount_fail(err, "view dir", "/dev/shm", errno);
+    view_mark("/dev");
+    return r;
+}
+
+/* Builds the new root on a tmpfs mounted on the workdir (a directory that
+ * exists and is the task's own; the task's own tmpfs goes on top+workdir
+ * later): /proc and /sys bound whole, the new /dev, the system's part and
+ * cfg->view_paths, and empty mount points for /tmp, /var/tmp, the workdir
+ * and the kept directories. */
+static int view_build(const kg_sandbox_cfg *cfg, const char *top, kg_err *err)
+{
+    view_nbound = 0;
+    if (mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV,
+              "mode=755,size=1048576,nr_inodes=4096") < 0)
+        return mount_fail(err, "new root on", top, errno);
+    static const char *const whole[] = {"/proc", "/sys"};
+    for (int i = 0; i < 2; i++)
+        if (view_bind(top, whole[i], 1) < 0)
+            return mount_fail(err, "view bind", whole[i], errno);
+    int r = view_dev_fill(top, err);
+    for (int i = 0; view_system[i] && !r; i++)
+        r = view_add(top, view_system[i], 0, err);
+    for (int i = 0; i < KG_SANDBOX_MAX_VIEW && !r; i++)
+        if (cfg->view_paths[i])
+            r = view_add(top, cfg->view_paths[i], 0, err);
+    char d[KG_BIG_PATH];
+    static const char *const dirs[] = {"/tmp", "/var", "/var/tmp"};
+    for (int i = 0; i < 3 && !r; i++)
+        if (path_cat(d, sizeof d, top, dirs[i]) < 0 ||
+            (mkdir(d, 0755) < 0 && errno != EEXIST))
+            r = mount_fail(err, "view dir", dirs[i], errno);
+    for (int i = -1; i < KG_SANDBOX_MAX_KEEP && !r; i++) {
+        const char *k = i < 0 ? cfg->workdir : cfg->keep_paths[i];
+        if (k && !view_covered(k) &&
+            (path_cat(d, sizeof d, top, k) < 0 || mkdir_p(d) < 0))
+            r = mount_fail(err, "view dir", k, errno);
+    }
+    return r;
+}
+
+/* Into the new root, which becomes "/"; the host's root is detached. */
+static int view_enter(const char *top, kg_err *err)
+{
+    if (chdir(top) < 0)
+        return mount_fail(err, "chdir", top, errno);
+    if (syscall(SYS_pivot_root, ".", ".") < 0)
+        return mount_fail(err, "pivot_root to", top, errno);
+    /* the old root now sits on top of the new one: detach it */
+    if (umount2(".", MNT_DETACH) < 0)
+        return mount_fail(err, "detach of the old root at", top, errno);
+    if (chdir("/") < 0)
+        return sys_fail(err, "chdir /", errno);
+    /* the skeleton is root's and never the child's to change */
+    if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
+        return mount_fail(err, "read-only remount of", "/", errno);
+    return 0;
+}
+
 /* Private mount namespace: tmpfs /tmp etc. (private_tmp), read-only
- * rest (readonly_root), keep_paths bound back writable where they were. */
+ * rest (readonly_root), keep_paths bound back writable where they were,
+ * all of it in a new root of allowed paths when new_root is set. */
 static int private_mounts(const kg_sandbox_cfg *cfg, kg_err *err)
 {
     if (!cfg->private_tmp && !cfg->readonly_root)
@@ -398,25 +667,36 @@ static int private_mounts(const kg_sandbox_cfg *cfg, kg_err *err)
         if (k && keep[i] < 0 && !r)
             r = mount_fail(err, "keep path", k, errno);
     }
+    /* everything is put in place below top while the host's paths (and
+     * the held fds' mounts) are still in the namespace; the pivot comes
+     * last */
+    int view = cfg->new_root;
+    const char *top = view ? cfg->workdir : "";
+    if (!r && view)
+        r = view_build(cfg, top, err);
     if (!r && cfg->readonly_root)
-        r = make_readonly(err);
+        r = make_readonly(view ? top : "/", err);
     if (!r && cfg->private_tmp)
-        r = mount_tmp(cfg, err);
+        r = mount_tmp(cfg, top, err);
     for (int i = 0; i < KG_SANDBOX_MAX_KEEP && !r; i++) {
         const char *k = cfg->keep_paths[i];
+        char at[KG_BIG_PATH];
         if (!k)
             continue;
-        if (mkdir_p(k) < 0 || bind_fd(keep[i], k, MS_REC) < 0)
+        if (path_cat(at, sizeof at, top, k) < 0 || mkdir_p(at) < 0 ||
+            bind_fd(keep[i], at, MS_REC) < 0)
             r = mount_fail(err, "keep path", k, errno);
         /* the bind copied the read-only flag of its source: writable */
         else if (cfg->readonly_root &&
-                 mount(NULL, k, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV,
-                       NULL) < 0)
+                 mount(NULL, at, NULL,
+                       MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
             r = mount_fail(err, "writable keep path", k, errno);
     }
     for (int i = 0; i < KG_SANDBOX_MAX_KEEP; i++)
         if (keep[i] >= 0)
             close(keep[i]);
+    if (!r && view)
+        r = view_enter(top, err);
     return r;
 }
 
@@ -477,6 +757,16 @@ int kg_sandbox_enter(const kg_sandbox_cfg *cfg, kg_err *err)
     if (cfg->private_tmp && (!cfg->workdir || cfg->workdir[0] != '/'))
         return kg_errf(err, KG_EINVAL,
                        "sandbox: private_tmp needs an absolute workdir");
+    if (cfg->new_root && !cfg->private_tmp)
+        return kg_errf(err, KG_EINVAL, "sandbox: new_root needs private_tmp");
+    for (int i = 0; i < KG_SANDBOX_MAX_VIEW; i++)
+        if (cfg->view_paths[i] &&
+            (strlen(cfg->view_paths[i]) >= KG_SANDBOX_PATH_MAX ||
+             cfg->view_paths[i][0] != '/'))
+            return kg_errf(err, KG_EINVAL,
+                           "sandbox: view path must be absolute and shorter "
+                           "than %d",
+                           KG_SANDBOX_PATH_MAX);
 
     /* own session and process group: killed as a whole, no tty */
     if (setsid() < 0 && getsid(0) != getpid())

@@ -39,6 +39,7 @@
 #define KG_SANDBOX_ENV_MAX 1024  /* entries of cfg->env, HOME/TMPDIR aside */
 #define KG_SANDBOX_PATH_MAX 512
 #define KG_SANDBOX_MAX_KEEP 4 /* keep_paths entries */
+#define KG_SANDBOX_MAX_VIEW 32 /* view_paths entries */
 #define KG_SANDBOX_TMP_DEFAULT ((uint64_t)1 << 30) /* private tmpfs size */
 
 /*
@@ -109,6 +110,15 @@ typedef struct kg_sandbox_cfg {
     /* Every mount but the private tmpfs and keep_paths becomes read-only
      * (recursively; device nodes stay usable). Needs CAP_SYS_ADMIN. */
     int readonly_root;
+    /* A new root (needs private_tmp): the child sees only the system's
+     * software (/usr, /bin, /sbin, /lib*), the few files of /etc that the
+     * loader, libc, Python and gcc read, /proc, /sys, a /dev of device
+     * nodes (null, zero, full, random, urandom, tty, nvidia*, dri), the
+     * view_paths (read-only with readonly_root), its private tmpfs and
+     * keep_paths. Nothing else of the host: no home, no data directory,
+     * no other task's files. Missing view paths are skipped. */
+    int new_root;
+    const char *view_paths[KG_SANDBOX_MAX_VIEW]; /* absolute; NULL: unused */
 } kg_sandbox_cfg;
 
 /* Defaults: no limits, stdin /dev/null, stdout/stderr left, PDEATHSIG
@@ -124,6 +134,22 @@ void kg_sandbox_cfg_init(kg_sandbox_cfg *cfg);
  * with KG_SANDBOX_EXIT_SETUP) after reporting err.
  */
 int kg_sandbox_enter(const kg_sandbox_cfg *cfg, kg_err *err);
+
+/*
+ * The view_paths a child running python needs (parent side, allocates):
+ * the interpreter's prefixes, its import path and the packages torch and
+ * triton, each directory of PATH and LD_LIBRARY_PATH, CUDA_HOME,
+ * CUDA_PATH and the extra paths given (NULL-ended). Kept are the paths
+ * that exist, that every user may reach (o+x on each directory above:
+ * binding one that is not would open the way to it), and that are not
+ * already inside the system's part of the view or another kept path.
+ */
+typedef struct kg_sandbox_view {
+    int n;
+    char path[KG_SANDBOX_MAX_VIEW][KG_SANDBOX_PATH_MAX];
+} kg_sandbox_view;
+int kg_sandbox_view_collect(const char *python, const char *const *extra,
+                            kg_sandbox_view *out, kg_err *err);
 
 /*
  * Seccomp profile. Default allow; denies (EPERM unless noted) what an

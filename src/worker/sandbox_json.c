@@ -106,6 +106,22 @@ int kg_sandbox_cfg_from_json(const json_t *s, const kg_sandbox_filter *filter,
         strcpy(st->keep_paths[i], p);
         cfg->keep_paths[i] = st->keep_paths[i];
     }
+    cfg->new_root = json_is_true(json_object_get(s, "new_root"));
+    json_t *vp = json_object_get(s, "view_paths");
+    if (vp && !json_is_array(vp))
+        return kg_errf(err, KG_EINVAL, "sandbox view_paths: an array");
+    json_array_foreach(vp, i, v)
+    {
+        const char *p = json_string_value(v);
+        if (i >= KG_SANDBOX_MAX_VIEW || !p || p[0] != '/' ||
+            strlen(p) >= sizeof st->view_paths[0])
+            return kg_errf(err, KG_EINVAL,
+                           "sandbox view_paths: at most %d absolute paths "
+                           "shorter than %d",
+                           KG_SANDBOX_MAX_VIEW, KG_SANDBOX_PATH_MAX);
+        strcpy(st->view_paths[i], p);
+        cfg->view_paths[i] = st->view_paths[i];
+    }
     return 0;
 }
 

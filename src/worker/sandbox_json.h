@@ -8,7 +8,7 @@
  *    "seccomp": true, "uid": N, "gid": N, "cgroup_procs": ["..."],
  *    "keep_fds": [N...], "stdout_fd": N, "stderr_fd": N, "umask": N,
  *    "private_tmp": true, "tmp_bytes": N, "keep_paths": ["/abs", ...],
- *    "readonly_root": true}
+ *    "readonly_root": true, "new_root": true, "view_paths": ["/abs", ...]}
  */
 #ifndef KGYM_SANDBOX_JSON_H
 #define KGYM_SANDBOX_JSON_H
@@ -23,6 +23,7 @@ typedef struct kg_sandbox_json_store {
     char procs[KG_SANDBOX_MAX_CGROUPS][KG_SANDBOX_PATH_MAX + 16];
     int keep[16];
     char keep_paths[KG_SANDBOX_MAX_KEEP][KG_SANDBOX_PATH_MAX];
+    char view_paths[KG_SANDBOX_MAX_VIEW][KG_SANDBOX_PATH_MAX];
 } kg_sandbox_json_store;
 
 /* Fills cfg from s. filter is used when s asks for seccomp (may be NULL:

@@ -36,6 +36,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -532,6 +533,64 @@ def test_candidate_sees_only_its_own_tmp(crash_run: Run) -> None:
     assert set(rep["parent"]) <= {os.path.basename(cwd), "kgym-cache"}, rep
     assert rep["var_tmp"] == [] and rep["shm"] == [], rep
     assert all(v.startswith(("OSError(30)", "PermissionError(13)")) for v in rep["writes"].values()), rep
+
+
+def _plant(path: str, text: str, mode: int = 0o644) -> None:
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+
+
+@pytest.fixture(scope="module")
+def host_run() -> tuple[Run, dict[str, str]]:
+    """A candidate that reads world-readable files the test planted outside
+    its view: a fresh directory under /opt, a data directory under /var/lib
+    (where `kgym serve --data-dir` might keep its store), a home directory
+    and /root; then the honest candidate."""
+    tag = uuid.uuid4().hex[:12]
+    planted = {f"/opt/kgymfaults-{tag}/secret.txt": f"OPT-SECRET-{tag}",
+               f"/var/lib/kgymfaults-data-{tag}/kgym.db": f"DATA-SECRET-{tag}",
+               f"/root/kgymfaults-{tag}.txt": f"ROOT-SECRET-{tag}"}
+    if os.path.isdir("/home"):
+        planted[f"/home/kgymfaults-{tag}/notes.txt"] = f"HOME-SECRET-{tag}"
+    with open(os.path.join(CANDS, "read_host.py")) as f:
+        src = f.read().replace("PATHS = []  # set by the test", f"PATHS = {sorted(planted)!r}")
+    try:
+        for path, text in planted.items():
+            _plant(path, text)
+        run = run_kgym("host", ["read_host", HONEST], timeout=90, overrides={"read_host": src})
+    finally:
+        for path in planted:
+            if path.startswith("/root/"):
+                os.unlink(path)
+            else:
+                shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    return run, planted
+
+
+def test_candidate_cannot_read_the_hosts_files(host_run) -> None:
+    """The candidate's root holds the system, its Python, the harness, its
+    own dirs and the cache: files the host made world-readable elsewhere do
+    not exist for it, and nothing of them reaches its output."""
+    run, planted = host_run
+    msg = run.results[0].get("error_message") or ""
+    assert "READ_HOST " in msg, msg
+    rep = json.loads(msg.split("READ_HOST ", 1)[1])
+    for path, text in planted.items():
+        assert rep[path] == "FileNotFoundError(2)", (path, rep)
+        assert text not in json.dumps(run.results[0]), path
+    # the top directories of the kgym tree and of its Python are there
+    trees = {ROOT, os.path.realpath(ROOT), sys.prefix, os.path.realpath(sys.prefix),
+             sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    tops = {t.split("/")[1] for t in trees if t.startswith("/")}
+    for path, got in rep.items():
+        if path != "/" and path.strip("/") not in tops:
+            assert not got.startswith(("READ", "LISTED")), (path, rep)
+    system = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "sys",
+              "dev", "tmp", "var"}
+    assert set(rep["/"]) <= system | tops, rep["/"]
+    assert_honest_pass(run, [1])
 
 
 @pytest.fixture(scope="module")

@@ -1292,6 +1292,180 @@ static void test_readonly_root(void **state)
     assert_false(probe);
 }
 
+/* ---- the new root: what the child sees of the host -------------------- */
+
+struct view_arg {
+    struct mounts_arg m;
+    char dir[256];     /* /opt/kgym-test-view-PID: a host dir, world-readable */
+    char secret[300];  /* a world-readable file in it */
+    char allowed[300]; /* <dir>/allowed, given as a view path */
+    char data[300];    /* /var/lib/...: a data dir's world-readable file */
+    char home[300];    /* /home/...; "" without /home */
+    char root[300];    /* /root/...: mode 0600, root's */
+};
+
+static int v_host_view(void *arg)
+{
+    const struct view_arg *a = arg;
+    char p[KG_SANDBOX_PATH_MAX + 64], buf[64];
+    /* the host's files outside the view are not there at all */
+    const char *hidden[] = {a->secret, a->data, a->home, a->root,
+                            "/etc/shadow", "/etc/hostname", a->m.marker};
+    for (size_t i = 0; i < sizeof hidden / sizeof *hidden; i++) {
+        if (!hidden[i][0])
+            continue;
+        int fd = open(hidden[i], O_RDONLY);
+        if (fd >= 0 || errno != ENOENT) {
+            nbad++;
+            say("FAIL %s is visible (fd %d, errno %d)\n", hidden[i], fd,
+                errno);
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    /* what it needs is: a view path, the system, /etc's few, /dev, /proc */
+    snprintf(p, sizeof p, "%s/ok", a->allowed);
+    int fd = open(p, O_RDONLY);
+    EXPECT(fd >= 0 && read(fd, buf, sizeof buf) == 2 && !memcmp(buf, "ok", 2));
+    if (fd >= 0)
+        close(fd);
+    EXPECT(access("/etc/passwd", R_OK) == 0);
+    EXPECT(access("/etc/ld.so.cache", R_OK) == 0);
+    EXPECT(access("/proc/self/status", R_OK) == 0);
+    fd = open("/dev/null", O_WRONLY);
+    EXPECT(fd >= 0 && write(fd, "x", 1) == 1);
+    if (fd >= 0)
+        close(fd);
+    fd = open("/dev/urandom", O_RDONLY);
+    EXPECT(fd >= 0 && read(fd, buf, 8) == 8);
+    if (fd >= 0)
+        close(fd);
+    pid_t pid = fork(); /* through the /bin link, the loader and libc */
+    if (pid == 0) {
+        execl("/bin/true", "true", (char *)NULL);
+        _exit(127);
+    }
+    int st = -1;
+    EXPECT(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) &&
+           WEXITSTATUS(st) == 0);
+    /* its own dirs are writable, the rest is not */
+    char cwd[KG_SANDBOX_PATH_MAX + 16];
+    EXPECT(getcwd(cwd, sizeof cwd) && !strcmp(cwd, a->m.wd));
+    fd = open("mine", O_CREAT | O_WRONLY, 0600);
+    EXPECT(fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    snprintf(p, sizeof p, "%s/from-%d", a->m.cache, (int)getuid());
+    fd = open(p, O_CREAT | O_WRONLY | O_TRUNC, 0666);
+    EXPECT(fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    fd = open("/tmp/x", O_CREAT | O_WRONLY, 0600);
+    EXPECT(fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    EXPECT(mkdir("/kgym-test-view", 0700) < 0 &&
+           (errno == EROFS || errno == EACCES));
+    snprintf(p, sizeof p, "%s/new", a->allowed);
+    EXPECT(open(p, O_CREAT | O_WRONLY, 0600) < 0 &&
+           (errno == EROFS || errno == EACCES));
+    /* / holds the system's names, and /opt for the view path */
+    static const char *const ok[] = {"usr", "bin",  "sbin", "lib", "lib32",
+                                     "lib64", "libx32", "etc", "proc", "sys",
+                                     "dev", "tmp",  "var",  "opt", NULL};
+    DIR *d = opendir("/");
+    EXPECT(d != NULL);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        int known = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
+        for (int i = 0; ok[i] && !known; i++)
+            known = !strcmp(de->d_name, ok[i]);
+        if (!known) {
+            nbad++;
+            say("FAIL / shows %s\n", de->d_name);
+        }
+    }
+    if (d)
+        closedir(d);
+    return nbad;
+}
+
+/* Writes text into a new file path (mode), making its directory (0755). */
+static void plant(const char *dir, const char *path, mode_t mode,
+                  const char *text)
+{
+    if (dir)
+        assert_true(mkdir(dir, 0755) == 0 || errno == EEXIST);
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, mode);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    assert_int_equal(chmod(path, mode), 0);
+}
+
+static void test_host_view(void **state)
+{
+    (void)state;
+    NEED_ROOT("a mount namespace and pivot_root");
+    struct view_arg a;
+    memset(&a, 0, sizeof a);
+    mounts_setup(&a.m);
+    int me = (int)getpid();
+    char d2[256], d3[256];
+    snprintf(a.dir, sizeof a.dir, "/opt/kgym-test-view-%d", me);
+    snprintf(a.secret, sizeof a.secret, "%s/secret", a.dir);
+    snprintf(a.allowed, sizeof a.allowed, "%s/allowed", a.dir);
+    snprintf(d2, sizeof d2, "/var/lib/kgym-test-view-%d", me);
+    snprintf(a.data, sizeof a.data, "%s/task.py", d2);
+    snprintf(a.root, sizeof a.root, "/root/kgym-test-view-%d", me);
+    struct stat st;
+    if (stat("/home", &st) == 0) {
+        snprintf(d3, sizeof d3, "/home/kgym-test-view-%d", me);
+        snprintf(a.home, sizeof a.home, "%s/notes", d3);
+        plant(d3, a.home, 0644, "home");
+    }
+    assert_true(mkdir("/opt", 0755) == 0 || errno == EEXIST);
+    plant(a.dir, a.secret, 0644, "secret");
+    char ok[320];
+    snprintf(ok, sizeof ok, "%s/ok", a.allowed);
+    plant(a.allowed, ok, 0644, "ok");
+    plant(d2, a.data, 0644, "data");
+    plant(NULL, a.root, 0600, "root");
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.workdir = a.m.wd;
+    cfg.private_tmp = 1;
+    cfg.readonly_root = 1;
+    cfg.new_root = 1;
+    cfg.keep_paths[0] = a.m.cache;
+    cfg.view_paths[0] = a.allowed;
+    cfg.view_paths[1] = "/nonexistent/kgym-test-view"; /* skipped */
+    /* as a candidate's uid, and as uid 0 without capabilities, which
+     * could read even a 0600 file of root's */
+    struct child c1, c2;
+    cfg.uid = cfg.gid = 65534;
+    run(&cfg, v_host_view, &a, &c1);
+    cfg.uid = cfg.gid = -1;
+    run(&cfg, v_host_view, &a, &c2);
+    char p[KG_SANDBOX_PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/from-65534", a.m.cache);
+    int cached = access(p, F_OK) == 0;
+    snprintf(p, sizeof p, "%s/from-0", a.m.cache);
+    cached += access(p, F_OK) == 0;
+    snprintf(p, sizeof p, "%s/new", a.allowed);
+    int wrote = access(p, F_OK) == 0;
+    unlink(a.root);
+    kg_sandbox_rmtree(a.dir, NULL);
+    kg_sandbox_rmtree(d2, NULL);
+    if (a.home[0])
+        kg_sandbox_rmtree(d3, NULL);
+    mounts_cleanup(&a.m);
+    assert_exit0(&c1);
+    assert_exit0(&c2);
+    assert_int_equal(cached, 2);
+    assert_false(wrote);
+}
+
 static void test_private_tmp_bad_config(void **state)
 {
     (void)state;
@@ -1306,6 +1480,14 @@ static void test_private_tmp_bad_config(void **state)
     cfg.keep_paths[0] = "relative/path";
     assert_int_equal(kg_sandbox_enter(&cfg, &e), KG_EINVAL);
     assert_non_null(strstr(e.msg, "keep path"));
+    kg_sandbox_cfg_init(&cfg);
+    cfg.new_root = 1;
+    assert_int_equal(kg_sandbox_enter(&cfg, &e), KG_EINVAL);
+    assert_non_null(strstr(e.msg, "new_root needs private_tmp"));
+    kg_sandbox_cfg_init(&cfg);
+    cfg.view_paths[3] = "usr";
+    assert_int_equal(kg_sandbox_enter(&cfg, &e), KG_EINVAL);
+    assert_non_null(strstr(e.msg, "view path"));
 }
 
 static void test_json_private_fields(void **state)
@@ -1319,7 +1501,8 @@ static void test_json_private_fields(void **state)
     json_t *s = json_loads(
         "{\"workdir\":\"/w\",\"private_tmp\":true,\"tmp_bytes\":1048576,"
         "\"readonly_root\":true,\"umask\":7,\"keep_paths\":[\"/c1\",\"/c2\"],"
-        "\"uid\":65401,\"gid\":65400}",
+        "\"uid\":65401,\"gid\":65400,\"new_root\":true,"
+        "\"view_paths\":[\"/v1\"]}",
         0, &je);
     assert_non_null(s);
     assert_int_equal(kg_sandbox_cfg_from_json(s, NULL, &cfg, &st, &en, &e), 0);
@@ -1332,6 +1515,9 @@ static void test_json_private_fields(void **state)
     assert_string_equal(cfg.keep_paths[1], "/c2");
     assert_null(cfg.keep_paths[2]);
     assert_int_equal(cfg.uid, 65401);
+    assert_int_equal(cfg.new_root, 1);
+    assert_string_equal(cfg.view_paths[0], "/v1");
+    assert_null(cfg.view_paths[1]);
     /* absent: off, umask kept */
     s = json_loads("{}", 0, &je);
     assert_int_equal(kg_sandbox_cfg_from_json(s, NULL, &cfg, &st, &en, &e), 0);
@@ -1340,6 +1526,8 @@ static void test_json_private_fields(void **state)
     assert_int_equal(cfg.readonly_root, 0);
     assert_int_equal(cfg.umask, -1);
     assert_null(cfg.keep_paths[0]);
+    assert_int_equal(cfg.new_root, 0);
+    assert_null(cfg.view_paths[0]);
     /* bad values: a clear error each */
     const char *bad[][2] = {
         {"{\"umask\":512}", "umask"},
@@ -1350,6 +1538,9 @@ static void test_json_private_fields(void **state)
         {"{\"keep_paths\":[\"rel\"]}", "keep_paths"},
         {"{\"keep_paths\":[1]}", "keep_paths"},
         {"{\"keep_paths\":[\"/a\",\"/b\",\"/c\",\"/d\",\"/e\"]}", "keep_paths"},
+        {"{\"view_paths\":\"/v\"}", "view_paths"},
+        {"{\"view_paths\":[\"v\"]}", "view_paths"},
+        {"{\"view_paths\":[null]}", "view_paths"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         s = json_loads(bad[i][0], 0, &je);
@@ -1555,6 +1746,81 @@ static void test_torch_smoke(void **state)
     assert_exit0(&c);
 }
 
+/*
+ * The same smoke run in the candidate's own root, as a candidate uid: the
+ * view paths are what kg_sandbox_view_collect finds for this interpreter
+ * (with a PATH entry under /root, which no candidate uid may reach, left
+ * out), plus the script's directory. The interpreter is exec'd through the
+ * venv's path as named (a symlink chain here).
+ */
+static void test_torch_smoke_new_root(void **state)
+{
+    (void)state;
+    NEED_ROOT("a mount namespace and pivot_root");
+    char py[1024], script[1100], cwd[900], victims[1024];
+    const char *kp = getenv("KGYM_PYTHON");
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    snprintf(py, sizeof py, "%s", kp && *kp ? kp : ".venv/bin/python");
+    if (py[0] != '/')
+        snprintf(py, sizeof py, "%s/%s", cwd,
+                 kp && *kp ? kp : ".venv/bin/python");
+    snprintf(victims, sizeof victims, "%s/tests/unit/sandbox_victims", cwd);
+    snprintf(script, sizeof script, "%s/torch_check.py", victims);
+    if (access(py, X_OK) < 0 || access(script, R_OK) < 0) {
+        printf("    skipped: no %s or %s\n", py, script);
+        skip();
+    }
+    char hidden[64], *old_path = getenv("PATH");
+    char saved[4096];
+    snprintf(saved, sizeof saved, "%s", old_path ? old_path : "");
+    snprintf(hidden, sizeof hidden, "/root/kgym-test-bin-%d", (int)getpid());
+    assert_true(mkdir(hidden, 0755) == 0 || errno == EEXIST);
+    char path[4200];
+    snprintf(path, sizeof path, "%s:%s", hidden, saved);
+    setenv("PATH", path, 1);
+    const char *extra[] = {victims, NULL};
+    static kg_sandbox_view view;
+    kg_err e = {{0}};
+    int rc = kg_sandbox_view_collect(py, extra, &view, &e);
+    setenv("PATH", saved, 1);
+    rmdir(hidden);
+    if (rc)
+        fail_msg("view: %s", e.msg);
+    int has_victims = 0;
+    for (int i = 0; i < view.n; i++) {
+        printf("    view: %s\n", view.path[i]);
+        assert_null(strstr(view.path[i], "/root/kgym-test-bin"));
+        has_victims |= !strcmp(view.path[i], victims);
+    }
+    assert_true(has_victims);
+    char wd[KG_SANDBOX_PATH_MAX];
+    assert_int_equal(kg_sandbox_mkdtemp(base, wd, sizeof wd, NULL), 0);
+    assert_int_equal(chown(wd, 65534, 65534), 0);
+    const char *env[] = {"PATH=/usr/local/bin:/usr/bin:/bin",
+                         "TRITON_INTERPRET=1", "PYTHONDONTWRITEBYTECODE=1",
+                         NULL};
+    kg_sandbox_cfg cfg;
+    default_cfg(&cfg);
+    cfg.filter = &filter_wx;
+    cfg.workdir = wd;
+    cfg.env = env;
+    cfg.cpu_seconds = 60;
+    cfg.fsize_bytes = 64u << 20;
+    cfg.nofile = 1024;
+    cfg.uid = cfg.gid = 65534;
+    cfg.private_tmp = 1;
+    cfg.readonly_root = 1;
+    cfg.new_root = 1;
+    for (int i = 0; i < view.n; i++)
+        cfg.view_paths[i] = view.path[i];
+    char *argv[] = {py, script, "--quick", NULL};
+    struct child c;
+    start(&cfg, v_python, argv, &c);
+    finish(&c, 60000);
+    assert_int_equal(kg_sandbox_rmtree(wd, NULL), 0);
+    assert_exit0(&c);
+}
+
 #define T(f) cmocka_unit_test_teardown(f, teardown)
 
 int main(void)
@@ -1580,6 +1846,7 @@ int main(void)
         T(test_uid_switch),
         T(test_private_tmp),
         T(test_readonly_root),
+        T(test_host_view),
         T(test_private_tmp_bad_config),
         T(test_json_private_fields),
         T(test_nproc_uid),
@@ -1589,6 +1856,7 @@ int main(void)
         T(test_cgroup_pids),
         T(test_cgroup_catches_escapee),
         T(test_torch_smoke),
+        T(test_torch_smoke_new_root),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
