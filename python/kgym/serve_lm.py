@@ -18,7 +18,8 @@ Endpoints:
   compares the same function); with `return_token_ids: true` each choice
   has `token_ids`, the sampled ids, the EOS included when it stopped
   there (its logprob is in the list too). `finish_reason` is `stop` (EOS
-  or a stop string) or `length`.
+  or a stop string) or `length`. NUL characters are left out of the
+  text (JSON parsers such as kgym's refuse them); the ids keep them.
 - `POST /v1/reload` `{"model": DIR}` (or SIGHUP: the last directory
   again): loads the checkpoint, and answers once requests are served by
   it; requests arriving meanwhile wait.
@@ -256,8 +257,11 @@ class Engine:
                 if self.eos is not None and self.eos in toks:
                     toks, finish = toks[:toks.index(self.eos) + 1], "stop"
                 texts.append((toks, lp[i][:len(toks)], finish))
+            # NUL characters are dropped from the text (the ids keep them):
+            # JSON parsers such as jansson, kgym's, refuse "\u0000" in strings
             decoded = [self.tok.decode([t for t in toks if t != self.eos],
-                                       skip_special_tokens=False) for toks, _, _ in texts]
+                                       skip_special_tokens=False).replace("\x00", "")
+                       for toks, _, _ in texts]
         ntok = 0
         at = 0
         for j in batch:
