@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=sorted(MODES), default="toy")
     ap.add_argument("--out", required=True)
     ap.add_argument("--rounds", type=int, help="RL rounds per estimator (mode default)")
+    ap.add_argument("--problems", help="a KernelBench tree with solutions (mode default)")
+    ap.add_argument("--backend", help="the tasks' backend (mode default)")
+    ap.add_argument("--only", help="one problem's stem (default: all of --levels)")
     ap.add_argument("--levels", help="comma-separated levels of the problem set")
     ap.add_argument("--samples", type=int)
     ap.add_argument("--turns", type=int)
@@ -267,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         raise Fail(f"stopped by signal {sig}")
     signal.signal(signal.SIGTERM, on_term)
     m = dict(MODES[a.mode])
-    for k in ("rounds", "levels", "samples", "turns", "sft_steps", "rl_steps", "max_tokens",
-              "budget_s", "deadline_s"):
+    for k in ("problems", "backend", "only", "rounds", "levels", "samples", "turns",
+              "sft_steps", "rl_steps", "max_tokens", "budget_s", "deadline_s"):
         if getattr(a, k) is not None:
             m[k] = getattr(a, k)
     t_start = time.monotonic()
