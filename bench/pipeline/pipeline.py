@@ -58,7 +58,7 @@ MODES = {
                 rl_lr=5e-5, rounds=3, max_batch=256, batch_wait=0.5, max_len=8192,
                 stage_s=300, sft_max_len=4096,
                 fields=["--num-correct-trials", "2", "--num-perf-trials", "20",
-                        "--eval-timeout", "240"], budget_s=330, deadline_s=520),
+                        "--eval-timeout", "240"], budget_s=330, deadline_s=450),
 }
 ROLLOUT_DONE = re.compile(
     r"(\d+)/(\d+) trajectories in .*?; (\d+) evaluations, pass (\d+), hacked (\d+), "

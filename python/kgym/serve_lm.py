@@ -244,12 +244,12 @@ class Engine:
         with self.lock, torch.no_grad():
             out = self.model.generate(input_ids=ids, attention_mask=attn, **kw)
             new = out.sequences[:, width:]
-            if out.logits:
-                logits = torch.stack(out.logits, dim=1).float()  # (B, T, V), raw
-                lp = torch.log_softmax(logits, dim=-1).gather(
-                    -1, new.unsqueeze(-1)).squeeze(-1)
-            else:
-                lp = torch.zeros(new.shape)
+            # each step's raw logits (B, V) -> the sampled token's logprob, one
+            # step at a time (a (B, T, V) stack would hold gigabytes)
+            lp = torch.zeros(new.shape, dtype=torch.float32, device=new.device)
+            for t, lg in enumerate(out.logits or ()):
+                lp[:, t] = torch.log_softmax(lg.float(), dim=-1).gather(
+                    -1, new[:, t:t + 1]).squeeze(-1)
             new, lp = new.tolist(), lp.tolist()
             texts = []
             for i, (j, _) in enumerate(rows):
