@@ -188,8 +188,11 @@ def rows_facts(path: str) -> dict:
             "rows_with_logprobs": with_lp}
 
 
-def metrics(out: str) -> dict:
-    with open(os.path.join(out, "metrics.jsonl")) as f:
+def metrics(out: str, keep: str) -> dict:
+    """A training run's metrics.jsonl summed up, and copied to keep (the
+    checkpoints' folder may be removed)."""
+    shutil.copy(os.path.join(out, "metrics.jsonl"), keep)
+    with open(keep) as f:
         ms = [json.loads(x) for x in f]
     return {"steps": len(ms), "loss_first": ms[0]["loss"], "loss_last": ms[-1]["loss"],
             "mrs_checked": sum(x.get("mrs_checked", 0) for x in ms),
@@ -264,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--model", help="an existing model directory instead of tiny-model's")
     ap.add_argument("--workers", default="auto", help="kgym serve --workers")
+    ap.add_argument("--work", help="where the models, checkpoints and kgym serve's data go "
+                                   "(kept); default a temporary folder, removed at the end")
     a = ap.parse_args(argv)
 
     def on_term(sig, _frame):  # the servers are ended in main's finally
@@ -306,9 +311,20 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{name}: {json.dumps(stages[name])}")
 
     try:
+        # the models and checkpoints (hundreds of MB each), kgym serve's data
+        # and the candidates' work dirs: out of the output folder, in a
+        # folder uid nobody can reach (the output folder's parents may not be)
+        if a.work:
+            work = os.path.abspath(a.work)
+            os.makedirs(work, exist_ok=True)
+        else:
+            work = tempfile.mkdtemp(prefix="kgym-pipeline-", dir="/tmp")
+            cleanup.append(work)
+        os.chmod(work, 0o755)
+        record["work"] = work
         # 1. the model
         t0 = time.monotonic()
-        model0 = a.model or os.path.join(out, "model0")
+        model0 = a.model or os.path.join(work, "model0")
         if not a.model:
             info = json.loads(run([os.path.join(ROOT, "scripts", "tiny-model"), model0,
                                    "--size", m["size"], "--seed", str(a.seed)],
@@ -320,11 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         # 2. kgym serve, the problems, the teacher
         t0 = time.monotonic()
         probs = problem_set(m, out)
-        # kgym serve's data and the candidates' work dirs: a folder uid
-        # nobody can reach (the output folder's parents may not be)
-        sdir = tempfile.mkdtemp(prefix="kgym-pipeline-", dir="/tmp")
+        sdir = os.path.join(work, "serve")
+        os.makedirs(sdir)
         os.chmod(sdir, 0o755)
-        cleanup.append(sdir)
         server = procs.start("kgym serve", [kgym, "serve", "--listen", "127.0.0.1:0",
                                             "--data-dir", os.path.join(sdir, "data"),
                                             "--workers", a.workers],
@@ -362,13 +376,13 @@ def main(argv: list[str] | None = None) -> int:
         if not kept:
             raise Fail(f"{sft}: the teacher gave no usable trajectory")
         t0 = time.monotonic()
-        sft_out = os.path.join(out, "ckpt", "sft")
+        sft_out = os.path.join(work, "ckpt", "sft")
         run([kgym, "train", "--sft", sft, "--model", model0, "--out", sft_out,
              "--steps", str(m["sft_steps"]), "--batch-size", str(m["sft_batch"]),
              "--lr", str(m["sft_lr"]), "--max-len", str(m["sft_max_len"]), "--val-frac", "0.2",
              "--eval-every", str(max(1, m["sft_steps"] // 4)), "--seed", str(a.seed)],
             os.path.join(logs, "train-sft.log"), tmo(), env)
-        stage("sft", t0, **metrics(sft_out))
+        stage("sft", t0, **metrics(sft_out, os.path.join(logs, "metrics-sft.jsonl")))
 
         # 4. serve the model, round 0
         t0 = time.monotonic()
@@ -394,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
             run([kgym, "rollout", "--policy", lm, "--model", "tiny", *common, *sampling,
                  "--seed", str(seed), "--out", rows], logf, tmo(), env)
             after = http_json(lm + "/health")["stats"]
-            rd = {"name": name, "checkpoint": os.path.relpath(ckpt, out), "rows_file":
+            rd = {"name": name, "checkpoint": os.path.relpath(ckpt, work), "rows_file":
                   os.path.relpath(rows, out), "reload_s": round(reload_s, 2),
                   "rollout": rollout_summary(logf), **rows_facts(rows),
                   "generation": {k: round(after[k] - before[k], 3) for k in after}}
@@ -419,14 +433,14 @@ def main(argv: list[str] | None = None) -> int:
                 for e in ests:
                     prev, pck = state[e]
                     rows = os.path.join(out, "rounds", f"{prev}.jsonl")
-                    tout = os.path.join(out, "ckpt", f"{e}-r{k}")
+                    tout = os.path.join(work, "ckpt", f"{e}-r{k}")
                     t0 = time.monotonic()
                     run([kgym, "train", rows, "--model", pck, "--out", tout, "--estimator", e,
                          "--token-ids", "rows", "--steps", str(m["rl_steps"]),
                          "--batch-size", str(m["rl_batch"]), "--lr", str(m["rl_lr"]),
                          "--max-len", str(m["max_len"]), "--seed", str(a.seed + k)],
                         os.path.join(logs, f"train-{e}-r{k}.log"), tmo(), env)
-                    tm = {"seconds_wall": round(time.monotonic() - t0, 2), **metrics(tout)}
+                    tm = {"seconds_wall": round(time.monotonic() - t0, 2), **metrics(tout, os.path.join(logs, f"metrics-{e}-r{k}.jsonl"))}
                     rd = roll(f"r{k}-{e}", last_ckpt(tout), a.seed * 1000 + k)
                     rd["train"] = {"on": prev, "estimator": e, **tm}
                     state[e] = (f"r{k}-{e}", last_ckpt(tout))
