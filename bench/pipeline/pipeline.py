@@ -52,13 +52,17 @@ MODES = {
                 rl_lr=1e-4, rounds=1, max_batch=64, batch_wait=0.05, max_len=8192,
                 stage_s=240, sft_max_len=8192, fields=[],
                 budget_s=0, deadline_s=0),
-    "gpu": dict(size="small", problems="problems/gpu", levels="level1", only=None,
+    # gpu: two problems, so a rollout of 16 x 3 is at most 96 evaluations on
+    # the one GPU worker (about a second each): round 0 and one round of
+    # each estimator fit in about 7 minutes
+    "gpu": dict(size="small", problems="problems/gpu", levels="level1",
+                only="1_GELU,2_RowSoftmax",
                 backend="triton", t_samples=4, t_turns=3, sft_steps=200, sft_batch=4,
-                sft_lr=1e-3, samples=16, turns=3, max_tokens=1024, rl_steps=8, rl_batch=16,
+                sft_lr=1e-3, samples=16, turns=3, max_tokens=768, rl_steps=8, rl_batch=16,
                 rl_lr=5e-5, rounds=3, max_batch=256, batch_wait=0.5, max_len=8192,
                 stage_s=300, sft_max_len=4096,
                 fields=["--num-correct-trials", "2", "--num-perf-trials", "20",
-                        "--eval-timeout", "240"], budget_s=330, deadline_s=450),
+                        "--eval-timeout", "240"], budget_s=330, deadline_s=480),
 }
 ROLLOUT_DONE = re.compile(
     r"(\d+)/(\d+) trajectories in .*?; (\d+) evaluations, pass (\d+), hacked (\d+), "
@@ -146,7 +150,7 @@ def problem_set(m: dict, out: str) -> str:
         os.makedirs(os.path.join(dst, level, "solutions"), exist_ok=True)
         for f in sorted(os.listdir(src)):
             stem = f[:-3]
-            if not f.endswith(".py") or (m["only"] and stem != m["only"]):
+            if not f.endswith(".py") or (m["only"] and stem not in m["only"].split(",")):
                 continue
             shutil.copy(os.path.join(src, f), os.path.join(dst, level, f))
             sol = os.path.join(src, "solutions", f"{stem}.{m['backend']}.py")
@@ -250,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, help="RL rounds per estimator (mode default)")
     ap.add_argument("--problems", help="a KernelBench tree with solutions (mode default)")
     ap.add_argument("--backend", help="the tasks' backend (mode default)")
-    ap.add_argument("--only", help="one problem's stem (default: all of --levels)")
+    ap.add_argument("--only", help="comma-separated problem stems (mode default; "
+                                   "'' for all of --levels)")
     ap.add_argument("--levels", help="comma-separated levels of the problem set")
     ap.add_argument("--samples", type=int)
     ap.add_argument("--turns", type=int)
