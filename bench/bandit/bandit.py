@@ -53,7 +53,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 from kgym import rl  # noqa: E402
 from kgym.client import Client  # noqa: E402
 
-KINDS = ("fused", "lazy", "slow", "wrong", "hacked")
+KINDS = ("fused", "lazy", "forged", "slow", "wrong", "hacked")
 
 
 # ---- the policy and its update (pure Python, tested by hand) ----------------
@@ -428,7 +428,7 @@ def run_bandit(problems: list[Problem], runs: list[RunSpec], ev: Evaluator, *, s
             for p in problems:
                 pi = softmax(logits[(r.name, p.name)])
                 d = dict(zip(p.kinds, pi))
-                fs.append("/".join(f"{d.get(k, 0):.2f}" for k in ("fused", "lazy", "hacked")))
+                fs.append("/".join(f"{d.get(k, 0):.2f}" for k in ("fused", "lazy", "forged", "hacked")))
             msg.append(f"{r.name} {' '.join(fs)}")
         log("bandit: " + " | ".join(msg))
     return {"logits": logits, "seconds": time.monotonic() - t_start, "stopped": stopped}
@@ -553,7 +553,7 @@ def figure(rows: list[dict], title: str):
         g = (r.get("experiment", ""), r["problem"])
         if g not in groups:
             groups.append(g)
-    kinds = ("fused", "lazy", "hacked")
+    kinds = ("fused", "lazy", "forged", "hacked")
     fig, axes = plt.subplots(len(groups), len(kinds) + 1,
                              figsize=(4.2 * (len(kinds) + 1), 3.0 * len(groups)), squeeze=False)
     styles = ["-", "--", "-.", ":", (0, (3, 1, 1, 1))]
@@ -710,7 +710,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if o.get("kind") == "step":
                 o.setdefault("experiment", "evals per " + o.get("evals_mode", "?"))
                 all_rows.append(o)
-        plot(all_rows, a.out + ".png", f"kernel bandit ({a.backend}, N={a.samples}, SGD on logits)")
+        try:
+            plot(all_rows, a.out + ".png", f"kernel bandit ({a.backend}, N={a.samples}, SGD on logits)")
+        except ImportError as e:  # a machine without matplotlib: plot PREFIX.jsonl elsewhere
+            log(f"bandit: no plot ({e}); the rows are in {a.out}.jsonl")
     return 0
 
 
