@@ -276,4 +276,16 @@ MUTATIONS = [
              "        return (s is not None and s > self.req[\"speedup_recheck_bound\"]",
              "        return (False and s > self.req[\"speedup_recheck_bound\"]",
              ["tests/harness/test_integrity_speedup.py -k rechecked"]),
+    Mutation("warm-unfit-spare-used", "a spare whose warm-up failed takes no task as if "
+             "fit", "harness/kgym_harness/judge.py",
+             "    if warm.get(\"error\"):\n        return str(warm[\"error\"])\n",
+             "    if False:\n        return str(warm[\"error\"])\n",
+             ["tests/harness/test_warm_unfit.py"]),
+    Mutation("warm-part-reply-left", "a warm part of the judge's that fails still reads "
+             "the candidate's reply", "harness/kgym_harness/judge.py",
+             "        except Exception as e:  # noqa: BLE001 - raised after the reply is read\n"
+             "            failed = e\n",
+             "        except Exception as e:  # noqa: BLE001 - raised after the reply is read\n"
+             "            raise\n",
+             ["tests/harness/test_warm_unfit.py -k reply"]),
 ]
