@@ -288,4 +288,12 @@ MUTATIONS = [
              "        except Exception as e:  # noqa: BLE001 - raised after the reply is read\n"
              "            raise\n",
              ["tests/harness/test_warm_unfit.py -k reply"]),
+    Mutation("profiler-early-not-joined", "the early profiler start ends before the "
+             "candidate's code runs", "harness/kgym_harness/candidate.py",
+             "    _PROF_EARLY.pop().join()\n", "    _PROF_EARLY.pop()\n",
+             ["tests/harness/test_profiler_early.py"]),
+    Mutation("warm-preload-ignores-task", "a spare whose task came stops its preload",
+             "harness/kgym_harness/judge.py",
+             "        if task_waits is not None and task_waits():\n",
+             "        if False:\n", ["tests/harness/test_warm_unfit.py -k preload"]),
 ]

@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import threading
+import time
 
 import pytest
 
@@ -67,7 +68,7 @@ def _run_spare(monkeypatch, hand_over: bool) -> tuple[bytes, bool]:
     """run_warm_judge with a warm-up that failed; returns what it wrote on
     the result pipe and whether it left the task's go byte unread."""
     monkeypatch.setattr(judge, "_warm_pair",
-                        lambda chan, lock: {"error": "RuntimeError: CUDA error: out of memory"})
+                        lambda chan, lock, task_fd=None: {"error": "RuntimeError: CUDA error: out of memory"})
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     tr, tw = os.pipe()
     rr, rw = os.pipe()
@@ -114,3 +115,28 @@ def test_a_task_handed_to_an_unfit_spare_is_infra_error(monkeypatch, tmp_path) -
     assert r["verdict"] == "infra_error", r
     assert "warm pair failed" in r["error_message"] and "out of memory" in r["error_message"], r
     assert r["task_id"] == "t1"
+
+
+def test_a_spare_whose_task_came_cuts_its_preload() -> None:
+    """The preload only makes the task's first checked call cheaper: once
+    the task waits for the spare, no further unit is loaded (and nothing
+    is sent to the candidate), the rest loads lazily in the task."""
+    from kgym_harness import prewarm
+    from kgym_harness.devlock import DeviceLock
+    ours, theirs = _pair()
+    try:
+        out: dict = {}
+        asked = []
+        ours.deadline = time.monotonic() + 3  # a unit sent would wait for no reply
+
+        def waits() -> bool:
+            asked.append(1)
+            return True
+        judge._preload_pair(ours, out, DeviceLock(None), "cpu", waits)
+        assert out["preload_cut"] == prewarm.units()[0] and asked == [1], out
+        theirs.sock.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            theirs.sock.recv(1)  # nothing was sent
+    finally:
+        ours.close()
+        theirs.close()
