@@ -2,7 +2,8 @@
 # kgym's speed, the previous build beside this one (bench/speed/speed.py):
 # cold kgym eval, warm (six in one engine), a group of 16 distinct candidates
 # through kgym serve --workers auto and through kgym serve + kgym worker
-# --concurrency 4, and the rollout benchmark (bench/rollout/run.py).
+# --concurrency 4, the rollout benchmark (bench/rollout/run.py), and the
+# fault kinds back to back then two honest tasks in one kgym eval.
 #
 #   bench/speed/run.sh PREV [CUR] [--dry] [speed.py flags...]
 #

@@ -20,6 +20,10 @@ Triton; 5 correctness and 100 timed trials, profiling and hack checks on):
          to `kgym serve` plus `kgym worker --concurrency 4`; the wall of
          the submit alone (the workers registered before)
  rollout bench/rollout/run.py, 16 x 3 x --rollout-problems (default 2)
+ faults  the fault kinds back to back in one kgym eval (segfault, spin,
+         host and device memory bombs, fork bomb, kill-parent, daemon,
+         connect-out; 15 s timeout), then two honest GELU tasks: they pass;
+         --dry: the quick kinds only
 --dry: the same on the CPU with problems/cpu's Linear+ReLU (backend cpu,
 1 correctness and 3 timed trials, no profiling) and a 2 x 2 x 1 rollout:
 the script's own test, no figure claimed.
@@ -48,11 +52,15 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 from variants import distinct  # noqa: E402
 
 LINES: list[str] = []
+LOG: list = []  # the .txt, written line by line (a run cut short keeps its lines)
 
 
 def say(s: str = "") -> None:
     print(s, flush=True)
     LINES.append(s)
+    if LOG:
+        LOG[0].write(s + "\n")
+        LOG[0].flush()
 
 
 class Side:
@@ -145,6 +153,55 @@ def warm(side: Side, cfg: dict) -> dict:
             "median_later_s": round(statistics.median(later), 3),
             "later_s": [round(x, 3) for x in later], "verdicts": verdicts(res),
             "phases_last": phases(res[-1]) if res else ""}
+
+
+FAULTS = ["segfault", "infinite_loop", "alloc_unbounded", "fork_bomb", "kill_parent", "daemon",
+          "network"]
+GPU_BOMB = (  # the device's memory taken until the allocator refuses, then held
+    "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+    "    def forward(self, x):\n        hog = []\n        try:\n"
+    "            while True:\n"
+    "                hog.append(torch.empty(1 << 30, dtype=torch.uint8, device=x.device))\n"
+    "        except RuntimeError as e:\n"
+    "            raise RuntimeError(f'GPU_BOMB took {len(hog)} GiB: {str(e)[:80]}')\n")
+
+
+def faults(side: Side, cfg: dict, tmp: str) -> dict:
+    """The fault kinds back to back in one kgym eval (one engine), on the
+    GPU a device-memory bomb among them, then two honest tasks, which must
+    pass (tests/faults/test_fault_sequence.py is the CPU's)."""
+    fdir = os.path.join(ROOT, "tests", "faults", "candidates")
+    # dry: the quick kinds only (the CPU's whole sequence is the test's)
+    kinds = [f for f in FAULTS if not cfg["dry"] or f not in
+             ("infinite_loop", "alloc_unbounded", "fork_bomb")]
+    cands = [os.path.join(fdir, f + ".py") for f in kinds]
+    if cfg["dry"]:
+        ref, honest, backend = (os.path.join(ROOT, "tests", "faults", "ref.py"),
+                                os.path.join(fdir, "honest.py"), "cpu")
+    else:
+        bomb = os.path.join(tmp, "gpu_bomb.py")
+        with open(bomb, "w") as f:
+            f.write(GPU_BOMB)
+        os.chmod(bomb, 0o644)
+        cands.insert(3, bomb)
+        ref = os.path.join(ROOT, "problems", "gpu", "level1", "1_GELU.py")
+        honest, backend = os.path.join(ROOT, "problems", "gpu", "level1", "solutions",
+                                       "1_GELU.triton.py"), "triton"
+    cands += [honest, honest]
+    cmd = [side.kgym, "eval", "--ref", ref, "--json", "--device", cfg["device"], "--backend",
+           backend, "--num-correct-trials", "2", "--num-perf-trials", "10", "--timeout", "15"]
+    for c in cands:
+        cmd += ["--cand", c]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=side.env(), timeout=600)
+    wall = time.perf_counter() - t0
+    res = results_of(p.stdout)
+    rows = [f"{r.get('verdict')}: {(r.get('error_message') or '')[:110]}" for r in res]
+    # kgym eval prints in completion order; the honest ones are the passes
+    # or, failing, the results that name no fault
+    honest_ok = sum(r.get("verdict") == "pass" for r in res)
+    return {"wall_s": round(wall, 1), "results": len(res), "of": len(cands),
+            "honest_passed": honest_ok, "rows": rows}
 
 
 def free_port() -> int:
@@ -270,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry", action="store_true", help="CPU: the script's own test")
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench",
                                                                           "results"))
-    ap.add_argument("--only", default="cold,warm,group,rollout")
+    ap.add_argument("--only", default="cold,warm,group,rollout,faults")
     ap.add_argument("--rollout-problems", type=int, default=2)
     a = ap.parse_args(argv)
     only = set(a.only.split(","))
@@ -286,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
            "ro_turns": 3 if gpu else 2, "ro_problems": a.rollout_problems if gpu else 1}
     os.makedirs(a.out, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d-%H%M", time.gmtime())
+    base = os.path.join(a.out, f"speed-{'dry-' if a.dry else ''}{stamp}")
+    LOG.append(open(base + ".txt", "w"))
     sides = [Side("prev", a.prev), Side("cur", a.cur)]
     say(f"# speed {'DRY (cpu, no figure claimed)' if a.dry else 'gpu'} {stamp} UTC, "
         f"host {os.uname().nodename}")
@@ -343,17 +402,22 @@ def main(argv: list[str] | None = None) -> int:
             compare("rollout: env s per problem-turn", "env_s_per_problem_turn", p, c)
             compare("rollout: evaluations / s", "evals_per_s", p, c)
             compare("rollout: environment share", "env_share", p, c)
+        if "faults" in only:
+            for s in sides:
+                figs[s.name]["faults"] = f = faults(s, cfg, cands)
+                say(f"faults back to back, {s.name}: honest passed {f['honest_passed']} of 2 "
+                    f"({f['results']} results of {f['of']}, {f['wall_s']} s)")
+                for row in f["rows"]:
+                    say(f"    {row}")
     finally:
         for s in sides:
             s.close()
         shutil.rmtree(cands, ignore_errors=True)
     say(f"# whole run {time.perf_counter() - t_all:.0f} s")
-    base = os.path.join(a.out, f"speed-{'dry-' if a.dry else ''}{stamp}")
     with open(base + ".json", "w") as f:
         json.dump({"cfg": cfg, "figures": figs}, f, indent=1)
-    with open(base + ".txt", "w") as f:
-        f.write("\n".join(LINES) + "\n")
     say(f"# written {base}.txt and .json")
+    LOG.pop().close()
     return 0
 
 
