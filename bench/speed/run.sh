@@ -12,7 +12,8 @@
 # this tree. On the H200 (bench/device/env.sh sourced first), e.g. with the
 # previous commit's tree carried as .device/prev:
 #   bench/speed/run.sh .device/prev
-# about 5 minutes; the results go to $OUT (else bench/results). --dry runs
+# about 6 minutes (--only STEP,... runs some: cold,warm,group,rollout,faults);
+# the results go to $OUT (else bench/results), line by line. --dry runs
 # the same on the CPU, small (its test: no figure claimed).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)

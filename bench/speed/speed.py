@@ -19,7 +19,7 @@ Triton; 5 correctness and 100 timed trials, profiling and hack checks on):
          --wait` to `kgym serve --workers auto` (the build's defaults), and
          to `kgym serve` plus `kgym worker --concurrency 4`; the wall of
          the submit alone (the workers registered before)
- rollout bench/rollout/run.py, 16 x 3 x --rollout-problems (default 2)
+ rollout bench/rollout/run.py, 16 x 3 x --rollout-problems (default 1)
  faults  the fault kinds back to back in one kgym eval (segfault, spin,
          host and device memory bombs, fork bomb, kill-parent, daemon,
          connect-out; 15 s timeout), then two honest GELU tasks: they pass;
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench",
                                                                           "results"))
     ap.add_argument("--only", default="cold,warm,group,rollout,faults")
-    ap.add_argument("--rollout-problems", type=int, default=2)
+    ap.add_argument("--rollout-problems", type=int, default=1)
     a = ap.parse_args(argv)
     only = set(a.only.split(","))
     gpu = not a.dry
