@@ -303,4 +303,24 @@ MUTATIONS = [
              "src/worker/engine_spawn.c", 'json_object_set_new(s, "new_root", json_true());',
              'json_object_set_new(s, "new_root", json_false());',
              ["tests/faults/test_faults.py -k read_the_hosts"]),
+    Mutation("warm-unfit-spare-used", "a spare whose warm-up failed takes no task as if "
+             "fit", "harness/kgym_harness/judge.py",
+             "    if warm.get(\"error\"):\n        return str(warm[\"error\"])\n",
+             "    if False:\n        return str(warm[\"error\"])\n",
+             ["tests/harness/test_warm_unfit.py"]),
+    Mutation("warm-part-reply-left", "a warm part of the judge's that fails still reads "
+             "the candidate's reply", "harness/kgym_harness/judge.py",
+             "        except Exception as e:  # noqa: BLE001 - raised after the reply is read\n"
+             "            failed = e\n",
+             "        except Exception as e:  # noqa: BLE001 - raised after the reply is read\n"
+             "            raise\n",
+             ["tests/harness/test_warm_unfit.py -k reply"]),
+    Mutation("profiler-early-not-joined", "the early profiler start ends before the "
+             "candidate's code runs", "harness/kgym_harness/candidate.py",
+             "    _PROF_EARLY.pop().join()\n", "    _PROF_EARLY.pop()\n",
+             ["tests/harness/test_profiler_early.py"]),
+    Mutation("warm-preload-ignores-task", "a spare whose task came stops its preload",
+             "harness/kgym_harness/judge.py",
+             "        if task_waits is not None and task_waits():\n",
+             "        if False:\n", ["tests/harness/test_warm_unfit.py -k preload"]),
 ]

@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import select
+import sys
 import tempfile
 import time
 import traceback
@@ -1291,10 +1292,18 @@ def _warm_part(chan: Channel, out: dict, part: str, meanwhile: Any = None) -> No
     (the judge's clock) and any failure go into out."""
     t = _now()
     chan.send({"cmd": "warm", "part": part})
+    failed: BaseException | None = None
     if meanwhile is not None:
-        meanwhile()
+        try:
+            meanwhile()
+        except Exception as e:  # noqa: BLE001 - raised after the reply is read
+            failed = e
         out[f"{part}_judge_ms"] = round((_now() - t) * 1e3, 1)
+    # the candidate's reply is read even when our part failed: a reply left
+    # on the channel would answer the task's first command
     reply = chan.recv()[0]
+    if failed is not None:
+        raise failed
     _note_warm_error(out, f"{part}_error", reply)
     out[f"{part}_ms"] = round((_now() - t) * 1e3, 1)
     parts = reply.get("parts_ms") if isinstance(reply, dict) else None
@@ -1315,7 +1324,8 @@ def _note_sched(out: dict, part: str, reply: Any) -> None:
                                          "candidate": theirs if ok else None}
 
 
-def _preload_pair(chan: Channel, out: dict, lock: DeviceLock, device: str) -> None:
+def _preload_pair(chan: Channel, out: dict, lock: DeviceLock, device: str,
+                  task_waits: Any = None) -> None:
     """prewarm.preload in both processes of a spare, one operation at a
     time under the device lock held shared (a module load is device
     activity, and one unit's hold is all a timing phase elsewhere may have
@@ -1328,6 +1338,12 @@ def _preload_pair(chan: Channel, out: dict, lock: DeviceLock, device: str) -> No
     held0 = lock.held_ms["shared"]
     yields = spare_yields()
     for name in prewarm.units():
+        if task_waits is not None and task_waits():
+            # the task came while we warmed: the rest loads lazily in its
+            # first checked call (a few hundred ms) instead of the task
+            # waiting for every unit (1.4-2.8 s of a spare's start on the H200)
+            out["preload_cut"] = name
+            break
         if yields:
             lock.yield_to_timing(chan.deadline)
         lock.shared(chan.deadline, "spare/preload")
@@ -1358,7 +1374,7 @@ def spare_preloads() -> bool:
     return os.environ.get("KGYM_SPARE_PRELOAD", "1") != "0"
 
 
-def _warm_pair(chan: Channel, device_lock: str | None) -> dict:
+def _warm_pair(chan: Channel, device_lock: str | None, task_fd: int | None = None) -> dict:
     """A spare's start-up before its task. What runs no device work goes
     first, unlocked: the candidate's imports and Triton compile (and this
     process's CUDA context meanwhile), both processes' preload set-up
@@ -1396,7 +1412,8 @@ def _warm_pair(chan: Channel, device_lock: str | None) -> dict:
         if not spare_preloads():
             out["preload_off"] = True  # KGYM_SPARE_PRELOAD=0: the task's first call loads
         elif cuda:
-            _preload_pair(chan, out, lock, str(dev))
+            _preload_pair(chan, out, lock, str(dev),
+                          None if task_fd is None else lambda: _task_waiting(task_fd))
         t = _now()
         if spare_yields():
             lock.yield_to_timing(chan.deadline)
@@ -1422,12 +1439,37 @@ def _warm_pair(chan: Channel, device_lock: str | None) -> dict:
             out["yielded_ms"] = round(lock.yielded_ms, 1)
         if lock.trace:
             out["lock_trace"] = lock.trace
-    except (ChannelTimeout, PeerClosed, ProtocolError, LockTimeout) as e:
-        out["error"] = f"{type(e).__name__}: {e}"[:300]  # the task will find out
+    except Exception as e:  # noqa: BLE001 - the spare is unfit (run_warm_judge)
+        # a channel failure, or device work of ours that failed (a context or
+        # an allocation refused while another task held the device's memory)
+        out["error"] = f"{type(e).__name__}: {e}"[:300]
     finally:
         lock.close()
         chan.deadline = None
     return out
+
+
+def spare_unfit(warm: dict) -> str | None:
+    """Why a spare's warm-up leaves the pair unfit for a task, or None. A
+    failure of the warm-up itself (the channel, the device lock, our own
+    device work) leaves the pair in no known state; a CUDA failure in the
+    candidate's parts stays with its process. Other part errors (an import
+    the task will retry) do not."""
+    if warm.get("error"):
+        return str(warm["error"])
+    for key in ("prep_error", "device_error"):
+        err = str(warm.get(key) or "")
+        if "CUDA" in err or "out of memory" in err:
+            return f"candidate {key[:-6]}: {err}"
+    return None
+
+
+def _task_waiting(task_fd: int) -> bool:
+    """Whether the worker has already handed this spare its task."""
+    try:
+        return bool(select.select([task_fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 def _free_memory(dev: Any) -> list[float] | None:
@@ -1486,7 +1528,15 @@ def run_warm_judge(task_fd: int, chan_fd: int, result_fd: int,
     worker writes none into the task it sends later: the lock reaches a
     judge once); it becomes the task's device_lock."""
     chan = Channel(chan_fd)
-    warm = _warm_pair(chan, device_lock)
+    warm = _warm_pair(chan, device_lock, task_fd)
+    unfit = spare_unfit(warm)
+    if unfit and not _task_waiting(task_fd):
+        # no task yet: end here, so the worker drops this pair (its judge
+        # exited) and forks another rather than hand a task to it
+        print(f"kgym: warm spare unfit, not taking a task: {unfit}", file=sys.stderr)
+        chan.close()
+        os.close(task_fd)
+        return
     t = _now()
     task, gate_fd = _wait_for_task(task_fd)
     # ready this long before its task came (near 0: the task waited for us)
@@ -1497,4 +1547,30 @@ def run_warm_judge(task_fd: int, chan_fd: int, result_fd: int,
         return
     if isinstance(task, dict) and "_task_error" not in task:
         task["device_lock"] = device_lock
+    if unfit:  # handed over while it warmed: not the candidate's fault
+        _unfit_result(task, result_fd, warm, unfit, gate_fd)
+        chan.close()
+        return
     run_judge(task, chan_fd, result_fd, chan=chan, warm=warm, gate_fd=gate_fd)
+
+
+def _unfit_result(task: Any, result_fd: int, warm: dict, why: str,
+                  gate_fd: int | None) -> None:
+    """The result of a task handed to a spare whose warm-up failed:
+    infra_error (retried elsewhere, never blamed on the candidate)."""
+    task_id = task.get("task_id") if isinstance(task, dict) else None
+    backend = task.get("backend") if isinstance(task, dict) else None
+    result = schema.new_result(task_id if isinstance(task_id, str) else None,
+                               backend if isinstance(backend, str) else None)
+    result["timings"]["warm_spare"] = warm
+    result["verdict"], result["correctness"] = "infra_error", False
+    schema.set_error(result, "infra_error", "INFRA_ERROR", "setup", "WarmSpareFailed",
+                     f"the warm pair failed before its task: {why}", "")
+    if gate_fd is not None:
+        os.close(gate_fd)
+    _finish(result, None, _now())
+    write_result(result_fd, result)
+    try:
+        os.close(result_fd)
+    except OSError:
+        pass

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,3 +410,35 @@ void kg_cli_engine_knobs_env(kg_engine_cfg *cfg)
     }
 }
 
+
+int kg_cli_auto_concurrency(const char *device, int nworkers)
+{
+    if (device && !strncmp(device, "cuda", 4))
+        return KG_CLI_GPU_CONCURRENCY;
+    cpu_set_t set;
+    long cpus = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        cpus = CPU_COUNT(&set);
+    if (cpus <= 0)
+        cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = cpus / (2L * (nworkers > 0 ? nworkers : 1));
+    return n < 1 ? 1 : n > 8 ? 8 : (int)n;
+}
+
+int kg_cli_concurrency(const char *flag, const char *v, const char *device,
+                       int nworkers, long *out, kg_err *err)
+{
+    if (v && !strcmp(v, "auto")) {
+        *out = kg_cli_auto_concurrency(device, nworkers);
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || x < 1 || x > 64)
+        return kg_errf(err, KG_EINVAL,
+                       "%s must be a number from 1 to 64, or auto, not '%s'",
+                       flag, v ? v : "");
+    *out = x;
+    return 0;
+}

@@ -84,5 +84,17 @@ int kg_cli_engine_knob(kg_engine_cfg *cfg, const char *a, const char *v,
  */
 void kg_cli_engine_knobs_env(kg_engine_cfg *cfg);
 
+/* What --concurrency auto means for a worker on device ("cuda:N", "cpu",
+ * "cpu:N") that is one of nworkers on its host: KG_CLI_GPU_CONCURRENCY on
+ * a GPU; on the CPU the host's CPUs / (2 x nworkers) (a task is a judge
+ * and a candidate), 1 to 8. */
+#define KG_CLI_GPU_CONCURRENCY 4
+int kg_cli_auto_concurrency(const char *device, int nworkers);
+
+/* Parses a --concurrency value: a number from 1 to 64 or auto (resolved
+ * for device, one of nworkers). 0 or KG_EINVAL with the reason in err. */
+int kg_cli_concurrency(const char *flag, const char *v, const char *device,
+                       int nworkers, long *out, kg_err *err);
+
 
 #endif

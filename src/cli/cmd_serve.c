@@ -72,6 +72,11 @@ static void usage(FILE *f)
             "min(4, CPUs/2) cpu\n"
             "                           workers; N = the first N GPUs, or N "
             "cpu workers\n"
+            "  --worker-concurrency N|auto  each local worker's tasks in "
+            "flight (default\n"
+            "                           auto: 4 on a GPU; on the CPU the "
+            "CPUs / (2 x workers),\n"
+            "                           1 to 8)\n"
             "  --worker-grace-s S       on stop, SIGKILL local workers still "
             "draining after S\n"
             "                           seconds (default 10)\n"
@@ -262,6 +267,8 @@ struct serve_opts {
     const char *token_file, *worker_token_file;
     const char *data_dir, *workers;
     const char *knob; /* a local workers' knob given (--cpu-threads...) */
+    const char *wconc; /* --worker-concurrency as given (NULL: auto) */
+    char wconc_buf[16]; /* what it resolves to, on their command line */
     const char *wargs[KG_SUPER_MAX_ARGS]; /* the knobs, for their command line */
     int nwargs;
     long threads, lease_s, ttl_s, max_attempts, grace_s;
@@ -318,6 +325,8 @@ static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
             o->data_dir = v;
         else if (!strcmp(a, "--workers"))
             o->workers = v;
+        else if (!strcmp(a, "--worker-concurrency"))
+            o->wconc = v;
         else if (!strcmp(a, "--trust-clients-from")) {
             if (o->ntrust == (int)(sizeof o->trust / sizeof o->trust[0])) {
                 kg_error("--trust-clients-from given too often (list the "
@@ -371,6 +380,31 @@ static int resolve_serve_opts(struct serve_opts *o)
     if (o->knob && !o->workers) {
         kg_error("%s is for the local workers: it needs --workers", o->knob);
         return 2;
+    }
+    if (o->wconc && !o->workers) {
+        kg_error("--worker-concurrency is for the local workers: it needs "
+                 "--workers");
+        return 2;
+    }
+    if (o->ndev > 0) {
+        /* each local worker's tasks in flight, on its command line: auto
+         * shares the host's CPUs among the cpu workers; a GPU worker owns
+         * its GPU */
+        long conc;
+        if (kg_cli_concurrency("--worker-concurrency",
+                               o->wconc ? o->wconc : "auto", o->devices[0],
+                               o->ndev, &conc, &err)) {
+            kg_error("%s", err.msg);
+            return 2;
+        }
+        if (o->nwargs + 2 > KG_SUPER_MAX_ARGS) {
+            kg_error("--worker-concurrency: too many flags for the local "
+                     "workers");
+            return 2;
+        }
+        snprintf(o->wconc_buf, sizeof o->wconc_buf, "%ld", conc);
+        o->wargs[o->nwargs++] = "--concurrency";
+        o->wargs[o->nwargs++] = o->wconc_buf;
     }
     if (o->worker_token_file && !o->token_file) {
         kg_error("--worker-token-file needs --token-file (the clients' "

@@ -93,7 +93,9 @@ static void usage(FILE *f)
             "(required): cuda:N, or\n"
             "                          cpu (cpu:N names one of several cpu "
             "workers on a host)\n"
-            "  --concurrency N         tasks in flight (default 1)\n"
+            "  --concurrency N|auto    tasks in flight (default 1; auto: 4 on "
+            "a GPU, on the\n"
+            "                          CPU its CPUs / 2, at most 8)\n"
             "  --worker-id ID          default HOST-DEVICE-PID\n"
             "  --drain-timeout S       longest wait for tasks in flight on "
             "stop (default 330)\n"
@@ -578,6 +580,7 @@ static int run(struct worker *w, double drain_s)
 /* The command line of kgym worker. */
 struct worker_opts {
     const char *server, *token_file, *wid;
+    const char *conc_s; /* --concurrency as given: resolved with the device */
     long conc, drain_s, token_fd;
 };
 
@@ -624,10 +627,9 @@ static int parse_worker_args(int argc, char **argv, struct worker_opts *o,
                 o->wid = v;
             else if (!strcmp(a, "--python"))
                 cfg->python = v;
-            else if (!strcmp(a, "--concurrency")) {
-                if (parse_int(a, v, 1, 64, &o->conc))
-                    return 2;
-            } else if (!strcmp(a, "--drain-timeout")) {
+            else if (!strcmp(a, "--concurrency"))
+                o->conc_s = v;
+            else if (!strcmp(a, "--drain-timeout")) {
                 if (parse_int(a, v, 0, 86400, &o->drain_s))
                     return 2;
             } else {
@@ -666,7 +668,14 @@ static int resolve_worker(const struct worker_opts *o, struct worker *w)
                  (long)getpid());
         sanitize_id(w->id);
     }
-    w->concurrency = (int)o->conc;
+    long conc = o->conc;
+    kg_err err = {{0}};
+    if (o->conc_s && kg_cli_concurrency("--concurrency", o->conc_s,
+                                        w->engine_device, 1, &conc, &err)) {
+        kg_error("%s", err.msg);
+        return 2;
+    }
+    w->concurrency = (int)conc;
     return -1;
 }
 

@@ -98,6 +98,7 @@ int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
     } else {
         slot_clear(sl);
         sl->interp = eng_task_interp(e, p->task);
+        sl->prof = eng_task_prof(p->task);
     }
     sl->task = p->task;
     sl->user = p->user;

@@ -187,8 +187,14 @@ static json_t *spawn_request(kg_engine *e, struct slot *sl, const char *role,
     json_object_set_new(req, "id", json_integer(++e->next_id));
     json_object_set_new(req, "role", json_string(role));
     json_object_set_new(req, "sandbox", sandbox_cfg(e, role, c));
-    json_object_set_new(req, "env",
-                        eng_child_env(e, role, c, sl->interp, sl->prof));
+    json_t *env = eng_child_env(e, role, c, sl->interp, sl->prof);
+    /* a GPU candidate forked with a task that profiles starts CUPTI's
+     * first start in the background at once (candidate.py
+     * _start_profiler_early); a spare's does it as a warm-up part */
+    if (!strcmp(role, "candidate") && sl->task && sl->prof &&
+        !strncmp(e->cfg.device, "cuda", 4))
+        json_object_set_new(env, "KGYM_PROFILER_EARLY", json_string("1"));
+    json_object_set_new(req, "env", env);
     json_object_set_new(req, "device", json_string(eng_child_device(e)));
     json_t *fd_names = json_array();
     *nfds = 0;
