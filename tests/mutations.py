@@ -50,6 +50,20 @@ MUTATIONS = [
              "q = fmin(fmax((pr[i] - tau) / s, 0.0), 1.0);", "q = fmax((pr[i] - tau) / s, 0.0);",
              ["unit:test_rl"]),
 
+    Mutation("rl-json-cap-infinite", "kgym rl takes a finite cap in [0, 1e6]",
+             "lib/rl_json.c", 'kg_rlj_get_in_range(c, "cap", 0, 0, KG_RLJ_MAX, &cfg.cap)',
+             'kg_rlj_get_number(c, "cap", &cfg.cap)', ["unit:test_rl_json"]),
+    Mutation("rl-json-prs-s-zero", "kgym rl prs takes s > 0 (it divides)",
+             "lib/rl_json.c", 'kg_rlj_get_in_range(c, "s", 0, 1, KG_RLJ_MAX, &s)',
+             'kg_rlj_get_in_range(c, "s", 0, 0, KG_RLJ_MAX, &s)', ["unit:test_rl_json"]),
+    Mutation("rl-json-fastp-empty-p", "kgym rl fastp takes a non-empty p list",
+             "lib/rl_json_fastp.c", "    if (*np == 0)\n", "    if (0)\n",
+             ["unit:test_rl_json"]),
+    Mutation("rl-json-fastp-empty-item", "an empty item of --p is refused, not skipped",
+             "lib/rl_json_fastp.c", "            if (!*tok) {",
+             "            if (!*tok) {\n                continue;\n            }\n            if (0) {",
+             ["unit:test_rl_json"]),
+
     # ---- what a result's reward-bearing fields mean -----------------------
     Mutation("result-speedup-on-failure", "no speedup on a result that did not pass",
              "src/common/result.c", "        withhold_figures(r);", "(void)withhold_figures;",
