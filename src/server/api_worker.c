@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/request.h"
 #include "common/result.h"
+#include "server/metrics.h"
 #include "server/api_impl.h"
 
 /* ---- workers ---------------------------------------------------------- */
@@ -349,10 +350,20 @@ void kg_api_h_result(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
             return;
         }
     }
-    int outcome = 0;
     kg_err err;
+    int outcome = 0;
     int rc = kg_sched_result(api->sched, tid, wid, res, &outcome, &err);
-    if (rc == KG_ESTATE) {
+    if (rc == KG_EINVAL) {
+        /* the lease holder's result breaks the contract: nothing stored */
+        char field[64] = "result";
+        size_t n = strcspn(err.msg, ":");
+        if (n < sizeof field && !strncmp(err.msg, "result.", 7))
+            snprintf(field, sizeof field, "%.*s", (int)n, err.msg);
+        kg_metrics_result_refused(api->metrics);
+        kg_warn("worker %s: result for task %s refused: %s", wid, tid,
+                err.msg);
+        kg_http_error(rep, 422, "invalid_result", field, "%s", err.msg);
+    } else if (rc == KG_ESTATE) {
         kg_http_error(rep, 409, "not_lease_holder", "worker_id",
                       "worker_id %s does not hold task %s (lease expired, "
                       "cancelled, or never its)",

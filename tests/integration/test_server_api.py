@@ -220,9 +220,16 @@ def lease_task(s: Server, wid: str, task_id: str, wait_s: float = 5) -> dict:
 
 
 def post_result(s: Server, wid: str, task_id: str, verdict: str, **extra: Any) -> dict:
+    """A result as the contract has it: a pass with its runtimes and a
+    speedup no larger than their quotient, anything else with no figures."""
     result = {"task_id": task_id, "status": "completed", "verdict": verdict,
-              "compiled": True, "correctness": verdict == "pass", "speedup": 1.5,
-              "hack_reasons": [], **extra}
+              "compiled": True, "correctness": verdict == "pass", "speedup": None,
+              "kernel_runtime": None, "hack_reasons": []}
+    if verdict == "pass":
+        result.update(speedup=1.5, kernel_runtime=1.0, reference_runtime=1.5)
+        if "speedup" in extra:
+            result["reference_runtime"] = extra["speedup"] * result["kernel_runtime"]
+    result.update(extra)
     code, _, body = s.worker("/worker/result", {"worker_id": wid, "task_id": task_id,
                                                 "result": result})
     assert code == 200, body
@@ -316,6 +323,63 @@ def test_result_cache_hit_completes_at_once(server):
     assert code == 200 and body["status"] == "pending"
     lease_task(server, wid, body["task_id"])
     post_result(server, wid, body["task_id"], "pass")
+
+
+def metric(s: Server, name: str) -> float:
+    code, _, text = s.request("GET", "/metrics")
+    assert code == 200, text
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+FORGED = [  # (result, the field the refusal names)
+    ({"verdict": "pass", "speedup": 1e308, "correctness": False, "kernel_runtime": -1},
+     "result.correctness"),
+    ({"verdict": "pass", "speedup": 50, "correctness": True, "kernel_runtime": 1.0,
+      "reference_runtime": 2.0}, "result.speedup"),
+    ({"verdict": "pass", "speedup": 2, "correctness": True, "kernel_runtime": float("inf"),
+      "reference_runtime": 2.0}, None),  # not JSON: Infinity is refused as a body
+    ({"verdict": "pass", "correctness": True}, "result.kernel_runtime"),
+    ({"verdict": "hacked", "speedup": 20.6, "correctness": False}, "result.speedup"),
+    ({"verdict": "mismatch", "correctness": True}, "result.correctness"),
+    ({"verdict": "splendid"}, "result.verdict"),
+    ({"status": "completed"}, "result.verdict"),
+]
+
+
+def test_a_result_is_checked_on_arrival_and_the_cache_serves_only_checked_ones(server):
+    """A lease holder's result that breaks docs/design.md's contract is
+    refused (422, naming the field), counted, and neither stored nor
+    cached: the task stays with its worker, whose honest result is then
+    the one a later identical submission is answered with."""
+    t = task(kernel_code=uid("forged-kernel"), seed=11)
+    code, _, body = server.request("POST", "/evaluate", t)
+    tid = body["task_id"]
+    wid = register(server)
+    lease_task(server, wid, tid)
+    before = metric(server, "kgym_results_refused_total")
+    refused = 0
+    for result, field in FORGED:
+        resp = server.worker("/worker/result", {"worker_id": wid, "task_id": tid,
+                                                "result": result})
+        if field is None:
+            assert resp[0] == 400, resp
+            continue
+        e = assert_error(resp, 422, field)
+        assert e["code"] == "invalid_result"
+        refused += 1
+    assert metric(server, "kgym_results_refused_total") == before + refused
+    code, _, st = server.request("GET", f"/status/{tid}")
+    assert code == 200 and st["status"] == "running", st
+    # the same submission again: no cached answer from the forgeries
+    code, _, again = server.request("POST", "/evaluate", t)
+    assert code == 200 and again.get("cached") is not True, again
+    post_result(server, wid, tid, "pass", speedup=2.0)
+    code, _, hit = server.request("POST", "/evaluate", {**t, "task_id": uid()})
+    assert code == 200 and hit["cached"] is True
+    assert hit["result"]["speedup"] == 2.0 and hit["result"]["correctness"] is True
 
 
 def test_batch_one_bad_task_does_not_sink_the_others(server):

@@ -305,7 +305,9 @@ def test_a_result_through_another_server_on_the_same_redis(request):
         t0 = time.monotonic()
         code, _ = ca.request("POST", "/worker/result", {
             "worker_id": wid, "task_id": tid,
-            "result": {"status": "completed", "verdict": "pass", "speedup": 2.0}})
+            "result": {"status": "completed", "verdict": "pass", "speedup": 2.0,
+                       "correctness": True, "kernel_runtime": 1.0,
+                       "reference_runtime": 2.0}})
         assert code == 200
         box["thread"].join(10)
         code, body = box["out"]
