@@ -64,6 +64,11 @@ MUTATIONS = [
              "            if (!*tok) {\n                continue;\n            }\n            if (0) {",
              ["unit:test_rl_json"]),
 
+    Mutation("cli-code-follows-symlink", "a code file that is a symbolic link is refused unread",
+             "src/cli/cli_util.c", "open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW);",
+             "open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);",
+             [f"{CODE_FILES} -k 'symlink and (submit or redteam)'"]),
+
     # ---- what a result's reward-bearing fields mean -----------------------
     Mutation("result-speedup-on-failure", "no speedup on a result that did not pass",
              "src/common/result.c", "        withhold_figures(r);", "(void)withhold_figures;",
@@ -80,10 +85,11 @@ MUTATIONS = [
              "    if (0)\n", ["unit:test_request"]),
     Mutation("result-check-failure-figures", "no failing verdict carries a speedup",
              "src/common/result.c", "            if (v && !json_is_null(v))",
-             "            if (0)", ["unit:test_request", f"{COMPAT} -k no_other_failing"]),
+             "            if (v && 0)", ["unit:test_request", f"{COMPAT} -k no_other_failing"]),
     Mutation("cache-serves-unchecked", "the cache serves only results that meet the contract",
              "src/server/store.c", "    if (kg_result_check(result, &why) == 0)\n        return 1;",
-             "    (void)why;\n    return 1;", ["unit:test_store"]),
+             "    if (kg_result_check(result, &why) == 0 || 1)\n        return 1;",
+             ["unit:test_store"]),
     Mutation("cache-redis-bad-hit", "a bad hit of the Redis submit script is resubmitted",
              "src/server/store.c", "    if (rc >= 0)\n        rc = resubmit_bad_hits(",
              "    if (0)\n        rc = resubmit_bad_hits(", ["unit:test_store"]),
