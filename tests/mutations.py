@@ -69,6 +69,17 @@ MUTATIONS = [
              "open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);",
              [f"{CODE_FILES} -k 'symlink and (submit or redteam)'"]),
 
+    Mutation("worker-secret-unchecked", "a worker call needs its registration's worker_secret",
+             "src/server/api_worker.c", "if (!secret_matches(json_string_value(v), want)) {",
+             "if (!secret_matches(json_string_value(v), want) && 0) {",
+             ["tests/integration/test_server_api.py -k bound_to_its_registration"]),
+    Mutation("worker-reregister-live", "a live worker id re-registers only with its secret",
+             "src/server/api_worker.c", "if (!sec || !secret_matches(sec, old)) {",
+             "if (!sec) {", ["tests/integration/test_server_api.py -k bound_to_its_registration"]),
+    Mutation("worker-secret-store-sqlite", "the SQLite store keeps a worker's secret digest",
+             "src/server/store_sqlite_workers.c", "    snprintf(a->got, 65, \"%s\", d ? d : \"\");",
+             "    snprintf(a->got, 65, \"%s\", \"\");", ["unit:test_store"]),
+
     # ---- what a result's reward-bearing fields mean -----------------------
     Mutation("result-speedup-on-failure", "no speedup on a result that did not pass",
              "src/common/result.c", "        withhold_figures(r);", "(void)withhold_figures;",

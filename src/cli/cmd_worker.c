@@ -46,6 +46,7 @@ struct worker {
     kg_client *http;
     kg_engine *eng;
     char id[KG_MAX_TASK_ID + 1];
+    char secret[80]; /* the server's for this registration ("": none yet) */
     char host[128];
     const char *device;        /* as registered: cpu, cpu:N or cuda:N */
     char engine_device[64];    /* as the engine knows it: cpu or cuda:N */
@@ -168,6 +169,9 @@ static int call(struct worker *w, const char *what, const char *path,
 {
     json_t *body = extra ? extra : json_object();
     json_object_set_new(body, "worker_id", json_string(w->id));
+    /* every call proves it is this registration (docs/api.md) */
+    if (w->secret[0])
+        json_object_set_new(body, "worker_secret", json_string(w->secret));
     kg_err err = {{0}};
     int rc =
         kg_client_request(w->http, "POST", path, body, timeout_ms, r, &err);
@@ -197,7 +201,14 @@ static void do_register(struct worker *w)
     if (call(w, "register", "/worker/register", b, CALL_TIMEOUT_MS, &r))
         return;
     char e[300];
-    if (r.status == 200) {
+    const char *sec =
+        json_string_value(json_object_get(r.json, "worker_secret"));
+    if (r.status == 200 && (!sec || strlen(sec) >= sizeof w->secret)) {
+        kg_error("register: the server sent no worker_secret (an older "
+                 "server?); giving up");
+        w->fatal = 1;
+    } else if (r.status == 200) {
+        snprintf(w->secret, sizeof w->secret, "%s", sec);
         json_t *hb = json_object_get(r.json, "heartbeat_interval_ms");
         json_t *ttl = json_object_get(r.json, "worker_ttl_ms");
         double iv = json_is_integer(hb) ? (double)json_integer_value(hb) : 0;

@@ -842,3 +842,29 @@ int kg_store_worker_list(kg_store *s, kg_worker **out, size_t *n, kg_err *err)
     *n = 0;
     return s->ops->worker_list(s, out, n, err);
 }
+
+int kg_store_worker_secret_set(kg_store *s, const char *id, const char *digest,
+                               kg_err *err)
+{
+    int rc;
+    if ((rc = check_id("worker id", id, err)) < 0 ||
+        (rc = check_key(digest, err)) < 0)
+        return rc;
+    return s->ops->worker_secret_set(s, id, digest, err);
+}
+
+int kg_store_worker_secret_get(kg_store *s, const char *id, char digest[65],
+                               kg_err *err)
+{
+    int rc;
+    digest[0] = 0;
+    if ((rc = check_id("worker id", id, err)) < 0)
+        return rc;
+    rc = s->ops->worker_secret_get(s, id, digest, err);
+    /* only a well-formed digest counts as one */
+    if (rc > 0 && check_key(digest, NULL) < 0) {
+        digest[0] = 0;
+        rc = 0;
+    }
+    return rc;
+}

@@ -41,6 +41,7 @@ class Server:
     def __init__(self, proc: subprocess.Popen, port: int, tmp: str):
         self.proc, self.port, self.tmp = proc, port, tmp
         self.token: str | None = CLIENT_TOKENS[0]
+        self.secrets: dict[str, str] = {}  # worker_id -> its worker_secret
 
     def request(self, method: str, path: str, body: Any = None, *, token: str | None = "",
                 raw: bytes | None = None, headers: dict | None = None,
@@ -68,8 +69,19 @@ class Server:
             return r.status, hdrs, json.loads(payload)
         return r.status, hdrs, payload.decode()
 
-    def worker(self, path: str, body: Any, **kw: Any) -> tuple[int, dict, Any]:
-        return self.request("POST", path, body, token=WORKER_TOKEN, **kw)
+    def worker(self, path: str, body: Any, *, secret: bool = True,
+               **kw: Any) -> tuple[int, dict, Any]:
+        """A worker call with the worker token. As a real worker does, it
+        sends the worker_secret its worker_id registered with (secret=False:
+        as given, for tests of another holder of the token), and keeps the
+        one a registration returns."""
+        if (secret and isinstance(body, dict) and "worker_secret" not in body
+                and body.get("worker_id") in self.secrets):
+            body = {**body, "worker_secret": self.secrets[body["worker_id"]]}
+        code, hdrs, got = self.request("POST", path, body, token=WORKER_TOKEN, **kw)
+        if path == "/worker/register" and code == 200:
+            self.secrets[got["worker_id"]] = got["worker_secret"]
+        return code, hdrs, got
 
 
 def start_server(args: list[str], tmp: str, listen: str = "127.0.0.1:0") -> Server:
@@ -380,6 +392,52 @@ def test_a_result_is_checked_on_arrival_and_the_cache_serves_only_checked_ones(s
     code, _, hit = server.request("POST", "/evaluate", {**t, "task_id": uid()})
     assert code == 200 and hit["cached"] is True
     assert hit["result"]["speedup"] == 2.0 and hit["result"]["correctness"] is True
+
+
+def test_a_worker_id_is_bound_to_its_registration(server):
+    """Another holder of the worker token can neither post for, heartbeat,
+    lease or unregister as, nor re-register, a live worker's id: each call
+    needs the worker_secret that id's registration returned."""
+    tid = uid()
+    server.request("POST", "/evaluate", task(task_id=tid))
+    wid = register(server)
+    lease_task(server, wid, tid)
+    real = server.secrets[wid]
+    assert len(real) == 64
+    pas = {"verdict": "pass", "correctness": True, "speedup": 50.0,
+           "kernel_runtime": 1.0, "reference_runtime": 50.0}
+    for secret in (None, "0" * 64, real[:-1] + ("0" if real[-1] != "0" else "1")):
+        extra = {} if secret is None else {"worker_secret": secret}
+        status = 400 if secret is None else 403
+        calls = [("/worker/result", {"task_id": tid, "result": pas}),
+                 ("/worker/heartbeat", {"tasks": [tid]}),
+                 ("/worker/lease", {"wait_s": 0}),
+                 ("/worker/unregister", {})]
+        for path, body in calls:
+            e = assert_error(server.worker(path, {"worker_id": wid, **extra, **body},
+                                           secret=False), status, "worker_secret")
+            assert e["code"] == ("missing_field" if secret is None else "wrong_worker_secret")
+        # re-registering the live id: refused, its task left alone
+        e = assert_error(server.worker("/worker/register",
+                                       {"worker_id": wid, "device": f"cpu:{uid()}", **extra},
+                                       secret=False), 409, "worker_id")
+        assert e["code"] == "worker_id_taken"
+        code, _, st = server.request("GET", f"/status/{tid}")
+        assert code == 200 and st["status"] == "running", st
+    # an id never registered: register first
+    assert_error(server.worker("/worker/result", {"worker_id": uid("w"), "task_id": tid,
+                                                  "worker_secret": real, "result": pas},
+                               secret=False), 404, "worker_id")
+    # the real worker, with its secret, goes on
+    post_result(server, wid, tid, "pass", speedup=2.0)
+    code, _, r = server.request("GET", f"/results/{tid}")
+    assert code == 200 and r["speedup"] == 2.0
+    # re-registering with its own secret rotates it: the old one stops working
+    code, _, body = server.worker("/worker/register", {"worker_id": wid, "device": f"cpu:{wid}"})
+    assert code == 200 and body["worker_secret"] != real
+    assert_error(server.worker("/worker/heartbeat", {"worker_id": wid, "worker_secret": real},
+                               secret=False), 403, "worker_secret")
+    assert server.worker("/worker/heartbeat", {"worker_id": wid})[0] == 200
 
 
 def test_batch_one_bad_task_does_not_sink_the_others(server):

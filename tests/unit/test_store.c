@@ -785,6 +785,28 @@ static void test_cache_contract(void **state)
     json_decref(forged);
 }
 
+/* A worker's secret digest: none, set, overwritten, per id. */
+static void test_worker_secret(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char d1[65], d2[65], got[65];
+    kg_sha256_hex("one", 3, d1);
+    kg_sha256_hex("two", 3, d2);
+    assert_int_equal(kg_store_worker_secret_get(s, "ws-a", got, &err), 0);
+    assert_int_equal(kg_store_worker_secret_set(s, "ws-a", d1, &err), 0);
+    assert_int_equal(kg_store_worker_secret_get(s, "ws-a", got, &err), 1);
+    assert_string_equal(got, d1);
+    assert_int_equal(kg_store_worker_secret_get(s, "ws-b", got, &err), 0);
+    assert_int_equal(kg_store_worker_secret_set(s, "ws-a", d2, &err), 0);
+    assert_int_equal(kg_store_worker_secret_get(s, "ws-a", got, &err), 1);
+    assert_string_equal(got, d2);
+    assert_int_equal(kg_store_worker_secret_set(s, "ws-a", "nothex", &err),
+                     KG_EINVAL);
+    assert_int_equal(kg_store_worker_secret_get(s, "a b", got, &err),
+                     KG_EINVAL);
+}
+
 /*
  * kg_store_submit_cached / _batch_cached: a cached key answers a task
  * whose id is free (2, the result, nothing written); a task whose id
@@ -1523,6 +1545,7 @@ static void test_open_errors(void **state)
         cmocka_unit_test_setup_teardown(test_submit_cached, setup, teardown),  \
         cmocka_unit_test_setup_teardown(test_cache_contract, setup,            \
                                         teardown),                             \
+        cmocka_unit_test_setup_teardown(test_worker_secret, setup, teardown),  \
         cmocka_unit_test_setup_teardown(test_workers, setup, teardown),        \
         cmocka_unit_test_setup_teardown(test_reregister_releases_leases,       \
                                         setup, teardown),                      \
