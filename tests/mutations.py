@@ -78,7 +78,7 @@ MUTATIONS = [
              "if (!sec) {", ["tests/integration/test_server_api.py -k bound_to_its_registration"]),
     Mutation("worker-secret-store-sqlite", "the SQLite store keeps a worker's secret digest",
              "src/server/store_sqlite_workers.c", "    snprintf(a->got, 65, \"%s\", d ? d : \"\");",
-             "    snprintf(a->got, 65, \"%s\", \"\");", ["unit:test_store"]),
+             "    snprintf(a->got, 65, \"%s\", d ? \"\" : \"\");", ["unit:test_store"]),
 
     # ---- what a result's reward-bearing fields mean -----------------------
     Mutation("result-speedup-on-failure", "no speedup on a result that did not pass",
