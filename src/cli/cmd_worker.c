@@ -296,9 +296,12 @@ static void do_heartbeat(struct worker *w)
         json_t *cancel = json_object_get(r.json, "cancel");
         if (json_is_array(cancel))
             stop_cancelled(w, cancel);
-    } else if (r.status == 404) {
-        kg_warn("heartbeat: the server does not know this worker; "
-                "registering again");
+    } else if (r.status == 404 || r.status == 403) {
+        /* 403: this id was registered again after it went silent, so its
+         * secret is no longer this worker's */
+        kg_warn("heartbeat: %s; registering again",
+                r.status == 404 ? "the server does not know this worker"
+                                : "this worker's registration was replaced");
         w->registered = 0;
     } else if (r.status != 200 && !check_auth(w, "heartbeat", &r)) {
         kg_warn("heartbeat: %s", kg_client_error_text(&r, e, sizeof e));
@@ -429,9 +432,10 @@ static int do_lease(struct worker *w, int wait_s)
             }
         }
         json_decref(task);
-    } else if (r.status == 404) {
-        kg_warn("lease: the server does not know this worker; registering "
-                "again");
+    } else if (r.status == 404 || r.status == 403) {
+        kg_warn("lease: %s; registering again",
+                r.status == 404 ? "the server does not know this worker"
+                                : "this worker's registration was replaced");
         w->registered = 0;
     } else if (r.status != 204 && !check_auth(w, "lease", &r)) {
         kg_warn("lease: %s", kg_client_error_text(&r, e, sizeof e));
