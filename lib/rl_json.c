@@ -174,9 +174,14 @@ static int rl_reward(struct ctx *c)
     kg_reward_cfg cfg;
     kg_reward_cfg_default(&cfg);
     int rc;
-    if ((rc = kg_rlj_get_number(c, "cap", &cfg.cap)) < 0 ||
-        (rc = kg_rlj_get_number(c, "w_pr", &cfg.w_pr)) < 0 ||
-        (rc = kg_rlj_get_number(c, "penalty", &cfg.penalty)) < 0)
+    /* finite and bounded: an infinite cap would pass a forged speedup of
+     * 1e308 straight into the reward */
+    if ((rc = kg_rlj_get_in_range(c, "cap", 0, 0, KG_RLJ_MAX, &cfg.cap)) <
+            0 ||
+        (rc = kg_rlj_get_in_range(c, "w_pr", 0, 0, KG_RLJ_MAX, &cfg.w_pr)) <
+            0 ||
+        (rc = kg_rlj_get_in_range(c, "penalty", -KG_RLJ_MAX, 0, KG_RLJ_MAX,
+                                  &cfg.penalty)) < 0)
         return rc;
     /* The library checks cfg first and has nothing else to check for n = 0:
      * so options are reported before the turns' fields. */
@@ -360,7 +365,7 @@ static int rl_advantages(struct ctx *c)
                        from_flag ? "option --estimator" : "field \"estimator\"",
                        estimator);
     if ((rc = kg_rlj_get_switch(c, "norm_std", &norm_std)) < 0 ||
-        (rc = kg_rlj_get_number(c, "eps", &eps)) < 0)
+        (rc = kg_rlj_get_in_range(c, "eps", 0, 0, 1, &eps)) < 0)
         return rc;
     const json_t *v = kg_rlj_need(c, "returns");
     if (!v)
@@ -405,9 +410,10 @@ static int rl_mrs(struct ctx *c)
     kg_mrs_cfg cfg;
     kg_mrs_cfg_default(&cfg);
     int rc;
-    if ((rc = kg_rlj_get_number(c, "lo", &cfg.lo)) < 0 ||
-        (rc = kg_rlj_get_number(c, "hi", &cfg.hi)) < 0 ||
-        (rc = kg_rlj_get_number(c, "veto", &cfg.veto)) < 0)
+    /* ratios are positive; a veto is a token ratio, at most 1 */
+    if ((rc = kg_rlj_get_in_range(c, "lo", 0, 0, KG_RLJ_MAX, &cfg.lo)) < 0 ||
+        (rc = kg_rlj_get_in_range(c, "hi", 0, 0, KG_RLJ_MAX, &cfg.hi)) < 0 ||
+        (rc = kg_rlj_get_in_range(c, "veto", 0, 0, 1, &cfg.veto)) < 0)
         return rc;
     const json_t *vt = kg_rlj_need(c, "train_logprobs");
     if (!vt)
@@ -478,8 +484,9 @@ static int rl_prs(struct ctx *c)
     double tau = 0.3, s = 0.1;
     uint64_t seed = 0;
     int rc;
-    if ((rc = kg_rlj_get_number(c, "tau", &tau)) < 0 ||
-        (rc = kg_rlj_get_number(c, "s", &s)) < 0 ||
+    /* tau is a coverage threshold; s divides, so it is > 0 */
+    if ((rc = kg_rlj_get_in_range(c, "tau", 0, 0, 1, &tau)) < 0 ||
+        (rc = kg_rlj_get_in_range(c, "s", 0, 1, KG_RLJ_MAX, &s)) < 0 ||
         (rc = kg_rlj_get_seed(c, &seed)) < 0)
         return rc;
     const json_t *v = kg_rlj_need(c, "coverage");

@@ -219,10 +219,21 @@ static int read_ps(struct ctx *c, double **ps, size_t *np)
         char *copy = strdup(arg);
         if (!copy)
             return kg_rlj_out_of_memory(c);
-        char *save = NULL;
+        /* every item between commas is a number: "", ",,," or "1,,2"
+         * are refused, never read as fewer thresholds */
         size_t k = 0;
-        for (char *tok = strtok_r(copy, ",", &save); tok;
-             tok = strtok_r(NULL, ",", &save)) {
+        for (char *tok = copy, *next; tok; tok = next) {
+            next = strchr(tok, ',');
+            if (next)
+                *next++ = '\0';
+            if (!*tok) {
+                free(copy);
+                return kg_errf(&c->err, KG_EINVAL,
+                               "option --p: item %zu is empty (want a "
+                               "comma-separated list of numbers, e.g. "
+                               "1,1.2,1.5,2)",
+                               k + 1);
+            }
             if ((rc = kg_rlj_parse_number(tok, "--p", &(*ps)[k++], &c->err)) <
                 0) {
                 free(copy);
@@ -243,6 +254,18 @@ static int read_ps(struct ctx *c, double **ps, size_t *np)
     }
     if (*np > INT_MAX)
         return kg_errf(&c->err, KG_EINVAL, "field \"p\": too many values");
+    if (*np == 0)
+        return kg_errf(&c->err, KG_EINVAL, "field \"p\": no value");
+    /* a speedup threshold: 0 (KernelBench's fast_0, correct at all) up */
+    for (size_t a = 0; a < *np; a++)
+        if (!((*ps)[a] >= 0 && (*ps)[a] <= KG_RLJ_MAX)) {
+            char num[32];
+            snprintf(num, sizeof num, "%g", (*ps)[a]);
+            return kg_errf(&c->err, KG_EINVAL,
+                           "field \"p\": value %zu must be a finite number "
+                           "in [0, %g], got %s",
+                           a + 1, KG_RLJ_MAX, num);
+        }
     for (size_t a = 0; a < *np; a++) {
         for (size_t b = 0; b < a; b++) {
             if ((*ps)[a] == (*ps)[b]) {

@@ -54,6 +54,12 @@ int kg_rlj_flag_text(struct ctx *c, const char *field, const char **text);
 int kg_rlj_parse_number(const char *s, const char *flag, double *out,
                         kg_err *err);
 int kg_rlj_get_number(struct ctx *c, const char *field, double *out);
+int kg_rlj_get_in_range(struct ctx *c, const char *field, double lo,
+                        int lo_open, double hi, double *out);
+/* The widest a scale-like option may be: 1e6 (a speedup cap or a Fast@p
+ * threshold beyond it is no threshold; the request's speedup_recheck_bound
+ * stops there too). */
+#define KG_RLJ_MAX 1e6
 int kg_rlj_get_int(struct ctx *c, const char *field, long long lo, long long hi,
                    long long *out);
 int kg_rlj_get_switch(struct ctx *c, const char *field, int *out);

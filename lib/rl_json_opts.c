@@ -96,6 +96,26 @@ int kg_rlj_get_number(struct ctx *c, const char *field, double *out)
                               &c->err);
 }
 
+/*
+ * kg_rlj_get_number, then the value must be finite and in [lo, hi] (lo
+ * excluded when lo_open). As with the library's checks, the error names
+ * the field, whether a flag or a field gave it; a default is checked too.
+ */
+int kg_rlj_get_in_range(struct ctx *c, const char *field, double lo,
+                        int lo_open, double hi, double *out)
+{
+    int rc = kg_rlj_get_number(c, field, out);
+    if (rc < 0)
+        return rc;
+    double x = *out;
+    if (isfinite(x) && (lo_open ? x > lo : x >= lo) && x <= hi)
+        return 0;
+    return kg_errf(&c->err, KG_EINVAL,
+                   "field \"%s\": must be a finite number in %s%g, %g], got "
+                   "%g",
+                   field, lo_open ? "(" : "[", lo, hi, x);
+}
+
 int kg_rlj_get_int(struct ctx *c, const char *field, long long lo, long long hi,
                    long long *out)
 {

@@ -44,10 +44,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SECRETS: dict[str, str] = {}  # worker_id -> the worker_secret it registered with
+
+
 def post(conn: http.client.HTTPConnection, path: str, body: dict) -> int:
+    """A worker call, with the worker_secret of its id's registration."""
+    if body.get("worker_id") in SECRETS:
+        body = {**body, "worker_secret": SECRETS[body["worker_id"]]}
     conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
     r = conn.getresponse()
-    r.read()
+    got = r.read()
+    if path == "/worker/register" and r.status == 200:
+        reply = json.loads(got)
+        SECRETS[reply["worker_id"]] = reply["worker_secret"]
     return r.status
 
 

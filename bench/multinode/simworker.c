@@ -49,6 +49,7 @@ struct sim {
     int index;
     kg_client *http;
     char id[128], device[32];
+    char secret[80]; /* the worker_secret of its registration */
     double hb_iv, next_hb;
     int registered;
     struct sample *s;
@@ -85,6 +86,8 @@ static long call(struct sim *w, char kind, const char *path, json_t *body,
                  long timeout_ms, kg_client_resp *r)
 {
     json_object_set_new(body, "worker_id", json_string(w->id));
+    if (w->secret[0])
+        json_object_set_new(body, "worker_secret", json_string(w->secret));
     kg_err err = {{0}};
     double t0 = kg_now_ms();
     int rc =
@@ -102,6 +105,11 @@ static void do_register(struct sim *w)
     long st = call(w, 'G', "/worker/register",
                    json_pack("{s:s, s:s}", "device", w->device, "host", host),
                    CALL_TIMEOUT_MS, &r);
+    const char *sec =
+        st == 200 ? json_string_value(json_object_get(r.json, "worker_secret"))
+                  : NULL;
+    if (sec)
+        snprintf(w->secret, sizeof w->secret, "%s", sec);
     if (st == 200) {
         json_t *hb = json_object_get(r.json, "heartbeat_interval_ms");
         double iv = json_is_integer(hb) ? (double)json_integer_value(hb) : 0;

@@ -117,10 +117,14 @@ bench_store() {
         wait "$pid" 2>/dev/null || true
         return
     fi
+    # each worker's worker_secret, one a line in id order, for lease.lua
+    : >"$tmp/secrets"
     for i in $(seq 0 63); do
-        curl -s -o /dev/null -X POST "$url/worker/register" \
-            -d "{\"worker_id\": \"bw-$i\", \"device\": \"cpu:$i\"}"
+        curl -s -X POST "$url/worker/register" \
+            -d "{\"worker_id\": \"bw-$i\", \"device\": \"cpu:$i\"}" |
+            sed 's/.*"worker_secret": *"\([0-9a-f]*\)".*/\1/' >>"$tmp/secrets"
     done
+    export SECRETS="$tmp/secrets"
     depth() { curl -s "$url/queue/status" | sed 's/.*"queue_depth": \([0-9]*\).*/\1/'; }
     echo "   pending before leasing: $(depth)"
     run lease "leases: POST /worker/lease by 64 workers (200 = a task leased)" \

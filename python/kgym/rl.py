@@ -14,7 +14,8 @@ Python values become JSON here and are not checked: lists and tuples,
 numpy arrays and scalars, dicts, numbers, bools, strings and None. A NaN
 or an infinity is sent as "NaN", "Infinity" or "-Infinity" (JSON has no
 such number; libkgym reads these strings as numbers), so it reaches the
-library's check that names it, and an infinite cap means no cap; the seed
+library's check that names it (every option must be finite and in its
+range: cap in [0, 1e6], s > 0, a non-empty p, ...: docs/rl.md); the seed
 is sent as a string of digits, for the whole range [0, 2^64).
 
 The library is found through KGYM_LIB, then build/libkgym.so of this

@@ -143,11 +143,20 @@ char *kg_cli_read_code(const char *path, const char *field, size_t *len,
     struct stat st;
     *len = 0;
     /* O_NONBLOCK: opening a FIFO returns at once instead of waiting for a
-     * writer; O_NOCTTY: a terminal does not become ours */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+     * writer; O_NOCTTY: a terminal does not become ours; O_NOFOLLOW: a
+     * symbolic link is refused like any other file that is not a regular
+     * one, so a link planted for kgym (often run as root) cannot make it
+     * read, and echo in a compile error, a file its owner never gave */
+    int fd =
+        open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
         int e = errno;
-        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) /* a socket */
+        if (e == ELOOP && lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+            kg_errf(err, KG_EINVAL,
+                    "%s: a symbolic link, not a regular file (give the "
+                    "file itself)",
+                    path);
+        else if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) /* a socket */
             kg_errf(err, KG_EINVAL, "%s: %s, not a regular file", path,
                     file_kind(st.st_mode));
         else

@@ -152,8 +152,9 @@ static int walk(struct redteam *rt, const char *dir, const char *rel,
             rc = walk(rt, full, sub, err);
             continue;
         }
-        /* a link to a file counts; links to directories are not followed
-         * (no cycles) */
+        /* a link to a file is listed, for kg_cli_read_code to refuse by
+         * name (code is read only from regular files); links to
+         * directories are not followed (no cycles) */
         if (S_ISLNK(st.st_mode) &&
             (stat(full, &st) < 0 || !S_ISREG(st.st_mode)))
             continue;

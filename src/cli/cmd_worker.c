@@ -46,6 +46,7 @@ struct worker {
     kg_client *http;
     kg_engine *eng;
     char id[KG_MAX_TASK_ID + 1];
+    char secret[80]; /* the server's for this registration ("": none yet) */
     char host[128];
     const char *device;        /* as registered: cpu, cpu:N or cuda:N */
     char engine_device[64];    /* as the engine knows it: cpu or cuda:N */
@@ -170,6 +171,9 @@ static int call(struct worker *w, const char *what, const char *path,
 {
     json_t *body = extra ? extra : json_object();
     json_object_set_new(body, "worker_id", json_string(w->id));
+    /* every call proves it is this registration (docs/api.md) */
+    if (w->secret[0])
+        json_object_set_new(body, "worker_secret", json_string(w->secret));
     kg_err err = {{0}};
     int rc =
         kg_client_request(w->http, "POST", path, body, timeout_ms, r, &err);
@@ -199,7 +203,14 @@ static void do_register(struct worker *w)
     if (call(w, "register", "/worker/register", b, CALL_TIMEOUT_MS, &r))
         return;
     char e[300];
-    if (r.status == 200) {
+    const char *sec =
+        json_string_value(json_object_get(r.json, "worker_secret"));
+    if (r.status == 200 && (!sec || strlen(sec) >= sizeof w->secret)) {
+        kg_error("register: the server sent no worker_secret (an older "
+                 "server?); giving up");
+        w->fatal = 1;
+    } else if (r.status == 200) {
+        snprintf(w->secret, sizeof w->secret, "%s", sec);
         json_t *hb = json_object_get(r.json, "heartbeat_interval_ms");
         json_t *ttl = json_object_get(r.json, "worker_ttl_ms");
         double iv = json_is_integer(hb) ? (double)json_integer_value(hb) : 0;
@@ -287,9 +298,12 @@ static void do_heartbeat(struct worker *w)
         json_t *cancel = json_object_get(r.json, "cancel");
         if (json_is_array(cancel))
             stop_cancelled(w, cancel);
-    } else if (r.status == 404) {
-        kg_warn("heartbeat: the server does not know this worker; "
-                "registering again");
+    } else if (r.status == 404 || r.status == 403) {
+        /* 403: this id was registered again after it went silent, so its
+         * secret is no longer this worker's */
+        kg_warn("heartbeat: %s; registering again",
+                r.status == 404 ? "the server does not know this worker"
+                                : "this worker's registration was replaced");
         w->registered = 0;
     } else if (r.status != 200 && !check_auth(w, "heartbeat", &r)) {
         kg_warn("heartbeat: %s", kg_client_error_text(&r, e, sizeof e));
@@ -420,9 +434,10 @@ static int do_lease(struct worker *w, int wait_s)
             }
         }
         json_decref(task);
-    } else if (r.status == 404) {
-        kg_warn("lease: the server does not know this worker; registering "
-                "again");
+    } else if (r.status == 404 || r.status == 403) {
+        kg_warn("lease: %s; registering again",
+                r.status == 404 ? "the server does not know this worker"
+                                : "this worker's registration was replaced");
         w->registered = 0;
     } else if (r.status != 204 && !check_auth(w, "lease", &r)) {
         kg_warn("lease: %s", kg_client_error_text(&r, e, sizeof e));

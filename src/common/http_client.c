@@ -5,10 +5,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -212,30 +215,76 @@ const char *kg_client_error_text(const kg_client_resp *resp, char *buf,
     return buf;
 }
 
+/* A token file is a few lines; a bigger one is not a token file. */
+#define MAX_TOKEN_FILE (1024 * 1024)
+
 int kg_client_read_token(const char *path, char **token, kg_err *err)
 {
     *token = NULL;
-    FILE *f = fopen(path, "r");
-    if (!f)
+    /* O_NONBLOCK and fstat first: a FIFO or a device is refused, not read */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
         return kg_errf(err, KG_EIO, "token file %s: %s", path, strerror(errno));
-    char line[4096];
-    int rc = kg_errf(err, KG_EPARSE, "token file %s: no token in it", path);
-    while (fgets(line, sizeof line, f)) {
-        char *s = line;
-        while (isspace((unsigned char)*s))
-            s++;
-        char *e = s + strlen(s);
-        while (e > s && isspace((unsigned char)e[-1]))
-            *--e = 0;
-        if (!*s || *s == '#')
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_size > MAX_TOKEN_FILE) {
+        close(fd);
+        return kg_errf(err, KG_EINVAL,
+                       "token file %s: not a regular file of at most %d bytes",
+                       path, MAX_TOKEN_FILE);
+    }
+    char *buf = malloc(MAX_TOKEN_FILE + 1);
+    size_t len = 0;
+    int rc = buf ? 0 : kg_errf(err, KG_ENOMEM, "out of memory");
+    while (!rc && len <= MAX_TOKEN_FILE) {
+        ssize_t r = read(fd, buf + len, MAX_TOKEN_FILE + 1 - len);
+        if (r < 0 && errno == EINTR)
             continue;
-        if (!(*token = strdup(s)))
+        if (r < 0)
+            rc = kg_errf(err, KG_EIO, "token file %s: %s", path,
+                         strerror(errno));
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+    }
+    close(fd);
+    if (!rc && len > MAX_TOKEN_FILE)
+        rc = kg_errf(err, KG_EINVAL, "token file %s: larger than %d bytes",
+                     path, MAX_TOKEN_FILE);
+    if (!rc)
+        rc = kg_errf(err, KG_EPARSE, "token file %s: no token in it", path);
+    int lineno = 0;
+    /* lines by their byte length: a NUL is refused, never a token's end */
+    for (size_t pos = 0; buf && rc == KG_EPARSE && pos < len;) {
+        char *s = buf + pos, *nl = memchr(s, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - s) : len - pos;
+        pos += n + (nl != NULL);
+        lineno++;
+        for (size_t i = 0; i < n && rc == KG_EPARSE; i++) {
+            unsigned char c = (unsigned char)s[i];
+            if ((c < ' ' && c != '\t' && c != '\r') || c == 127)
+                rc = kg_errf(err, KG_EINVAL,
+                             "token file %s:%d: a NUL or control byte (0x%02x)",
+                             path, lineno, c);
+        }
+        if (rc != KG_EPARSE)
+            break;
+        while (n > 0 && isspace((unsigned char)*s)) {
+            s++;
+            n--;
+        }
+        while (n > 0 && isspace((unsigned char)s[n - 1]))
+            n--;
+        if (n == 0 || *s == '#')
+            continue;
+        if (!(*token = strndup(s, n)))
             rc = kg_errf(err, KG_ENOMEM, "out of memory");
         else
             rc = 0;
-        break;
     }
-    memset(line, 0, sizeof line);
-    fclose(f);
+    if (buf) {
+        explicit_bzero(buf, len);
+        free(buf);
+    }
     return rc;
 }

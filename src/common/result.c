@@ -1,4 +1,5 @@
 /* result.c - reward-bearing fields and KernelGym's names (result.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,88 @@ void kg_result_finalize(json_t *r)
             json_object_set_new(r, "decoy_kernel", json_true());
     }
     kernelgym_fields(r, pass);
+}
+
+/* docs/design.md's verdicts, in its table's order. */
+static const char *const VERDICTS[] = {
+    "pass",   "mismatch", "compile_error", "runtime_error",
+    "timeout", "hacked",  "problem_error", "infra_error"};
+
+/* A median can be no longer than the longest evaluation (timeout 3600 s). */
+#define MAX_RUNTIME_MS 3.6e6
+
+/* A positive, finite runtime in ms; -1 with err set, naming the field. */
+static int runtime(const json_t *r, const char *k, double *out, kg_err *err)
+{
+    const json_t *v = json_object_get(r, k);
+    double x = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!(x > 0 && x <= MAX_RUNTIME_MS))
+        return kg_errf(err, KG_EINVAL,
+                       "result.%s: a pass needs a runtime in (0, %g] ms", k,
+                       MAX_RUNTIME_MS);
+    *out = x;
+    return 0;
+}
+
+int kg_result_check(const json_t *r, kg_err *err)
+{
+    if (!json_is_object(r))
+        return kg_errf(err, KG_EINVAL, "result: not an object");
+    const char *verdict = json_string_value(json_object_get(r, "verdict"));
+    size_t i, nv = sizeof VERDICTS / sizeof *VERDICTS;
+    for (i = 0; verdict && i < nv; i++)
+        if (!strcmp(verdict, VERDICTS[i]))
+            break;
+    if (!verdict || i == nv)
+        return kg_errf(err, KG_EINVAL,
+                       "result.verdict: must be one of pass, mismatch, "
+                       "compile_error, runtime_error, timeout, hacked, "
+                       "problem_error, infra_error");
+    const json_t *corr = json_object_get(r, "correctness");
+    if (strcmp(verdict, "pass")) {
+        /* no reward-bearing field on anything but a pass */
+        static const char *const none[] = {"speedup", "kernel_runtime"};
+        for (size_t k = 0; k < 2; k++) {
+            const json_t *v = json_object_get(r, none[k]);
+            if (v && !json_is_null(v))
+                return kg_errf(err, KG_EINVAL,
+                               "result.%s: must be null unless the verdict "
+                               "is pass (got verdict %s)",
+                               none[k], verdict);
+        }
+        if (json_is_true(corr))
+            return kg_errf(err, KG_EINVAL,
+                           "result.correctness: true on verdict %s", verdict);
+        const json_t *decoy = json_object_get(r, "decoy_kernel");
+        if (!strcmp(verdict, "hacked") && decoy && !json_is_true(decoy))
+            return kg_errf(err, KG_EINVAL,
+                           "result.decoy_kernel: must be true on verdict "
+                           "hacked");
+        return 0;
+    }
+    if (!json_is_true(corr))
+        return kg_errf(err, KG_EINVAL,
+                       "result.correctness: a pass must be correct (true)");
+    double k, ref;
+    if (runtime(r, "kernel_runtime", &k, err) < 0 ||
+        runtime(r, "reference_runtime", &ref, err) < 0)
+        return KG_EINVAL;
+    const json_t *v = json_object_get(r, "speedup");
+    double sp = json_is_number(v) ? json_number_value(v) : NAN;
+    /*
+     * The judge reports reference median / kernel median, or less when its
+     * own clock caps it (judge.py, trusted_clock), never more. Both sides
+     * are IEEE doubles sent as shortest round-trip text, so the quotient
+     * recomputed here is the same double; 1e-9 relative covers a producer
+     * that prints 15 significant digits.
+     */
+    double most = ref / k;
+    if (!(sp > 0 && isfinite(sp) && sp <= most * (1 + 1e-9)))
+        return kg_errf(err, KG_EINVAL,
+                       "result.speedup: must be in (0, reference_runtime / "
+                       "kernel_runtime = %.6g] on a pass",
+                       most);
+    return 0;
 }
 
 json_t *kg_result_new(const char *task_id, const char *verdict,

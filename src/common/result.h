@@ -12,6 +12,8 @@
 
 #include <jansson.h>
 
+#include "kgym/kgym.h"
+
 /*
  * In place, idempotent; a non-object or an object without a verdict is
  * left alone. For every verdict other than "pass": `speedup` and
@@ -22,6 +24,18 @@
  * top level and in `metadata` (zero unless the verdict is "pass").
  */
 void kg_result_finalize(json_t *result);
+
+/*
+ * 0 when a worker's result meets docs/design.md's result contract, else
+ * KG_EINVAL with the first fault in err, naming the field as
+ * "result.FIELD: ...". The contract: a verdict from the list; a pass is
+ * correct, with kernel_runtime and reference_runtime in (0, 3.6e6] ms and
+ * a speedup in (0, reference_runtime / kernel_runtime] (the judge's clock
+ * may lower it, nothing raises it); any other verdict has null speedup and
+ * kernel_runtime, correctness not true, and a hacked one decoy_kernel true
+ * where it is given. The server stores and caches only such results.
+ */
+int kg_result_check(const json_t *result, kg_err *err);
 
 /*
  * A new result (caller owns it) with every field of docs/design.md's result

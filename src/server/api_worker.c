@@ -3,11 +3,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "common/json_util.h"
 #include "common/log.h"
 #include "common/request.h"
 #include "common/result.h"
+#include "common/sha256.h"
+#include "server/metrics.h"
 #include "server/api_impl.h"
 
 /* ---- workers ---------------------------------------------------------- */
@@ -31,6 +34,101 @@ static void unknown_worker(kg_http_reply *rep, const char *wid)
 {
     kg_http_error(rep, 404, "unknown_worker", "worker_id",
                   "worker_id %s: not registered (register again)", wid);
+}
+
+/* ---- worker identity --------------------------------------------------
+ * A registration gets a secret of its own (256 random bits, hex); the
+ * store keeps only its SHA-256. Every later call of that worker id must
+ * carry it as "worker_secret", so another holder of the worker token can
+ * neither post for, heartbeat, lease or unregister as, nor re-register, a
+ * live worker's id. */
+
+/* A fresh secret into out (65 bytes); -1 when the kernel gives no
+ * randomness. */
+static int new_secret(char out[65])
+{
+    unsigned char b[32];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t r = getrandom(b + got, sizeof b - got, 0);
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof b; i++) {
+        out[2 * i] = hex[b[i] >> 4];
+        out[2 * i + 1] = hex[b[i] & 15];
+    }
+    out[64] = 0;
+    explicit_bzero(b, sizeof b);
+    return 0;
+}
+
+/* 1 when secret's SHA-256 is digest; compared in constant time. */
+static int secret_matches(const char *secret, const char *digest)
+{
+    char got[65];
+    kg_sha256_hex(secret, strlen(secret), got);
+    unsigned diff = 0;
+    for (int i = 0; i < 64; i++)
+        diff |= (unsigned)(got[i] ^ digest[i]);
+    return diff == 0;
+}
+
+/*
+ * The worker call's "worker_secret" against the one recorded for wid. 0
+ * when it matches; else -1 with rep filled: 404 unknown_worker when none
+ * is recorded (register again), 400 when the field is missing, 403
+ * wrong_worker_secret when it does not match.
+ */
+static int check_secret(kg_api *api, const json_t *in, const char *wid,
+                        kg_http_reply *rep)
+{
+    char want[65];
+    kg_err err;
+    int rc = kg_store_worker_secret_get(api->store, wid, want, &err);
+    if (rc < 0) {
+        kg_api_store_error(rep, rc, &err);
+        return -1;
+    }
+    if (rc == 0) {
+        unknown_worker(rep, wid);
+        return -1;
+    }
+    const json_t *v = json_object_get(in, "worker_secret");
+    if (!json_is_string(v)) {
+        kg_http_error(rep, 400, v ? "invalid_field" : "missing_field",
+                      "worker_secret",
+                      "field \"worker_secret\": the string /worker/register "
+                      "gave worker %s",
+                      wid);
+        return -1;
+    }
+    if (!secret_matches(json_string_value(v), want)) {
+        kg_warn("worker %s: a call with another worker_secret refused", wid);
+        kg_http_error(rep, 403, "wrong_worker_secret", "worker_secret",
+                      "worker_secret: not the one worker %s registered with",
+                      wid);
+        return -1;
+    }
+    return 0;
+}
+
+/* 1 when wid is registered and alive; 0 when not; < 0 on a store error. */
+static int worker_alive(kg_api *api, const char *wid, kg_err *err)
+{
+    kg_worker *w = NULL;
+    size_t n = 0;
+    int rc = kg_store_worker_list(api->store, &w, &n, err);
+    if (rc < 0)
+        return rc;
+    int alive = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(w[i].id, wid))
+            alive = w[i].alive;
+    free(w);
+    return alive;
 }
 
 void kg_api_h_register(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
@@ -63,7 +161,40 @@ void kg_api_h_register(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     if (!host)
         host = req->peer && req->peer[0] ? req->peer : "unknown";
     kg_err err;
-    int rc = kg_store_worker_register(api->store, wid, device, host, &err);
+    char old[65], secret[65], digest[65];
+    /* a live id is taken: only its own secret registers it again */
+    int rc = wid == gen ? 0 : worker_alive(api, wid, &err);
+    if (rc > 0)
+        rc = kg_store_worker_secret_get(api->store, wid, old, &err);
+    if (rc > 0) {
+        const char *sec =
+            json_string_value(json_object_get(in, "worker_secret"));
+        if (!sec || !secret_matches(sec, old)) {
+            kg_warn("register as live worker %s without its secret refused",
+                    wid);
+            kg_http_error(rep, 409, "worker_id_taken", "worker_id",
+                          "worker_id %s is registered to a live worker: "
+                          "registering it again needs its worker_secret (or "
+                          "wait until it has been silent for %lld ms)",
+                          wid, (long long)api->opts.worker_ttl_ms);
+            json_decref(in);
+            return;
+        }
+    }
+    if (rc < 0) {
+        kg_api_store_error(rep, rc, &err);
+        json_decref(in);
+        return;
+    }
+    if (new_secret(secret) < 0) {
+        kg_http_error(rep, 500, "internal", NULL, "no randomness for a secret");
+        json_decref(in);
+        return;
+    }
+    kg_sha256_hex(secret, 64, digest);
+    rc = kg_store_worker_register(api->store, wid, device, host, &err);
+    if (rc == 0)
+        rc = kg_store_worker_secret_set(api->store, wid, digest, &err);
     if (rc == KG_ESTATE) {
         kg_http_error(rep, 409, "device_claimed", "device",
                       "device %s on %s is held by another live worker", device,
@@ -73,11 +204,13 @@ void kg_api_h_register(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     } else {
         rep->status = 200;
         rep->json = json_pack(
-            "{s:s, s:s, s:s, s:I, s:I, s:I}", "worker_id", wid, "device",
-            device, "host", host, "lease_ms", (json_int_t)api->opts.lease_ms,
-            "worker_ttl_ms", (json_int_t)api->opts.worker_ttl_ms,
-            "heartbeat_interval_ms", (json_int_t)(api->opts.worker_ttl_ms / 3));
+            "{s:s, s:s, s:s, s:s, s:I, s:I, s:I}", "worker_id", wid,
+            "worker_secret", secret, "device", device, "host", host,
+            "lease_ms", (json_int_t)api->opts.lease_ms, "worker_ttl_ms",
+            (json_int_t)api->opts.worker_ttl_ms, "heartbeat_interval_ms",
+            (json_int_t)(api->opts.worker_ttl_ms / 3));
     }
+    explicit_bzero(secret, sizeof secret);
     json_decref(in);
 }
 
@@ -88,6 +221,10 @@ void kg_api_h_unregister(kg_api *api, const kg_http_req *req,
     const char *wid;
     if (worker_body(req, &in, &wid, rep))
         return;
+    if (check_secret(api, in, wid, rep)) {
+        json_decref(in);
+        return;
+    }
     kg_err err;
     int rc = kg_store_worker_unregister(api->store, wid, &err);
     if (rc == KG_ENOTFOUND) {
@@ -207,6 +344,10 @@ void kg_api_h_heartbeat(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     const char *wid;
     if (worker_body(req, &in, &wid, rep))
         return;
+    if (check_secret(api, in, wid, rep)) {
+        json_decref(in);
+        return;
+    }
     json_t *tasks = json_object_get(in, "tasks");
     int held;
     json_t *cancel = not_held(api, wid, tasks, &held, rep);
@@ -286,6 +427,11 @@ void kg_api_h_lease(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     if (worker_body(req, &in, &wid, rep))
         return;
     if (!req->resumed) {
+        /* checked once: a parked poll is the same request */
+        if (check_secret(api, in, wid, rep)) {
+            json_decref(in);
+            return;
+        }
         double wait;
         kg_api_error e;
         if (kg_api_wait_field(in, &wait, &e)) {
@@ -323,6 +469,10 @@ void kg_api_h_result(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
     const char *wid, *tid;
     if (worker_body(req, &in, &wid, rep))
         return;
+    if (check_secret(api, in, wid, rep)) {
+        json_decref(in);
+        return;
+    }
     kg_api_error e;
     if (kg_api_id_field(in, "task_id", &tid, &e)) {
         json_decref(in);
@@ -350,10 +500,20 @@ void kg_api_h_result(kg_api *api, const kg_http_req *req, kg_http_reply *rep)
             return;
         }
     }
-    int outcome = 0;
     kg_err err;
+    int outcome = 0;
     int rc = kg_sched_result(api->sched, tid, wid, res, &outcome, &err);
-    if (rc == KG_ESTATE) {
+    if (rc == KG_EINVAL) {
+        /* the lease holder's result breaks the contract: nothing stored */
+        char field[64] = "result";
+        size_t n = strcspn(err.msg, ":");
+        if (n < sizeof field && !strncmp(err.msg, "result.", 7))
+            snprintf(field, sizeof field, "%.*s", (int)n, err.msg);
+        kg_metrics_result_refused(api->metrics);
+        kg_warn("worker %s: result for task %s refused: %s", wid, tid,
+                err.msg);
+        kg_http_error(rep, 422, "invalid_result", field, "%s", err.msg);
+    } else if (rc == KG_ESTATE) {
         kg_http_error(rep, 409, "not_lease_holder", "worker_id",
                       "worker_id %s does not hold task %s (lease expired, "
                       "cancelled, or never its)",

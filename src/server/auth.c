@@ -2,6 +2,7 @@
  * trusted client ranges. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -9,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/sha256.h"
 #include "server/auth.h"
@@ -32,32 +35,121 @@ struct kg_auth {
     kg_cidr trusted[KG_AUTH_MAX_TRUSTED];
 };
 
-/* Reads one token file into *ts. Tokens are stored only as digests. */
+/* A token file is a few lines: 64 tokens of 4 KiB with their comments fit. */
+#define MAX_TOKEN_FILE (1024 * 1024)
+
+/*
+ * The whole of a token file, read as a regular file only: opened with
+ * O_NONBLOCK and checked with fstat before any read, so a FIFO, a device
+ * (/dev/zero) or a directory is refused at once instead of blocking or
+ * spinning. Returns 0 with malloc'd bytes in *out (length in *len), or a
+ * KG_E* code with err set.
+ */
+static int read_token_file(const char *path, char **out, size_t *len,
+                           kg_err *err)
+{
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return kg_errf(err, KG_EIO, "token file %s: %s", path,
+                       strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return kg_errf(err, KG_EINVAL, "token file %s: not a regular file",
+                       path);
+    }
+    if (st.st_size > MAX_TOKEN_FILE) {
+        close(fd);
+        return kg_errf(err, KG_EINVAL, "token file %s: larger than %d bytes",
+                       path, MAX_TOKEN_FILE);
+    }
+    /* one byte more than the cap tells a file that grew past it */
+    char *buf = malloc(MAX_TOKEN_FILE + 1);
+    if (!buf) {
+        close(fd);
+        return kg_errf(err, KG_ENOMEM, "out of memory");
+    }
+    size_t n = 0;
+    int rc = 0;
+    while (n <= MAX_TOKEN_FILE) {
+        ssize_t r = read(fd, buf + n, MAX_TOKEN_FILE + 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = kg_errf(err, KG_EIO, "token file %s: %s", path,
+                         strerror(errno));
+            break;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (!rc && n > MAX_TOKEN_FILE)
+        rc = kg_errf(err, KG_EINVAL, "token file %s: larger than %d bytes",
+                     path, MAX_TOKEN_FILE);
+    if (rc) {
+        explicit_bzero(buf, n);
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+/* 1 for a byte no token file holds: NUL, DEL, a control other than tab/CR. */
+static int bad_byte(unsigned char c)
+{
+    return (c < ' ' && c != '\t' && c != '\r' && c != '\n') || c == 127;
+}
+
+/*
+ * Reads one token file into *ts. Tokens are stored only as digests. Lines
+ * are taken by their byte length, never by a C string's: a NUL is refused
+ * with the rest, never a place where a token silently ends.
+ */
 static int load_file(const char *path, struct tokset *ts, kg_err *err)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return kg_errf(err, KG_EIO, "token file %s: %s", path, strerror(errno));
-    char line[MAX_TOKEN_LEN + 2];
-    int lineno = 0, rc = 0;
+    size_t len = 0;
+    char *buf;
+    int rc = read_token_file(path, &buf, &len, err);
+    if (rc)
+        return rc;
+    int lineno = 0;
     ts->n = 0;
-    while (fgets(line, sizeof line, f)) {
+    for (size_t pos = 0; pos < len && !rc;) {
         lineno++;
-        size_t n = strlen(line);
-        if (n == sizeof line - 1 && line[n - 1] != '\n') {
+        char *line = buf + pos;
+        char *nl = memchr(line, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - line) : len - pos;
+        pos += n + (nl != NULL);
+        for (size_t i = 0; i < n; i++)
+            if (bad_byte((unsigned char)line[i])) {
+                rc = kg_errf(err, KG_EINVAL,
+                             "token file %s:%d: a NUL or control byte "
+                             "(0x%02x) at column %zu",
+                             path, lineno, (unsigned char)line[i], i + 1);
+                break;
+            }
+        if (rc)
+            break;
+        while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' ' ||
+                         line[n - 1] == '\t'))
+            n--;
+        char *s = line;
+        while (n > 0 && (*s == ' ' || *s == '\t')) {
+            s++;
+            n--;
+        }
+        if (n == 0 || s[0] == '#')
+            continue;
+        if (n > MAX_TOKEN_LEN) {
             rc = kg_errf(err, KG_EINVAL, "token file %s:%d: line too long",
                          path, lineno);
             break;
         }
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' ||
-                         line[n - 1] == ' ' || line[n - 1] == '\t'))
-            line[--n] = 0;
-        char *s = line;
-        while (*s == ' ' || *s == '\t')
-            s++;
-        n = strlen(s);
-        if (n == 0 || s[0] == '#')
-            continue;
         if (n < MIN_TOKEN_LEN) {
             rc = kg_errf(err, KG_EINVAL,
                          "token file %s:%d: token shorter than %d characters",
@@ -84,12 +176,10 @@ static int load_file(const char *path, struct tokset *ts, kg_err *err)
         kg_sha256_update(&h, s, n);
         kg_sha256_final(&h, ts->dig[ts->n++]);
     }
-    if (!rc && ferror(f))
-        rc = kg_errf(err, KG_EIO, "token file %s: read error", path);
-    fclose(f);
+    explicit_bzero(buf, len);
+    free(buf);
     if (!rc && ts->n == 0)
         rc = kg_errf(err, KG_EINVAL, "token file %s: no token in it", path);
-    explicit_bzero(line, sizeof line);
     return rc;
 }
 

@@ -26,6 +26,7 @@ struct route_stats {
 struct kg_metrics {
     struct route_stats r[KG_ROUTE_COUNT];
     atomic_ullong cache_hits;
+    atomic_ullong results_refused;
 };
 
 static const char *const ROUTES[KG_ROUTE_COUNT] = {
@@ -77,6 +78,13 @@ void kg_metrics_cache_hit(kg_metrics *m)
 {
     if (m)
         atomic_fetch_add_explicit(&m->cache_hits, 1, memory_order_relaxed);
+}
+
+void kg_metrics_result_refused(kg_metrics *m)
+{
+    if (m)
+        atomic_fetch_add_explicit(&m->results_refused, 1,
+                                  memory_order_relaxed);
 }
 
 /* The page is written into a kg_dynbuf (kgym/dynbuf.h); a failed append
@@ -132,6 +140,12 @@ static void render_server(kg_dynbuf *b, kg_metrics *m,
             "# TYPE kgym_cache_hits_total counter\n"
             "kgym_cache_hits_total %llu\n",
             atomic_load_explicit(&m->cache_hits, memory_order_relaxed));
+    bprintf(b,
+            "# HELP kgym_results_refused_total Worker results refused for "
+            "breaking the result contract\n"
+            "# TYPE kgym_results_refused_total counter\n"
+            "kgym_results_refused_total %llu\n",
+            atomic_load_explicit(&m->results_refused, memory_order_relaxed));
     if (s->parked_polls >= 0)
         bprintf(b,
                 "# HELP kgym_long_polls_waiting Worker lease requests "

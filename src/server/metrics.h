@@ -51,6 +51,9 @@ void kg_metrics_observe(kg_metrics *m, int route, int status, double seconds);
 /* One submission answered from the result cache. */
 void kg_metrics_cache_hit(kg_metrics *m);
 
+/* One worker result refused for breaking the result contract. */
+void kg_metrics_result_refused(kg_metrics *m);
+
 /* Figures read at scrape time. */
 typedef struct kg_metrics_snapshot {
     int store_up;             /* 1: counts is filled */

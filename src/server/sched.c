@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "common/result.h"
 #include "server/sched.h"
 
 struct kg_sched {
@@ -154,6 +155,12 @@ int kg_sched_result(kg_sched *sc, const char *id, const char *worker_id,
         return kg_errf(err, KG_ESTATE,
                        "task %s is %s and not held by worker %s", id,
                        kg_task_status_name(t.status), worker_id);
+    /* stored, and cached, only as the contract allows: a figure a client
+     * would reward from is never taken as sent; the task stays leased */
+    if ((rc = kg_result_check(result, err)) < 0) {
+        kg_task_free(&t);
+        return rc;
+    }
     const json_t *v = json_object_get(result, "verdict");
     int infra = json_is_string(v) && kg_verdict_parse(json_string_value(v)) ==
                                          KG_VERDICT_INFRA_ERROR;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/log.h"
 #include "common/result.h"
 #include "server/sqldb.h"
 #include "server/store_impl.h"
@@ -332,6 +333,43 @@ out:
     return rc;
 }
 
+/*
+ * 1 when a cached result may answer a submission: it meets the result
+ * contract (kg_result_check). An entry written before that check existed,
+ * or put there by hand, is checked on every read and, failing, is a miss.
+ */
+static int cache_entry_ok(const char *key, const json_t *result)
+{
+    kg_err why;
+    if (kg_result_check(result, &why) == 0)
+        return 1;
+    kg_warn("cache entry %.16s...: not served: %s", key ? key : "?",
+            why.msg);
+    return 0;
+}
+
+/*
+ * A backend that looks the cache up itself (Redis, in one script) may
+ * answer from an entry that fails the contract: such a hit is dropped and
+ * its task submitted as if the cache had missed.
+ */
+static int resubmit_bad_hits(kg_store *s, const kg_submit *t, size_t n,
+                             int *created, json_t **cached, kg_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!cached[i] || cache_entry_ok(t[i].cache_key, cached[i]))
+            continue;
+        json_decref(cached[i]);
+        cached[i] = NULL;
+        int one = 0;
+        int rc = s->ops->submit_batch(s, &t[i], 1, &one, err);
+        if (rc < 0)
+            return rc;
+        created[i] = one;
+    }
+    return 0;
+}
+
 int kg_store_submit_batch_cached(kg_store *s, const kg_submit *t, size_t n,
                                  int *created, json_t **cached, kg_err *err)
 {
@@ -347,6 +385,8 @@ int kg_store_submit_batch_cached(kg_store *s, const kg_submit *t, size_t n,
     rc = s->ops->submit_batch_cached
              ? s->ops->submit_batch_cached(s, t, n, created, cached, err)
              : submit_cached_generic(s, t, n, created, cached, err);
+    if (rc >= 0)
+        rc = resubmit_bad_hits(s, t, n, created, cached, err);
     if (rc < 0)
         for (size_t i = 0; i < n; i++) {
             json_decref(cached[i]);
@@ -452,7 +492,13 @@ int kg_store_cache_get(kg_store *s, const char *key, json_t **result,
     *result = NULL;
     if ((rc = check_key(key, err)) < 0)
         return rc;
-    return s->ops->cache_get(s, key, result, err);
+    rc = s->ops->cache_get(s, key, result, err);
+    if (rc > 0 && !cache_entry_ok(key, *result)) {
+        json_decref(*result);
+        *result = NULL;
+        rc = 0;
+    }
+    return rc;
 }
 
 int kg_store_status_many(kg_store *s, const char *const *ids, size_t n,
@@ -497,10 +543,12 @@ int kg_store_cache_get_many(kg_store *s, const char *const *keys, size_t n,
         if (keys[i] && (rc = check_key(keys[i], err)) < 0)
             return rc;
     rc = s->ops->cache_get_many(s, keys, n, results, err);
-    if (rc < 0)
-        for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
+        if (results[i] && (rc < 0 || !cache_entry_ok(keys[i], results[i]))) {
             json_decref(results[i]);
             results[i] = NULL;
+            if (rc > 0)
+                rc--; /* a hit no more */
         }
     return rc;
 }
@@ -513,6 +561,9 @@ int kg_store_cache_put(kg_store *s, const char *key, const json_t *result,
         return rc;
     if (!json_is_object(result))
         return kg_errf(err, KG_EINVAL, "cache: result is no object");
+    kg_err why;
+    if (kg_result_check(result, &why) < 0)
+        return kg_errf(err, KG_EINVAL, "cache: result refused: %s", why.msg);
     return s->ops->cache_put(s, key, result, err);
 }
 
@@ -574,4 +625,30 @@ int kg_store_worker_list(kg_store *s, kg_worker **out, size_t *n, kg_err *err)
     *out = NULL;
     *n = 0;
     return s->ops->worker_list(s, out, n, err);
+}
+
+int kg_store_worker_secret_set(kg_store *s, const char *id, const char *digest,
+                               kg_err *err)
+{
+    int rc;
+    if ((rc = check_id("worker id", id, err)) < 0 ||
+        (rc = check_key(digest, err)) < 0)
+        return rc;
+    return s->ops->worker_secret_set(s, id, digest, err);
+}
+
+int kg_store_worker_secret_get(kg_store *s, const char *id, char digest[65],
+                               kg_err *err)
+{
+    int rc;
+    digest[0] = 0;
+    if ((rc = check_id("worker id", id, err)) < 0)
+        return rc;
+    rc = s->ops->worker_secret_get(s, id, digest, err);
+    /* only a well-formed digest counts as one */
+    if (rc > 0 && check_key(digest, NULL) < 0) {
+        digest[0] = 0;
+        rc = 0;
+    }
+    return rc;
 }

@@ -403,4 +403,15 @@ int kg_store_worker_unregister(kg_store *s, const char *id, kg_err *err);
  */
 int kg_store_worker_list(kg_store *s, kg_worker **out, size_t *n, kg_err *err);
 
+/*
+ * The SHA-256 (64 lowercase hex characters) of the secret the server gave
+ * worker id when it last registered (docs/api.md, "Worker identity"): set
+ * after a registration, read to check every later call of that worker.
+ * get returns 1 with digest filled, 0 when none is recorded.
+ */
+int kg_store_worker_secret_set(kg_store *s, const char *id, const char *digest,
+                               kg_err *err);
+int kg_store_worker_secret_get(kg_store *s, const char *id, char digest[65],
+                               kg_err *err);
+
 #endif

@@ -50,6 +50,11 @@ struct kg_store_ops {
                             kg_err *err);
     int (*worker_unregister)(kg_store *s, const char *id, kg_err *err);
     int (*worker_list)(kg_store *s, kg_worker **out, size_t *n, kg_err *err);
+    /* digest: 64 lowercase hex characters (kg_store_worker_secret_*) */
+    int (*worker_secret_set)(kg_store *s, const char *id, const char *digest,
+                             kg_err *err);
+    int (*worker_secret_get)(kg_store *s, const char *id, char digest[65],
+                             kg_err *err);
 };
 
 /* The head of every backend's handle. */

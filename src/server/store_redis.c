@@ -116,6 +116,8 @@ static const struct kg_store_ops REDIS_OPS = {
     .worker_heartbeat = rd__worker_heartbeat,
     .worker_unregister = rd__worker_unregister,
     .worker_list = rd__worker_list,
+    .worker_secret_set = rd__worker_secret_set,
+    .worker_secret_get = rd__worker_secret_get,
 };
 
 int kg_store_redis_open(kg_store **out, const char *host, int port, int db,

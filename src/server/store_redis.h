@@ -97,5 +97,9 @@ int rd__worker_heartbeat(kg_store *base, const char *id, int *running,
                          kg_err *err);
 int rd__worker_unregister(kg_store *base, const char *id, kg_err *err);
 int rd__worker_list(kg_store *base, kg_worker **out, size_t *n, kg_err *err);
+int rd__worker_secret_set(kg_store *base, const char *id, const char *digest,
+                          kg_err *err);
+int rd__worker_secret_get(kg_store *base, const char *id, char digest[65],
+                          kg_err *err);
 
 #endif

@@ -93,3 +93,38 @@ int rd__worker_list(kg_store *base, kg_worker **out, size_t *n, kg_err *err)
     *n = cnt;
     return 0;
 }
+
+/* kg:ws:<id>: the digest of the worker's secret (plain SET/GET; no TTL:
+ * a registration overwrites it) */
+int rd__worker_secret_set(kg_store *base, const char *id, const char *digest,
+                          kg_err *err)
+{
+    char k[16 + KG_MAX_WORKER_ID];
+    snprintf(k, sizeof k, "kg:ws:%s", id);
+    const char *av[] = {"SET", k, digest};
+    int code;
+    redisReply *r = rd__plain((rd_store *)base, 3, av, NULL, &code, err);
+    if (r)
+        freeReplyObject(r);
+    return code < 0 ? code : 0;
+}
+
+int rd__worker_secret_get(kg_store *base, const char *id, char digest[65],
+                          kg_err *err)
+{
+    char k[16 + KG_MAX_WORKER_ID];
+    snprintf(k, sizeof k, "kg:ws:%s", id);
+    const char *av[] = {"GET", k};
+    int code;
+    redisReply *r = rd__plain((rd_store *)base, 2, av, NULL, &code, err);
+    if (!r)
+        return code;
+    code = 0;
+    if (r->type == REDIS_REPLY_STRING && r->len == 64) {
+        memcpy(digest, r->str, 64);
+        digest[64] = 0;
+        code = 1;
+    }
+    freeReplyObject(r);
+    return code;
+}

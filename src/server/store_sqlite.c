@@ -68,6 +68,8 @@ static const struct kg_store_ops SQLITE_OPS = {
     .worker_heartbeat = sq__worker_heartbeat,
     .worker_unregister = sq__worker_unregister,
     .worker_list = sq__worker_list,
+    .worker_secret_set = sq__worker_secret_set,
+    .worker_secret_get = sq__worker_secret_get,
 };
 
 /* The queue position after the last one stored (a read at open). */

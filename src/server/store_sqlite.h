@@ -40,6 +40,8 @@ enum {
     ST_HELD,
     ST_WORKER_LIST,
     ST_MAX_QSEQ,
+    ST_SECRET_GET,
+    ST_SECRET_SET,
     ST_READ_BEGIN,
     ST_READ_END,
     ST_N
@@ -116,6 +118,10 @@ int sq__worker_heartbeat(kg_store *base, const char *id, int *running,
                          kg_err *err);
 int sq__worker_unregister(kg_store *base, const char *id, kg_err *err);
 int sq__worker_list(kg_store *base, kg_worker **out, size_t *n, kg_err *err);
+int sq__worker_secret_set(kg_store *base, const char *id, const char *digest,
+                          kg_err *err);
+int sq__worker_secret_get(kg_store *base, const char *id, char digest[65],
+                          kg_err *err);
 
 /* store_sqlite_sql.c: the schema, a write at open (arg unused) */
 

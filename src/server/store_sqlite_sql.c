@@ -100,6 +100,9 @@ const char *const sq__sql[ST_N] = {
         "FROM tasks WHERE status = 1 AND worker = workers.id) FROM workers "
         "ORDER BY id",
     [ST_MAX_QSEQ] = "SELECT coalesce(max(qseq), 0) FROM tasks",
+    [ST_SECRET_GET] = "SELECT digest FROM worker_secrets WHERE id = ?1",
+    [ST_SECRET_SET] = "INSERT INTO worker_secrets(id, digest) VALUES (?1, ?2)"
+                      " ON CONFLICT(id) DO UPDATE SET digest = excluded.digest",
     [ST_READ_BEGIN] = "BEGIN",
     [ST_READ_END] = "COMMIT",
 };
@@ -150,7 +153,10 @@ static const char SCHEMA[] =
     " result TEXT NOT NULL, created INTEGER NOT NULL) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS workers(id TEXT PRIMARY KEY,"
     " device TEXT NOT NULL, host TEXT NOT NULL, registered INTEGER NOT NULL,"
-    " last_seen INTEGER NOT NULL);";
+    " last_seen INTEGER NOT NULL);"
+    /* a table of its own, so files from before get it without a migration */
+    "CREATE TABLE IF NOT EXISTS worker_secrets(id TEXT PRIMARY KEY,"
+    " digest TEXT NOT NULL) WITHOUT ROWID;";
 // clang-format on
 
 /* Version 1 (task_data keyed by the task id) to version 2. */

@@ -163,3 +163,52 @@ int sq__worker_list(kg_store *base, kg_worker **out, size_t *n, kg_err *err)
     *n = a.n;
     return 0;
 }
+
+/* ---- worker secrets ---------------------------------------------------- */
+
+struct secret_args {
+    const char *id, *put;
+    char *got; /* 65 bytes */
+};
+
+static int w_secret_set(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct secret_args *a = arg;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_SECRET_SET, err);
+    if (!st)
+        return KG_EIO;
+    sq__bind_str(st, 1, a->id);
+    sq__bind_str(st, 2, a->put);
+    return kg_sqlconn_exec(c, st, err);
+}
+
+int sq__worker_secret_set(kg_store *base, const char *id, const char *digest,
+                          kg_err *err)
+{
+    struct secret_args a = {id, digest, NULL};
+    int rc = kg_sqldb_write(((sq_store *)base)->db, w_secret_set, &a, err);
+    return rc < 0 ? rc : 0;
+}
+
+static int r_secret_get(kg_sqlconn *c, void *arg, kg_err *err)
+{
+    struct secret_args *a = arg;
+    sqlite3_stmt *st = kg_sqlconn_stmt(c, ST_SECRET_GET, err);
+    if (!st)
+        return KG_EIO;
+    sq__bind_str(st, 1, a->id);
+    int r = kg_sqlconn_row(c, st, err);
+    if (r <= 0)
+        return r;
+    const char *d = (const char *)sqlite3_column_text(st, 0);
+    snprintf(a->got, 65, "%s", d ? d : "");
+    sqlite3_reset(st);
+    return 1;
+}
+
+int sq__worker_secret_get(kg_store *base, const char *id, char digest[65],
+                          kg_err *err)
+{
+    struct secret_args a = {id, NULL, digest};
+    return kg_sqldb_read(((sq_store *)base)->db, r_secret_get, &a, err);
+}

@@ -226,6 +226,51 @@ def test_redteam_refuses_a_fifo_and_a_problem_with_a_nul(tmp_path):
     refused(p, "redteam", prob, f"a NUL byte at byte offset {len(CODE)}")
 
 
+SECRET = b"TOPSECRET 7f3a root-only line\nroot:$6$salt$hash:19000:0:99999:7:::\n"
+
+
+def secret_link(tmp_path, name: str = "link.py") -> tuple[str, str]:
+    """A root-only file (as /etc/shadow is) and a .py symbolic link to it."""
+    target = write(tmp_path / "secret.txt", SECRET)
+    os.chmod(target, 0o600)
+    link = str(tmp_path / name)
+    os.symlink(target, link)
+    return target, link
+
+
+def never_echoed(p: subprocess.CompletedProcess) -> None:
+    assert "TOPSECRET" not in p.stdout + p.stderr and "$6$" not in p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("cmd", CMDS)
+@pytest.mark.parametrize("flag", FLAGS)
+def test_a_symlink_is_refused_and_its_target_never_echoed(cmd, flag, tmp_path):
+    _, link = secret_link(tmp_path)
+    p = kgym(cmd, *code_args(flag, link), "--json", timeout=120)
+    refused(p, cmd, link, "a symbolic link, not a regular file")
+    never_echoed(p)
+
+
+@pytest.mark.parametrize("cmd", CMDS)
+def test_a_symlink_inside_a_cand_directory_is_refused(cmd, tmp_path):
+    d = tmp_path / "cands"
+    d.mkdir()
+    write(d / "a_good.py", CODE)
+    _, link = secret_link(tmp_path, "cands/b_link.py")
+    p = kgym(cmd, "--ref", REF, "--cand", str(d), "--json", timeout=120)
+    refused(p, cmd, link, "a symbolic link")
+    never_echoed(p)
+
+
+def test_redteam_refuses_a_symlinked_case(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    _, link = secret_link(tmp_path, "corpus/a.py")
+    p = kgym("redteam", "--dir", str(corpus), "--backend", "cpu", timeout=120)
+    refused(p, "redteam", link, "a symbolic link")
+    never_echoed(p)
+
+
 def non_ascii_copy(src: str, dst) -> str:
     with open(src, "rb") as f:
         body = f.read()

@@ -192,7 +192,8 @@ def complete(server: Server, t: dict) -> None:
     lease_task(server, wid, t["task_id"])
     server.worker("/worker/result", {"worker_id": wid, "task_id": t["task_id"],
                                      "result": {"verdict": "pass", "correctness": True,
-                                                "speedup": 1.0}})
+                                                "speedup": 1.0, "kernel_runtime": 1.0,
+                                                "reference_runtime": 1.0}})
 
 
 def other_value(field: str) -> Any:

@@ -138,10 +138,28 @@ def run_with_result(s: Server, result: dict, **task_kw: Any) -> dict:
     lease_task(s, wid, t["task_id"])
     full = {"task_id": t["task_id"], "status": "completed", "compiled": True,
             "hack_reasons": [], "decoy_kernel": False, **result}
+    if full["verdict"] == "hacked":
+        del full["decoy_kernel"]  # set by kg_result_finalize, as for the engine
     code, _, _ = s.worker("/worker/result", {"worker_id": wid, "task_id": t["task_id"],
                                              "result": full})
     assert code == 200
     return submit_and_poll(s, t, timeout=20)  # the result is in: final at once
+
+
+def refused(s: Server, result: dict, field: str) -> None:
+    """A forged result posted by the lease holder is refused at the door
+    (docs/design.md's contract), the task left running."""
+    t = kg_task()
+    assert s.request("POST", "/evaluate", t)[0] == 200
+    wid = register(s)
+    lease_task(s, wid, t["task_id"])
+    code, _, body = s.worker("/worker/result", {"worker_id": wid, "task_id": t["task_id"],
+                                                "result": result})
+    assert code == 422 and body["error"]["field"] == field, body
+    code, _, st = s.request("GET", f"/status/{t['task_id']}")
+    assert st["status"] == "running", st
+    s.worker("/worker/result", {"worker_id": wid, "task_id": t["task_id"],
+                                "result": {"verdict": "mismatch"}})
 
 
 def test_an_honest_result_reads_as_kernelgym_writes_it(server):
@@ -164,10 +182,16 @@ def test_an_honest_result_reads_as_kernelgym_writes_it(server):
 
 @pytest.mark.parametrize("reason", sorted(corpus_reasons()))
 def test_a_caught_hack_carries_no_reward(server, reason):
-    """Even from a worker that claims correctness and a speedup beside the
-    hacked verdict: the client reads no speedup, no correctness, no coverage."""
-    r = run_with_result(server, {"verdict": "hacked", "correctness": True, "speedup": 20.6,
-                                 "kernel_runtime": 0.01, "reference_runtime": 0.206,
+    """A worker that claims correctness and a speedup beside the hacked
+    verdict is refused; as the engine sends it (figures under measured, no
+    decoy flag of its own), the client reads no speedup, no correctness,
+    no coverage."""
+    refused(server, {"verdict": "hacked", "correctness": True, "speedup": 20.6,
+                     "kernel_runtime": 0.01, "reference_runtime": 0.206,
+                     "hack_reasons": [reason]}, "result.speedup")
+    r = run_with_result(server, {"verdict": "hacked", "correctness": False, "speedup": None,
+                                 "kernel_runtime": None, "reference_runtime": 0.206,
+                                 "measured": {"speedup": 20.6, "kernel_runtime": 0.01},
                                  "hack_reasons": [reason], "profile": PROFILE})
     assert r["verdict"] == "hacked" and r["hack_reasons"] == [reason]
     assert r["speedup"] is None and r["kernel_runtime"] is None
@@ -185,8 +209,11 @@ def test_a_caught_hack_carries_no_reward(server, reason):
 
 @pytest.mark.parametrize("verdict", ["mismatch", "timeout", "runtime_error", "compile_error"])
 def test_no_other_failing_verdict_carries_a_speedup(server, verdict):
-    r = run_with_result(server, {"verdict": verdict, "correctness": False, "speedup": 2.5,
-                                 "kernel_runtime": 0.4, "error_message": f"a {verdict}"})
+    refused(server, {"verdict": verdict, "correctness": False, "speedup": 2.5,
+                     "kernel_runtime": 0.4}, "result.speedup")
+    r = run_with_result(server, {"verdict": verdict, "correctness": False,
+                                 "measured": {"speedup": 2.5, "kernel_runtime": 0.4},
+                                 "error_message": f"a {verdict}"})
     assert r["speedup"] is None and r["measured"]["speedup"] == 2.5
     assert r["correctness"] is False and r["decoy_kernel"] is False
     assert kernelgym_reward(r) == 0.0

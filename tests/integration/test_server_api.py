@@ -41,6 +41,7 @@ class Server:
     def __init__(self, proc: subprocess.Popen, port: int, tmp: str):
         self.proc, self.port, self.tmp = proc, port, tmp
         self.token: str | None = CLIENT_TOKENS[0]
+        self.secrets: dict[str, str] = {}  # worker_id -> its worker_secret
 
     def request(self, method: str, path: str, body: Any = None, *, token: str | None = "",
                 raw: bytes | None = None, headers: dict | None = None,
@@ -68,8 +69,19 @@ class Server:
             return r.status, hdrs, json.loads(payload)
         return r.status, hdrs, payload.decode()
 
-    def worker(self, path: str, body: Any, **kw: Any) -> tuple[int, dict, Any]:
-        return self.request("POST", path, body, token=WORKER_TOKEN, **kw)
+    def worker(self, path: str, body: Any, *, secret: bool = True,
+               **kw: Any) -> tuple[int, dict, Any]:
+        """A worker call with the worker token. As a real worker does, it
+        sends the worker_secret its worker_id registered with (secret=False:
+        as given, for tests of another holder of the token), and keeps the
+        one a registration returns."""
+        if (secret and isinstance(body, dict) and "worker_secret" not in body
+                and body.get("worker_id") in self.secrets):
+            body = {**body, "worker_secret": self.secrets[body["worker_id"]]}
+        code, hdrs, got = self.request("POST", path, body, token=WORKER_TOKEN, **kw)
+        if path == "/worker/register" and code == 200:
+            self.secrets[got["worker_id"]] = got["worker_secret"]
+        return code, hdrs, got
 
 
 def start_server(args: list[str], tmp: str, listen: str = "127.0.0.1:0") -> Server:
@@ -220,9 +232,16 @@ def lease_task(s: Server, wid: str, task_id: str, wait_s: float = 5) -> dict:
 
 
 def post_result(s: Server, wid: str, task_id: str, verdict: str, **extra: Any) -> dict:
+    """A result as the contract has it: a pass with its runtimes and a
+    speedup no larger than their quotient, anything else with no figures."""
     result = {"task_id": task_id, "status": "completed", "verdict": verdict,
-              "compiled": True, "correctness": verdict == "pass", "speedup": 1.5,
-              "hack_reasons": [], **extra}
+              "compiled": True, "correctness": verdict == "pass", "speedup": None,
+              "kernel_runtime": None, "hack_reasons": []}
+    if verdict == "pass":
+        result.update(speedup=1.5, kernel_runtime=1.0, reference_runtime=1.5)
+        if "speedup" in extra:
+            result["reference_runtime"] = extra["speedup"] * result["kernel_runtime"]
+    result.update(extra)
     code, _, body = s.worker("/worker/result", {"worker_id": wid, "task_id": task_id,
                                                 "result": result})
     assert code == 200, body
@@ -316,6 +335,109 @@ def test_result_cache_hit_completes_at_once(server):
     assert code == 200 and body["status"] == "pending"
     lease_task(server, wid, body["task_id"])
     post_result(server, wid, body["task_id"], "pass")
+
+
+def metric(s: Server, name: str) -> float:
+    code, _, text = s.request("GET", "/metrics")
+    assert code == 200, text
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+FORGED = [  # (result, the field the refusal names)
+    ({"verdict": "pass", "speedup": 1e308, "correctness": False, "kernel_runtime": -1},
+     "result.correctness"),
+    ({"verdict": "pass", "speedup": 50, "correctness": True, "kernel_runtime": 1.0,
+      "reference_runtime": 2.0}, "result.speedup"),
+    ({"verdict": "pass", "speedup": 2, "correctness": True, "kernel_runtime": float("inf"),
+      "reference_runtime": 2.0}, None),  # not JSON: Infinity is refused as a body
+    ({"verdict": "pass", "correctness": True}, "result.kernel_runtime"),
+    ({"verdict": "hacked", "speedup": 20.6, "correctness": False}, "result.speedup"),
+    ({"verdict": "mismatch", "correctness": True}, "result.correctness"),
+    ({"verdict": "splendid"}, "result.verdict"),
+    ({"status": "completed"}, "result.verdict"),
+]
+
+
+def test_a_result_is_checked_on_arrival_and_the_cache_serves_only_checked_ones(server):
+    """A lease holder's result that breaks docs/design.md's contract is
+    refused (422, naming the field), counted, and neither stored nor
+    cached: the task stays with its worker, whose honest result is then
+    the one a later identical submission is answered with."""
+    t = task(kernel_code=uid("forged-kernel"), seed=11)
+    code, _, body = server.request("POST", "/evaluate", t)
+    tid = body["task_id"]
+    wid = register(server)
+    lease_task(server, wid, tid)
+    before = metric(server, "kgym_results_refused_total")
+    refused = 0
+    for result, field in FORGED:
+        resp = server.worker("/worker/result", {"worker_id": wid, "task_id": tid,
+                                                "result": result})
+        if field is None:
+            assert resp[0] == 400, resp
+            continue
+        e = assert_error(resp, 422, field)
+        assert e["code"] == "invalid_result"
+        refused += 1
+    assert metric(server, "kgym_results_refused_total") == before + refused
+    code, _, st = server.request("GET", f"/status/{tid}")
+    assert code == 200 and st["status"] == "running", st
+    # the same submission again: no cached answer from the forgeries
+    code, _, again = server.request("POST", "/evaluate", t)
+    assert code == 200 and again.get("cached") is not True, again
+    post_result(server, wid, tid, "pass", speedup=2.0)
+    code, _, hit = server.request("POST", "/evaluate", {**t, "task_id": uid()})
+    assert code == 200 and hit["cached"] is True
+    assert hit["result"]["speedup"] == 2.0 and hit["result"]["correctness"] is True
+
+
+def test_a_worker_id_is_bound_to_its_registration(server):
+    """Another holder of the worker token can neither post for, heartbeat,
+    lease or unregister as, nor re-register, a live worker's id: each call
+    needs the worker_secret that id's registration returned."""
+    tid = uid()
+    server.request("POST", "/evaluate", task(task_id=tid))
+    wid = register(server)
+    lease_task(server, wid, tid)
+    real = server.secrets[wid]
+    assert len(real) == 64
+    pas = {"verdict": "pass", "correctness": True, "speedup": 50.0,
+           "kernel_runtime": 1.0, "reference_runtime": 50.0}
+    for secret in (None, "0" * 64, real[:-1] + ("0" if real[-1] != "0" else "1")):
+        extra = {} if secret is None else {"worker_secret": secret}
+        status = 400 if secret is None else 403
+        calls = [("/worker/result", {"task_id": tid, "result": pas}),
+                 ("/worker/heartbeat", {"tasks": [tid]}),
+                 ("/worker/lease", {"wait_s": 0}),
+                 ("/worker/unregister", {})]
+        for path, body in calls:
+            e = assert_error(server.worker(path, {"worker_id": wid, **extra, **body},
+                                           secret=False), status, "worker_secret")
+            assert e["code"] == ("missing_field" if secret is None else "wrong_worker_secret")
+        # re-registering the live id: refused, its task left alone
+        e = assert_error(server.worker("/worker/register",
+                                       {"worker_id": wid, "device": f"cpu:{uid()}", **extra},
+                                       secret=False), 409, "worker_id")
+        assert e["code"] == "worker_id_taken"
+        code, _, st = server.request("GET", f"/status/{tid}")
+        assert code == 200 and st["status"] == "running", st
+    # an id never registered: register first
+    assert_error(server.worker("/worker/result", {"worker_id": uid("w"), "task_id": tid,
+                                                  "worker_secret": real, "result": pas},
+                               secret=False), 404, "worker_id")
+    # the real worker, with its secret, goes on
+    post_result(server, wid, tid, "pass", speedup=2.0)
+    code, _, r = server.request("GET", f"/results/{tid}")
+    assert code == 200 and r["speedup"] == 2.0
+    # re-registering with its own secret rotates it: the old one stops working
+    code, _, body = server.worker("/worker/register", {"worker_id": wid, "device": f"cpu:{wid}"})
+    assert code == 200 and body["worker_secret"] != real
+    assert_error(server.worker("/worker/heartbeat", {"worker_id": wid, "worker_secret": real},
+                               secret=False), 403, "worker_secret")
+    assert server.worker("/worker/heartbeat", {"worker_id": wid})[0] == 200
 
 
 def test_batch_one_bad_task_does_not_sink_the_others(server):

@@ -298,14 +298,18 @@ def test_a_result_through_another_server_on_the_same_redis(request):
         assert "out" not in box
         # a fake worker on A
         wid = uid("w")
-        assert ca.request("POST", "/worker/register", {"worker_id": wid, "device": "cpu:9"})[0] \
-            == 200
-        code, lease = ca.request("POST", "/worker/lease", {"worker_id": wid, "wait_s": 5})
+        code, reg = ca.request("POST", "/worker/register", {"worker_id": wid, "device": "cpu:9"})
+        assert code == 200
+        sec = reg["worker_secret"]
+        code, lease = ca.request("POST", "/worker/lease", {"worker_id": wid, "wait_s": 5,
+                                                           "worker_secret": sec})
         assert code == 200 and lease["task_id"] == tid
         t0 = time.monotonic()
         code, _ = ca.request("POST", "/worker/result", {
-            "worker_id": wid, "task_id": tid,
-            "result": {"status": "completed", "verdict": "pass", "speedup": 2.0}})
+            "worker_id": wid, "task_id": tid, "worker_secret": sec,
+            "result": {"status": "completed", "verdict": "pass", "speedup": 2.0,
+                       "correctness": True, "kernel_runtime": 1.0,
+                       "reference_runtime": 2.0}})
         assert code == 200
         box["thread"].join(10)
         code, body = box["out"]

@@ -46,6 +46,28 @@ def run_cli(sub: str, obj: dict, flags: list[str]) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.parametrize("sub,obj,flags,named", [
+    ("reward", {"correct": True, "speedup": 1e308}, ["--cap", "1e400"], "cap"),
+    ("reward", {"correct": True, "speedup": 2}, ["--cap", "nan"], "cap"),
+    ("reward", {"correct": False}, ["--penalty", "-1e300"], "penalty"),
+    ("prs", {"coverage": [0.3]}, ["--s", "0"], "s"),
+    ("prs", {"coverage": [0.3]}, ["--tau", "7"], "tau"),
+    ("fastp", {"attempts": []}, ["--p", ""], "--p"),
+    ("fastp", {"attempts": []}, ["--p", ",,,"], "--p"),
+    ("fastp", {"attempts": []}, ["--p", "-1"], '"p"'),
+    ("advantages", {"returns": [[1], [2]]}, ["--eps", "-1"], "eps"),
+    ("mrs", {"train_logprobs": [[0.0]], "rollout_logprobs": [[0.0]]}, ["--lo", "-5"], "lo"),
+    ("returns", {"rewards": [[1]]}, ["--gamma", "2"], "gamma"),
+    ("select", {"rewards": [1]}, ["--w", "0"], "w"),
+])
+def test_cli_refuses_out_of_range_options(sub, obj, flags, named):
+    """Each option out of its range: exit 2, one line naming it."""
+    p = run_cli(sub, obj, flags)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and p.stdout == b"", (p.returncode, p.stdout, err)
+    assert (f'field "{named}"' in err or named in err) and err.count("\n") == 1, err
+
+
 def call_py(sub: str, obj: dict, opts: dict) -> dict:
     """The Python binding on a CLI input (obj) plus options (opts), its
     result wrapped as the subcommand prints it."""
@@ -315,7 +337,7 @@ def gen_prs(rng: random.Random) -> tuple[dict, dict]:
     if rng.random() < 0.5:
         opts["tau"] = rng.choice([0.3, 0.0, rng.random()])
     if rng.random() < 0.5:
-        opts["s"] = rng.choice([0.1, 0.0, 0.5])
+        opts["s"] = rng.choice([0.1, 1e-3, 0.5])
     if rng.random() < 0.6:
         opts["seed"] = rng.randrange(2**62)
     return {"coverage": cov}, opts
@@ -354,7 +376,7 @@ def gen_attempts(rng: random.Random) -> list:
 def gen_fastp(rng: random.Random) -> tuple[dict, dict]:
     opts: dict = {}
     if rng.random() < 0.6:
-        opts["p"] = rng.sample([0.0, 0.5, 1.0, 1.2, 1.5, 2.0, 3.0], rng.randint(0, 4))
+        opts["p"] = rng.sample([0.0, 0.5, 1.0, 1.2, 1.5, 2.0, 3.0], rng.randint(1, 4))
     return {"attempts": gen_attempts(rng)}, opts
 
 
@@ -681,7 +703,11 @@ def test_python_only_errors():
         rl.reward({"correct": False}, speedup=1.0)
     # an invalid entry is not read, so a NaN there is fine
     assert rl.returns([[NAN]], [[False]]) == [[None]]
-    assert rl.reward(correct=True, speedup=5.0, cap=INF) == 6.0
+    # an infinite cap would let a forged speedup through: refused
+    with pytest.raises(ValueError, match='^field "cap": must be a finite number'):
+        rl.reward(correct=True, speedup=5.0, cap=INF)
+    with pytest.raises(ValueError, match='^field "p": no value'):
+        rl.fastp([], p=())
 
 
 def test_python_values_accepted():
@@ -691,10 +717,10 @@ def test_python_values_accepted():
     assert rl.reward(correct=True, speedup=1.5, cap=1.0) == 2.0
     assert rl.reward({"correct": True, "speedup": 1.5, "cap": 1.0}, cap=3) == 2.5
     assert rl.select((1.0, 2.0, 0.5), w=1) == [1]
-    assert rl.fastp([], p=()) == {
-        "p": [],
+    assert rl.fastp([], p=(1,)) == {
+        "p": [1.0],
         "turns": [],
-        "overall": {"last": {}, "best": {}, "hacking_ratio": [], "n": 0},
+        "overall": {"last": {"1": []}, "best": {"1": []}, "hacking_ratio": [], "n": 0},
         "by_level": {},
     }
 
@@ -723,7 +749,7 @@ def test_library_location_and_version():
     )
     if (REPO / "build" / "libkgym.so").exists():
         assert p.stdout.strip() == str(REPO / "build" / "libkgym.so")
-    assert rl.reward(correct=True, speedup=1.0, cap=float("inf")) == 2.0
+    assert rl.reward(correct=True, speedup=1.0, cap=1e6) == 2.0
     out = subprocess.run([KGYM, "version"], capture_output=True, text=True).stdout
     assert out.strip() == f"kgym {kgym.__version__}"
 

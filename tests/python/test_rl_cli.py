@@ -117,8 +117,8 @@ def test_paper_rewards():
     # capped at 3, and an incorrect or hacked turn gets the penalty
     assert rl("reward", {"correct": True, "speedup": 10})["reward"] == 4.0
     assert rl("reward", {"correct": False, "speedup": 10})["reward"] == 0.0
-    # no cap
-    assert rl("reward", {"correct": True, "speedup": 50}, "--cap", "inf") == {"reward": 51.0}
+    # the widest cap; an infinite one is refused (a forged 1e308 would pass)
+    assert rl("reward", {"correct": True, "speedup": 50}, "--cap", "1e6") == {"reward": 51.0}
     assert rl("reward", {"correct": True, "hacked": True, "speedup": 10}, "--penalty", "-1")[
         "reward"
     ] == -1.0
@@ -226,9 +226,9 @@ def test_prs_nulls_and_seed():
     assert a == b
     assert a["keep"] != c["keep"]
     assert a["keep_prob"][6] is None and a["keep"][6] is False
-    # hard threshold
-    out = rl("prs", {"coverage": [0.29, 0.3, 0.31], "s": 0})
-    assert out == {"keep_prob": [0.0, 1.0, 1.0], "keep": [False, True, True]}
+    # a near-hard threshold (s must be > 0: it divides)
+    out = rl("prs", {"coverage": [0.29, 0.3, 0.31], "s": 1e-9})
+    assert out == {"keep_prob": [0.0, 0.0, 1.0], "keep": [False, False, True]}
     # the whole uint64 range on the command line
     rl("prs", {"coverage": [0.5]}, "--seed", str(2**64 - 1))
 

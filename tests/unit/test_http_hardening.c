@@ -11,10 +11,16 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "common/http_client.h"
 #include "server/auth.h"
 #include "server/http.h"
 
@@ -197,6 +203,106 @@ static void test_clean_path(void **state)
     assert_string_equal(param, "ack-1");
 }
 
+/* A token file of the given bytes in a fresh temp dir; its path. */
+static const char *token_file(const void *bytes, size_t n)
+{
+    static char dir[64], path[96];
+    strcpy(dir, "/tmp/kgym-tok-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tokens", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+    return path;
+}
+
+static void rm_token_file(const char *path)
+{
+    char dir[96];
+    snprintf(dir, sizeof dir, "%s", path);
+    unlink(path);
+    *strrchr(dir, '/') = 0;
+    rmdir(dir);
+}
+
+/* kg_auth_open on one file as both token sets; its rc, message in err. */
+static int open_tokens(const char *path, kg_err *err)
+{
+    kg_auth *a = NULL;
+    /* a read that blocks or spins fails the test instead of hanging it */
+    alarm(10);
+    int rc = kg_auth_open(path, NULL, &a, err);
+    alarm(0);
+    kg_auth_free(a);
+    return rc;
+}
+
+static void test_token_files(void **state)
+{
+    (void)state;
+    kg_err err;
+    /* a good file still loads */
+    static const char good[] = "# c\n  tok-0123456789abcdef \r\n\n";
+    const char *p = token_file(good, sizeof good - 1);
+    assert_int_equal(open_tokens(p, &err), 0);
+    char *t = NULL;
+    assert_int_equal(kg_client_read_token(p, &t, &err), 0);
+    assert_string_equal(t, "tok-0123456789abcdef");
+    free(t);
+    rm_token_file(p);
+    /* a NUL inside a line is refused, the file and line named, even when
+     * what comes before it would be a valid token */
+    static const char nul[] = "tok-0123456789abcdef\0tail\n";
+    p = token_file(nul, sizeof nul - 1);
+    assert_int_equal(open_tokens(p, &err), KG_EINVAL);
+    assert_non_null(strstr(err.msg, p));
+    assert_non_null(strstr(err.msg, ":1: a NUL or control byte (0x00)"));
+    /* the client side reads it the same way */
+    char *tok = NULL;
+    assert_int_equal(kg_client_read_token(p, &tok, &err), KG_EINVAL);
+    assert_null(tok);
+    assert_non_null(strstr(err.msg, "NUL or control"));
+    rm_token_file(p);
+    /* a control byte, on the second line */
+    static const char ctl[] = "# ok\ntok-0123456789\x1b[0mabcdef\n";
+    p = token_file(ctl, sizeof ctl - 1);
+    assert_int_equal(open_tokens(p, &err), KG_EINVAL);
+    assert_non_null(strstr(err.msg, ":2: a NUL or control byte (0x1b)"));
+    rm_token_file(p);
+    /* a file past the cap */
+    size_t big = 1024 * 1024 + 1;
+    char *b = malloc(big);
+    assert_non_null(b);
+    memset(b, '#', big);
+    p = token_file(b, big);
+    free(b);
+    assert_int_equal(open_tokens(p, &err), KG_EINVAL);
+    assert_non_null(strstr(err.msg, "larger"));
+    rm_token_file(p);
+    /* not regular files: a device, a directory, a FIFO with no writer; each
+     * answered at once, none read */
+    assert_int_equal(open_tokens("/dev/zero", &err), KG_EINVAL);
+    assert_non_null(strstr(err.msg, "/dev/zero: not a regular file"));
+    alarm(10);
+    assert_int_equal(kg_client_read_token("/dev/zero", &t, &err), KG_EINVAL);
+    alarm(0);
+    assert_non_null(strstr(err.msg, "not a regular file"));
+    assert_int_equal(open_tokens("/tmp", &err), KG_EINVAL);
+    assert_non_null(strstr(err.msg, "not a regular file"));
+    char fifo[64];
+    strcpy(fifo, "/tmp/kgym-fifo-XXXXXX");
+    assert_non_null(mkdtemp(fifo));
+    strcat(fifo, "/f");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(open_tokens(fifo, &err), KG_EINVAL);
+    assert_non_null(strstr(err.msg, "not a regular file"));
+    alarm(10);
+    assert_int_equal(kg_client_read_token(fifo, &t, &err), KG_EINVAL);
+    alarm(0);
+    rm_token_file(fifo);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -205,6 +311,7 @@ int main(void)
         cmocka_unit_test(test_cidr_match),
         cmocka_unit_test(test_trusted_lists),
         cmocka_unit_test(test_clean_path),
+        cmocka_unit_test(test_token_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

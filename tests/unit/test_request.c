@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "common/request.h"
+#include "common/result.h"
 #include "common/sha256.h"
 
 static void test_sha256_vectors(void **state)
@@ -321,9 +322,107 @@ static void test_cache_key_fields(void **state)
     }
 }
 
+/* kg_result_check on a result written as JSON text: its rc, err in *msg. */
+static int check_text(const char *text, const char **msg)
+{
+    static kg_err err;
+    json_error_t je;
+    json_t *r = json_loads(text, 0, &je);
+    assert_non_null(r);
+    err.msg[0] = 0;
+    int rc = kg_result_check(r, &err);
+    json_decref(r);
+    *msg = err.msg;
+    return rc;
+}
+
+/* The result contract a worker's result must meet (docs/design.md). */
+static void test_result_contract(void **state)
+{
+    (void)state;
+    const char *m;
+    static const char *const good[] = {
+        "{\"verdict\": \"pass\", \"correctness\": true, \"speedup\": 1.5, "
+        "\"kernel_runtime\": 2.0, \"reference_runtime\": 3.0}",
+        /* the judge's clock may lower a speedup, never raise it */
+        "{\"verdict\": \"pass\", \"correctness\": true, \"speedup\": 0.5, "
+        "\"kernel_runtime\": 2.0, \"reference_runtime\": 3.0}",
+        "{\"verdict\": \"pass\", \"correctness\": true, \"speedup\": "
+        "3.3333333333333335, \"kernel_runtime\": 0.3, \"reference_runtime\": "
+        "1.0}",
+        "{\"verdict\": \"mismatch\"}",
+        "{\"verdict\": \"hacked\", \"correctness\": false, \"speedup\": null, "
+        "\"decoy_kernel\": true, \"measured\": {\"speedup\": 20}}",
+        "{\"verdict\": \"infra_error\", \"kernel_runtime\": null}",
+        "{\"verdict\": \"problem_error\"}",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+        if (check_text(good[i], &m) != 0)
+            fail_msg("refused %s: %s", good[i], m);
+    static const struct {
+        const char *text, *field;
+    } bad[] = {
+        {"{\"verdict\": \"pass\", \"speedup\": 1e308, \"correctness\": false, "
+         "\"kernel_runtime\": -1}",
+         "result.correctness"},
+        {"{}", "result.verdict"},
+        {"{\"verdict\": \"great\"}", "result.verdict"},
+        {"{\"verdict\": \"pass\", \"correctness\": true, \"speedup\": 1.5}",
+         "result.kernel_runtime"},
+        {"{\"verdict\": \"pass\", \"correctness\": true, \"speedup\": 1.5, "
+         "\"kernel_runtime\": -1, \"reference_runtime\": 3.0}",
+         "result.kernel_runtime"},
+        {"{\"verdict\": \"pass\", \"correctness\": true, \"speedup\": 1.5, "
+         "\"kernel_runtime\": 2.0, \"reference_runtime\": 0}",
+         "result.reference_runtime"},
+        {"{\"verdict\": \"pass\", \"correctness\": true, \"speedup\": 50, "
+         "\"kernel_runtime\": 2.0, \"reference_runtime\": 3.0}",
+         "result.speedup"},
+        {"{\"verdict\": \"pass\", \"correctness\": true, \"speedup\": 1.5000001, "
+         "\"kernel_runtime\": 2.0, \"reference_runtime\": 3.0}",
+         "result.speedup"},
+        {"{\"verdict\": \"pass\", \"correctness\": true, \"speedup\": -1, "
+         "\"kernel_runtime\": 2.0, \"reference_runtime\": 3.0}",
+         "result.speedup"},
+        {"{\"verdict\": \"pass\", \"correctness\": true, \"speedup\": null, "
+         "\"kernel_runtime\": 2.0, \"reference_runtime\": 3.0}",
+         "result.speedup"},
+        {"{\"verdict\": \"hacked\", \"correctness\": false, \"speedup\": 20}",
+         "result.speedup"},
+        {"{\"verdict\": \"mismatch\", \"kernel_runtime\": 0.4}",
+         "result.kernel_runtime"},
+        {"{\"verdict\": \"timeout\", \"correctness\": true}",
+         "result.correctness"},
+        {"{\"verdict\": \"hacked\", \"decoy_kernel\": false}",
+         "result.decoy_kernel"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (check_text(bad[i].text, &m) != KG_EINVAL)
+            fail_msg("accepted %s", bad[i].text);
+        if (strncmp(m, bad[i].field, strlen(bad[i].field)))
+            fail_msg("%s: want %s, got %s", bad[i].text, bad[i].field, m);
+    }
+    /* finalize makes any result readable alone: a failing verdict's
+     * figures move to measured, and the result then meets the contract */
+    json_t *r = json_pack("{s:s, s:b, s:f, s:f}", "verdict", "hacked",
+                          "correctness", 1, "speedup", 20.6, "kernel_runtime",
+                          0.01);
+    kg_result_finalize(r);
+    assert_true(json_is_null(json_object_get(r, "speedup")));
+    assert_true(json_is_null(json_object_get(r, "kernel_runtime")));
+    assert_true(json_is_false(json_object_get(r, "correctness")));
+    assert_true(json_is_true(json_object_get(r, "decoy_kernel")));
+    assert_true(json_real_value(json_object_get(
+                    json_object_get(r, "measured"), "speedup")) == 20.6);
+    kg_err err;
+    assert_int_equal(kg_result_check(r, &err), 0);
+    json_decref(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_result_contract),
         cmocka_unit_test(test_sha256_vectors),
         cmocka_unit_test(test_sha256_paths),
         cmocka_unit_test(test_cache_key_fields),

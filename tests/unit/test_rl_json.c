@@ -114,8 +114,9 @@ static void test_nonfinite_strings(void **state)
           "field \"rewards\": returns: R[1] (rollout 0, turn 1) is not finite");
     ok("returns", "{\"rewards\": [[\"NaN\", 1]], \"valid\": [[false, true]]}",
        NULL, "{\"returns\": [[null, 1.0]]}");
-    ok("reward", "{\"correct\": true, \"speedup\": 50, \"cap\": \"Infinity\"}",
-       NULL, "{\"reward\": 51.0}");
+    fails("reward", "{\"correct\": true, \"speedup\": 50, \"cap\": \"Infinity\"}",
+          NULL, KG_EINVAL,
+          "field \"cap\": must be a finite number in [0, 1e+06], got inf");
     fails("select", "{\"rewards\": [1, \"-Infinity\"]}", NULL, KG_ENONFINITE,
           "field \"rewards\": select: reward[1] is not finite");
     fails("select", "{\"rewards\": [1, \"nan\"]}", NULL, KG_EINVAL,
@@ -138,7 +139,7 @@ static void test_seed(void **state)
     assert_string_equal(a, b);
     kg_rl_json_free(a);
     kg_rl_json_free(b);
-    ok("prs", "{\"coverage\": [0.5], \"seed\": \"007\"}", "{\"s\": 0}",
+    ok("prs", "{\"coverage\": [0.5], \"seed\": \"007\"}", "{\"s\": 0.1}",
        "{\"keep_prob\": [1.0], \"keep\": [true]}");
     const char *range = "field \"seed\": -1 is out of range [0, "
                         "18446744073709551615]";
@@ -155,6 +156,54 @@ static void test_seed(void **state)
           "field \"seed\": expected an integer, got 1.5");
     fails("prs", "{\"coverage\": [0.5]}", "{\"--seed\": \"-1\"}", KG_EINVAL,
           "option --seed: expected an integer in [0, 2^64), got \"-1\"");
+}
+
+/* Every option's range, named by the flag that gave it (kgym rl exits 2). */
+static void test_option_ranges(void **state)
+{
+    (void)state;
+    const char *turn = "{\"correct\": true, \"speedup\": 1e308}";
+    fails("reward", turn, "{\"--cap\": \"1e400\"}", KG_EINVAL,
+          "field \"cap\": must be a finite number in [0, 1e+06], got inf");
+    fails("reward", turn, "{\"--cap\": \"1e7\"}", KG_EINVAL,
+          "field \"cap\": must be a finite number in [0, 1e+06], got 1e+07");
+    fails("reward", turn, "{\"--penalty\": \"-1e300\"}", KG_EINVAL,
+          "field \"penalty\": must be a finite number in [-1e+06, 1e+06], got "
+          "-1e+300");
+    fails("reward", turn, "{\"--w-pr\": \"1e300\"}", KG_EINVAL,
+          "field \"w_pr\": must be a finite number in [0, 1e+06], got 1e+300");
+    ok("reward", turn, "{\"--cap\": \"1e6\"}", "{\"reward\": 1000001.0}");
+    const char *cov = "{\"coverage\": [0.3, 0.5]}";
+    fails("prs", cov, "{\"--s\": \"0\"}", KG_EINVAL,
+          "field \"s\": must be a finite number in (0, 1e+06], got 0");
+    fails("prs", "{\"coverage\": [0.3], \"s\": -0.0}", NULL, KG_EINVAL,
+          "field \"s\": must be a finite number in (0, 1e+06], got -0");
+    fails("prs", cov, "{\"--tau\": \"1e300\"}", KG_EINVAL,
+          "field \"tau\": must be a finite number in [0, 1], got 1e+300");
+    const char *att = "{\"attempts\": [{\"level\": 1, \"problem\": \"a\", "
+                      "\"turn\": 0, \"correct\": true, \"hacked\": false, "
+                      "\"speedup\": 2}]}";
+    fails("fastp", att, "{\"--p\": \"\"}", KG_EINVAL,
+          "option --p: item 1 is empty (want a comma-separated list of "
+          "numbers, e.g. 1,1.2,1.5,2)");
+    fails("fastp", att, "{\"--p\": \",,,\"}", KG_EINVAL,
+          "option --p: item 1 is empty (want a comma-separated list of "
+          "numbers, e.g. 1,1.2,1.5,2)");
+    fails("fastp", att, "{\"--p\": \"1,,2\"}", KG_EINVAL,
+          "option --p: item 2 is empty (want a comma-separated list of "
+          "numbers, e.g. 1,1.2,1.5,2)");
+    fails("fastp", att, "{\"--p\": \"-1\"}", KG_EINVAL,
+          "field \"p\": value 1 must be a finite number in [0, 1e+06], got -1");
+    fails("fastp", att, "{\"p\": []}", KG_EINVAL, "field \"p\": no value");
+    const char *ret = "{\"returns\": [[1], [2]]}";
+    fails("advantages", ret, "{\"--eps\": \"-1\"}", KG_EINVAL,
+          "field \"eps\": must be a finite number in [0, 1], got -1");
+    const char *lp = "{\"train_logprobs\": [[0.1]], \"rollout_logprobs\": "
+                     "[[0.1]]}";
+    fails("mrs", lp, "{\"--lo\": \"-5\"}", KG_EINVAL,
+          "field \"lo\": must be a finite number in [0, 1e+06], got -5");
+    fails("mrs", lp, "{\"--veto\": \"2\"}", KG_EINVAL,
+          "field \"veto\": must be a finite number in [0, 1], got 2");
 }
 
 static void test_errors(void **state)
@@ -204,6 +253,7 @@ int main(void)
         cmocka_unit_test(test_message_names),
         cmocka_unit_test(test_nonfinite_strings),
         cmocka_unit_test(test_seed),
+        cmocka_unit_test(test_option_ranges),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -217,10 +217,16 @@ static const char *lease(kg_store *s, const char *worker, char *buf)
     return buf;
 }
 
+/* A result as the contract has it (kg_result_check): a pass with its
+ * runtimes and speedup, anything else with none. */
 static json_t *result_of(const char *verdict)
 {
-    return json_pack("{s:s, s:b, s:f}", "verdict", verdict, "correctness",
-                     !strcmp(verdict, "pass"), "speedup", 1.5);
+    if (strcmp(verdict, "pass"))
+        return json_pack("{s:s, s:b, s:n, s:n}", "verdict", verdict,
+                         "correctness", 0, "speedup", "kernel_runtime");
+    return json_pack("{s:s, s:b, s:f, s:f, s:f}", "verdict", verdict,
+                     "correctness", 1, "speedup", 1.5, "kernel_runtime", 2.0,
+                     "reference_runtime", 3.0);
 }
 
 static void test_submit_get(void **state)
@@ -730,6 +736,75 @@ static void test_cache(void **state)
         assert_null(res[i]);
     json_decref(r1);
     json_decref(r2);
+}
+
+/*
+ * The cache holds only results that meet the contract: a put of another
+ * is refused, and an entry already there (written before the check, or by
+ * hand: here straight through the backend) is a miss on every read path,
+ * the submission then evaluated as usual. Redis looks the cache up in its
+ * submit script, SQLite through store.c: both must agree.
+ */
+static void test_cache_contract(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char key[65];
+    kg_sha256_hex("forged", 6, key);
+    json_t *forged = json_pack("{s:s, s:f, s:b, s:f}", "verdict", "pass",
+                               "speedup", 1e308, "correctness", 0,
+                               "kernel_runtime", -1.0);
+    assert_int_equal(kg_store_cache_put(s, key, forged, &err), KG_EINVAL);
+    assert_non_null(strstr(err.msg, "result.correctness"));
+    /* an entry from before the check */
+    assert_int_equal(s->ops->cache_put(s, key, forged, &err), 0);
+    json_t *got = (json_t *)1;
+    assert_int_equal(kg_store_cache_get(s, key, &got, &err), 0);
+    assert_null(got);
+    const char *keys[1] = {key};
+    json_t *many[1] = {(json_t *)1};
+    assert_int_equal(kg_store_cache_get_many(s, keys, 1, many, &err), 0);
+    assert_null(many[0]);
+    json_t *req = request("f");
+    kg_submit a = {"f-1", 1, req, key, 0};
+    got = (json_t *)1;
+    assert_int_equal(kg_store_submit_cached(s, &a, &got, &err), 0);
+    assert_null(got);
+    kg_task t;
+    assert_int_equal(kg_store_get(s, "f-1", 0, &t, &err), 0);
+    assert_int_equal(t.status, KG_TASK_PENDING);
+    kg_task_free(&t);
+    /* a pass whose speedup exceeds its own runtimes' quotient */
+    json_t *fast = json_pack("{s:s, s:b, s:f, s:f, s:f}", "verdict", "pass",
+                             "correctness", 1, "speedup", 50.0,
+                             "kernel_runtime", 1.0, "reference_runtime", 2.0);
+    assert_int_equal(kg_store_cache_put(s, key, fast, &err), KG_EINVAL);
+    assert_non_null(strstr(err.msg, "result.speedup"));
+    json_decref(fast);
+    json_decref(req);
+    json_decref(forged);
+}
+
+/* A worker's secret digest: none, set, overwritten, per id. */
+static void test_worker_secret(void **state)
+{
+    kg_store *s = ((fixture *)*state)->s;
+    kg_err err = {{0}};
+    char d1[65], d2[65], got[65];
+    kg_sha256_hex("one", 3, d1);
+    kg_sha256_hex("two", 3, d2);
+    assert_int_equal(kg_store_worker_secret_get(s, "ws-a", got, &err), 0);
+    assert_int_equal(kg_store_worker_secret_set(s, "ws-a", d1, &err), 0);
+    assert_int_equal(kg_store_worker_secret_get(s, "ws-a", got, &err), 1);
+    assert_string_equal(got, d1);
+    assert_int_equal(kg_store_worker_secret_get(s, "ws-b", got, &err), 0);
+    assert_int_equal(kg_store_worker_secret_set(s, "ws-a", d2, &err), 0);
+    assert_int_equal(kg_store_worker_secret_get(s, "ws-a", got, &err), 1);
+    assert_string_equal(got, d2);
+    assert_int_equal(kg_store_worker_secret_set(s, "ws-a", "nothex", &err),
+                     KG_EINVAL);
+    assert_int_equal(kg_store_worker_secret_get(s, "a b", got, &err),
+                     KG_EINVAL);
 }
 
 /*
@@ -1468,6 +1543,9 @@ static void test_open_errors(void **state)
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),         \
         cmocka_unit_test_setup_teardown(test_cache, setup, teardown),          \
         cmocka_unit_test_setup_teardown(test_submit_cached, setup, teardown),  \
+        cmocka_unit_test_setup_teardown(test_cache_contract, setup,            \
+                                        teardown),                             \
+        cmocka_unit_test_setup_teardown(test_worker_secret, setup, teardown),  \
         cmocka_unit_test_setup_teardown(test_workers, setup, teardown),        \
         cmocka_unit_test_setup_teardown(test_reregister_releases_leases,       \
                                         setup, teardown),                      \
