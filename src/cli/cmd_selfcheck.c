@@ -63,8 +63,10 @@ static void usage(FILE *f, int self)
                    "name.");
     fprintf(f,
             "options:\n"
-            "  --level 1,2,3        levels to run (default: every level "
-            "folder)\n"
+            "  --level 1,2,3        levels to run (default: the published "
+            "1, 2 and 3;\n"
+            "                       level 4, whose models load from a hub, "
+            "only when named)\n"
             "  --problems GLOB,...  problems whose name (19_ReLU), file name "
             "or levelN/name\n"
             "                       matches one of the globs\n"
@@ -388,6 +390,11 @@ static int finish(struct kbrun *run, int rc)
 {
     progress(run, 1);
     kb_summary(run->sf, &run->recs, run->self);
+    double el = run->t0 > 0 ? (kg_now_ms() - run->t0) / 1e3 : 0;
+    if (run->done && el > 0)
+        fprintf(run->sf, "throughput: %d problems in %.1f s, %.1f problems "
+                         "per minute\n",
+                run->done, el, run->done * 60.0 / el);
     if (run->not_run)
         fprintf(run->sf, "not run (unreadable or refused, see above): %d\n",
                 run->not_run);
@@ -425,6 +432,11 @@ static int kb_main(int argc, char **argv, int self)
         kg_error("%s", err.msg);
         goto out;
     }
+    for (int lv = 1; lv <= KB_MAX_LEVEL; lv++)
+        if (run.tree.skipped & (1u << lv))
+            kg_info("level%d: not run (not a published level; --level %d "
+                    "runs it)",
+                    lv, lv);
     if (!self && kb_tree_pair(&run.tree, run.canddir) == 0) {
         kg_error("--candidates %s: no file named like a problem of %s "
                  "(CANDDIR/levelN/<N>_<Name>.py or CANDDIR/<N>_<Name>.py)",

@@ -164,8 +164,11 @@ int kb_tree_read(kb_tree *tree, const char *dir, unsigned levels,
         int present = is_dir(p);
         if (levels & (1u << lv) && !present)
             rc = kg_errf(err, KG_ENOTFOUND, "--level %d: no folder %s", lv, p);
-        else if (present && (!levels || levels & (1u << lv)))
+        else if (present && (levels ? levels & (1u << lv)
+                                    : lv <= KB_DEFAULT_LEVELS))
             rc = read_level(tree, lv, globs, err);
+        else if (present)
+            tree->skipped |= 1u << lv;
     }
     if (!rc && tree->n == 0)
         rc = kg_errf(err, KG_ENOTFOUND, "%s: no problem matched%s%s",

@@ -82,6 +82,8 @@ def by_name(rows: list[dict]) -> dict[str, dict]:
 
 
 def test_selfcheck_writes_a_line_per_problem_and_a_summary(tree, tmp_path):
+    # level4 (models from a hub) is not a published level: not run unless named
+    write(tree / "level4" / "1_Hub.py", BROKEN.format(expr="x", shape="8"))
     out = tmp_path / "self.jsonl"
     p = kgym("selfcheck", "--kernelbench", str(tree), "--out", str(out), *FAST)
     assert p.returncode == 1, p.stderr  # a problem did not pass: its reference is broken
@@ -110,6 +112,12 @@ def test_selfcheck_writes_a_line_per_problem_and_a_summary(tree, tmp_path):
     assert "within [0.95, 1.05]: " in p.stdout and "within [0.90, 1.10]: " in p.stdout
     assert "level1/3_Broken=problem_error" in p.stdout
     assert "4 problems in" in p.stderr
+    assert "level4: not run" in p.stderr, p.stderr
+    assert re.search(r"^throughput: 4 problems in [0-9.]+ s, [0-9.]+ problems per minute$",
+                     p.stdout, re.M), p.stdout
+    # named, it runs (and fails: its import fails, as a hub's would offline)
+    p = kgym("selfcheck", "--kernelbench", str(tree), "--level", "4", *FAST)
+    assert p.returncode == 1 and "level4/1_Hub: problem_error" in p.stderr, p.stderr
 
 
 def test_problems_filter_then_resume(tree, tmp_path):
