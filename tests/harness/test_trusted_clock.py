@@ -285,3 +285,33 @@ def test_a_claim_beyond_the_clock_is_a_hack():
     j = _FakeJudge(3.3)
     Judge.trusted_clock(j, clock)
     assert j.hacks == ["timer_tamper"]
+
+
+def test_prints_reduce_in_chunks_with_repeating_weights(monkeypatch):
+    """An output longer than PRINT_CHUNK is printed chunk by chunk (cuBLAS's
+    dot refuses more than 2^31 - 1 elements): the figures equal the whole
+    sums with the weights repeated, and a change in any chunk shows."""
+    monkeypatch.setattr(wallclock, "PRINT_CHUNK", 64)
+    torch.manual_seed(0)
+    y = torch.randn(1000, dtype=torch.float64).float()
+    calls = []
+    real_dot = torch.dot
+
+    def dot(a, b):
+        calls.append(a.numel())
+        return real_dot(a, b)
+
+    monkeypatch.setattr(torch, "dot", dot)
+    (row,), ws = _prints([y])
+    assert max(calls) == 64 and len(calls) == 2 * 16  # 15 whole chunks and a tail of 40
+    r = wallclock._weights(64, 7, 0, "cpu").double().repeat(16)[:1000]
+    assert row[0][0] == 1000
+    assert abs(row[0][1] - float((y.double().abs() * r).sum())) < 1e-3
+    assert abs(row[0][2] - float((y.double() * r).sum())) < 1e-3
+    assert abs(ws[0] - float(r.sum())) < 1e-6
+    late = y.clone()
+    late[990:] = 0  # the last chunk's work skipped
+    (bad,), _ = _prints([late])
+    assert wallclock.prints_match(bad, row, ws, 1e-3, 1e-3) is not None
+    (empty,), _ = _prints([torch.zeros(0)])
+    assert empty[0] == [0, 0.0, 0.0]
