@@ -22,6 +22,7 @@ import torch
 
 from . import (audit, compare, cpustat, guards, loader, precision, prewarm, problem, profiling,
                quiet, schema, timing, trustclock)
+from . import memstat
 from .devlock import DeviceLock, LockTimeout
 from .channel import Channel, ChannelTimeout, PeerClosed, ProtocolError
 from .frame import write_result
@@ -97,6 +98,8 @@ class Judge:
         self.ref_mode_dependent = False  # set by correctness() with hack checks on
         self.facts = audit.ReferenceFacts()   # what the reference does to its inputs
         self.samples: list[tuple[list, Any]] = []  # (input digests, expected), 2 trials
+        self.mem0 = memstat.peak()  # before the problem: its footprint is measured from here
+        self.footprint: int | None = None  # memstat.footprint after the first reference pass
         self.low_precision: set[str] = set()  # the candidate's fp16/bf16 evidence
         self.precision64_found: list = []  # trial 0's measured downgrade, reported after it
         self.float_dtypes: set[torch.dtype] = set()  # of the problem's inputs and outputs
@@ -357,6 +360,8 @@ class Judge:
         state0 = (self.state_before_forward() if guard and check and label == "trial:0"
                   else None)
         expected = self.reference_forward(inputs, mode, grad, sent) if check else None
+        if check and self.footprint is None:  # the reference's first pass
+            self.footprint = memstat.footprint(self.device, self.mem0)
         t3 = _now()
         if guard:
             late = audit.deferred(reply)  # explains a never-written output better than stale
@@ -1216,6 +1221,13 @@ def _finish(result: dict, judge: Judge | None, started: float) -> None:
         result["timings"]["channel"] = {
             "judge": {k: round(v, 2) for k, v in judge.chan.ms.items()},
             "candidate": {k: round(v, 2) for k, v in judge.remote.chan_claim.items()}}
+    # peak memory per process: the judge's measured, the candidate's claimed
+    result["memory"] = {"judge": memstat.peak(),
+                        "candidate": dict(judge.remote.mem_claim or {}, claim=True)
+                        if judge is not None and getattr(judge, "remote", None) else None,
+                        "footprint_bytes": judge.footprint if judge is not None else None,
+                        "device_total_bytes": memstat.device_total(judge.device)
+                        if judge is not None else None}
     result["status"] = "failed" if result["verdict"] == "infra_error" else "completed"
     kernel_code = judge.req.get("kernel_code", "") if judge and judge.req else ""
     try:

@@ -142,12 +142,14 @@ def run_block(call: Callable[[Any], Any] | None, make_args: Callable[[int], Any]
     t1 = _perf_ns()
     printer = Printer(print_seed or 0, device)
     for i in range(k):
+        args = None  # the last call's input set and output go before the next
         args = inputs[i] if inputs is not None else make_args(i)
         if call is None:
             continue
         out = call(args)
         if print_seed is not None:
             printer.take(out)
+        out = None
     args = None
     timing.sync(device)
     prints = printer.result()

@@ -236,6 +236,7 @@ json_t *kb_line(const kb_problem *p, const json_t *result)
     copy_field(l, "error_message", result, "error");
     copy_field(l, "hack_reasons", result, NULL);
     copy_field(l, "warnings", result, NULL);
+    copy_field(l, "memory", result, NULL); /* peak per process */
     /* why a speedup is what it is: the judge's clock, and each side's lead */
     json_t *checks = json_object_get(result, "checks");
     copy_field(l, "trusted_clock", checks, NULL);

@@ -315,3 +315,30 @@ def test_prints_reduce_in_chunks_with_repeating_weights(monkeypatch):
     assert wallclock.prints_match(bad, row, ws, 1e-3, 1e-3) is not None
     (empty,), _ = _prints([torch.zeros(0)])
     assert empty[0] == [0, 0.0, 0.0]
+
+
+def test_a_wall_block_holds_one_output_and_one_drawn_set_at_a_time():
+    """The last call's output and (drawn in the loop) input set are gone
+    before the next call: a 3.2 GB problem's candidate, capped at half the
+    RAM on the CPU, ran out of memory in its wall blocks holding two."""
+    import gc
+    import weakref
+    alive_outs: list = []
+    alive_args: list = []
+    seen = []
+
+    def make(i):
+        t = torch.full((4,), float(i))
+        alive_args.append(weakref.ref(t))
+        return [t]
+
+    def call(args):
+        gc.collect()
+        seen.append((sum(r() is not None for r in alive_outs),
+                     sum(r() is not None for r in alive_args)))
+        out = args[0] * 2
+        alive_outs.append(weakref.ref(out))
+        return out
+
+    wallclock.run_block(call, make, 5, "cpu", 3)
+    assert seen == [(0, 1)] * 5, seen
