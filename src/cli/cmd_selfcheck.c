@@ -26,7 +26,7 @@
 
 struct kbrun {
     int self; /* selfcheck: the reference is the candidate */
-    const char *cmd, *dir, *canddir, *globs, *out;
+    const char *cmd, *dir, *canddir, *globs, *out, *footprints;
     unsigned levels;
     int resume, progress, tty;
     kb_tree tree;
@@ -77,6 +77,10 @@ static void usage(FILE *f, int self)
             "  --progress           a progress line on stderr (default: when "
             "it is a TTY)\n"
             "  --no-progress        none\n"
+            "  --footprints FILE    a JSONL of an earlier run: its problems' "
+            "memory footprints,\n"
+            "                       so that tasks start only while they fit "
+            "the device\n"
             "  --device, --concurrency, --prewarm, --stage, --python, --fresh, "
             "--no-sandbox,\n"
             "  --no-cgroups, --cpu-threads, --compile-ahead, "
@@ -119,6 +123,8 @@ static int value_opt(struct kbrun *run, kg_engine_cfg *cfg, json_t *fields,
         run->globs = v;
     else if (!strcmp(a, "--out"))
         run->out = v;
+    else if (!strcmp(a, "--footprints"))
+        run->footprints = v;
     else if (!strcmp(a, "--device"))
         cfg->device = v;
     else if (!strcmp(a, "--concurrency")) {
@@ -384,6 +390,47 @@ static int prepare(struct kbrun *run, unsigned char *skip)
     return 0;
 }
 
+/* Tells the engine the footprints an earlier run's JSONL holds for the
+ * problems of this one (admission by memory from the first task on, not
+ * only from each problem's second). Returns how many; a file that cannot
+ * be read is an error (2, after logging why). */
+static int seed_footprints(struct kbrun *run, kg_engine *e, int *count)
+{
+    *count = 0;
+    FILE *f = fopen(run->footprints, "r");
+    if (!f) {
+        kg_error("--footprints %s: %s", run->footprints, strerror(errno));
+        return 2;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_t *j = json_loads(line, 0, NULL);
+        json_t *m = json_object_get(j, "memory");
+        double fp = json_number_value(json_object_get(m, "footprint_bytes"));
+        double tot = json_number_value(json_object_get(m, "device_total_bytes"));
+        const char *name = json_string_value(json_object_get(j, "problem"));
+        int lv = (int)json_integer_value(json_object_get(j, "level"));
+        for (int i = 0; name && fp > 0 && i < run->tree.n; i++) {
+            const kb_problem *p = &run->tree.p[i];
+            if (p->level != lv || strcmp(p->name, name))
+                continue;
+            kg_err err = {{0}};
+            size_t len;
+            char *ref = kg_cli_read_code(p->path, "reference_code", &len, &err);
+            if (ref) {
+                kg_engine_note_footprint(e, ref, fp, tot);
+                (*count)++;
+                free(ref);
+            }
+        }
+        json_decref(j);
+    }
+    free(line);
+    fclose(f);
+    return 0;
+}
+
 /* What the run comes to: the summary, then the exit code (0; 1 when a
  * problem could not be run or, for selfcheck, did not pass). */
 static int finish(struct kbrun *run, int rc)
@@ -462,6 +509,15 @@ static int kb_main(int argc, char **argv, int self)
         rc = 1;
         goto out;
     }
+    int seeded = 0;
+    if (run.footprints && seed_footprints(&run, e, &seeded)) {
+        kg_engine_free(e);
+        rc = 2;
+        goto out;
+    }
+    if (run.footprints)
+        kg_info("--footprints %s: %d problems' memory known", run.footprints,
+                seeded);
     rc = finish(&run, run_engine(&run, e, fields, skip));
     kg_engine_free(e);
 out:
