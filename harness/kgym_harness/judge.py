@@ -98,8 +98,8 @@ class Judge:
         self.ref_mode_dependent = False  # set by correctness() with hack checks on
         self.facts = audit.ReferenceFacts()   # what the reference does to its inputs
         self.samples: list[tuple[list, Any]] = []  # (input digests, expected), 2 trials
-        self.mem0 = memstat.peak()  # before the problem: its footprint is measured from here
-        self.footprint: int | None = None  # memstat.footprint after the first reference pass
+        self.footprint: int | None = None  # memstat.end_pass after the first reference pass
+        self.peak0: int | None = None  # the device peak before that pass reset it
         self.low_precision: set[str] = set()  # the candidate's fp16/bf16 evidence
         self.precision64_found: list = []  # trial 0's measured downgrade, reported after it
         self.float_dtypes: set[torch.dtype] = set()  # of the problem's inputs and outputs
@@ -359,9 +359,12 @@ class Judge:
         # trial 0's float64 reference starts from the state this forward sees
         state0 = (self.state_before_forward() if guard and check and label == "trial:0"
                   else None)
+        first = check and self.footprint is None  # the reference's first pass
+        begun = memstat.begin_pass(self.device) if first else None
         expected = self.reference_forward(inputs, mode, grad, sent) if check else None
-        if check and self.footprint is None:  # the reference's first pass
-            self.footprint = memstat.footprint(self.device, self.mem0)
+        if first:
+            self.footprint, self.peak0 = memstat.end_pass(self.device, begun, inputs, expected,
+                                                          self.ref_model)
         t3 = _now()
         if guard:
             late = audit.deferred(reply)  # explains a never-written output better than stale
@@ -1222,7 +1225,7 @@ def _finish(result: dict, judge: Judge | None, started: float) -> None:
             "judge": {k: round(v, 2) for k, v in judge.chan.ms.items()},
             "candidate": {k: round(v, 2) for k, v in judge.remote.chan_claim.items()}}
     # peak memory per process: the judge's measured, the candidate's claimed
-    result["memory"] = {"judge": memstat.peak(),
+    result["memory"] = {"judge": memstat.peak(judge.peak0 if judge is not None else None),
                         "candidate": dict(judge.remote.mem_claim or {}, claim=True)
                         if judge is not None and getattr(judge, "remote", None) else None,
                         "footprint_bytes": judge.footprint if judge is not None else None,
