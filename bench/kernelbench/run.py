@@ -4,7 +4,10 @@ same-process eval (bench/kernelbench/kb_eval.py), on the same problems,
 each reference as its own candidate. Prints per problem both
 self-speedups, and per run the pass count, the shares within +-5 % and
 +-10 %, peak memory (judge measured, candidate claimed) and problems per
-minute. Results (the JSONL of each run, their logs, report.txt) go to
+minute; and an A/B on six host-bound level-3 problems with the warm
+spares' profiler start back on (KGYM_SPARE_PROFILER=1, the old default:
+CUPTI attached to the candidate through its timing). Results (the JSONL
+of each run, their logs, report.txt) go to
 $OUT, else bench/results/kernelbench-<time>/.
 
 GPU (default): the problems named in GPU_PROBLEMS plus the first 20 of
@@ -38,8 +41,13 @@ GPU_PROBLEMS = [
     "level3/38_LSTMBidirectional",
 ] + [f"level2/{n}_*" for n in range(1, 21)]
 DRY_PROBLEMS = ["level1/12_Matmul_with_diagonal_matrices_", "level1/40_LayerNorm"]
-# seconds per phase: selfcheck at concurrency 1, at 4, KernelBench's eval
-CAPS = {"c1": 165, "c4": 100, "kb": 65}
+# The A/B of the spares' profiler start (KGYM_SPARE_PROFILER=1: CUPTI
+# attached to the candidate through its timing), concurrency 1.
+AB_PROBLEMS = ["level3/34_VanillaRNNHidden", "level3/19_MobileNetV1", "level3/39_GRU",
+               "level3/35_LSTM", "level3/28_VisionTransformer", "level3/10_ResNet101"]
+# seconds per phase: selfcheck at concurrency 1, at 4, KernelBench's eval,
+# the profiler A/B
+CAPS = {"c1": 150, "c4": 95, "kb": 60, "ab": 45}
 DRY_FIELDS = ["--device", "cpu", "--backend", "cpu", "--num-correct-trials", "1",
               "--num-perf-trials", "3", "--num-warmup", "0", "--enable-profiling", "false"]
 
@@ -118,10 +126,10 @@ def shares(speeds: list[float]) -> str:
 
 
 def report(problems: list[str], runs: dict, elapsed: dict, f) -> None:
-    cols = ["c1", "c4", "kb"]
+    cols = ["c1", "c4", "kb", "ab"]
     w = max(len(p) for p in problems) + 1
     f.write(f"{'problem':<{w}} {'kgym c1':>16} {'kgym c4':>16} {'kernelbench':>16}"
-            f" {'judge MiB':>10} {'cand MiB':>9}\n")
+            f" {'c1 spare prof.':>16} {'judge MiB':>10} {'cand MiB':>9}\n")
     for p in problems:
         cells = []
         for c in cols:
@@ -137,7 +145,10 @@ def report(problems: list[str], runs: dict, elapsed: dict, f) -> None:
                 cells.append(f"{s:.3f}" if r.get("verdict") == "pass" and s
                              else str(r.get("verdict"))[:16])
         j, c = peaks(runs["c1"].get(p) or runs["c4"].get(p) or {})
-        f.write(f"{p:<{w}} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16} {mib(j):>10} {mib(c):>9}\n")
+        if p not in runs["ab"]:
+            cells[3] = ""
+        f.write(f"{p:<{w}} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16} {cells[3]:>16}"
+                f" {mib(j):>10} {mib(c):>9}\n")
     f.write("\n")
     for c in cols:
         rows = runs[c]
@@ -156,7 +167,9 @@ def report(problems: list[str], runs: dict, elapsed: dict, f) -> None:
                 v = (r.get("trusted_clock") or {}).get("verdict")
                 clock[v] = clock.get(v, 0) + 1
             jm = [peaks(r)[0] for r in rows.values() if peaks(r)[0]]
-            f.write(f"kgym selfcheck concurrency {c[1]}: {len(ok)}/{len(rows)} pass; {shares(sp)};"
+            what = ("kgym selfcheck concurrency 1, KGYM_SPARE_PROFILER=1" if c == "ab"
+                    else f"kgym selfcheck concurrency {c[1]}")
+            f.write(f"{what}: {len(ok)}/{len(rows)} pass; {shares(sp)};"
                     f" clock {clock}; judge peak max {mib(max(jm) if jm else None)} MiB")
             if bad:
                 f.write(f"\n  not pass: {bad}")
@@ -172,7 +185,7 @@ def main() -> int:
     ap.add_argument("--kb", default=os.path.join(ROOT, ".device", "kernelbench"),
                     help="KernelBench's checkout (src/ and KernelBench/level*)")
     ap.add_argument("--problems", help="comma-separated levelN/glob (default: the set above)")
-    ap.add_argument("--only", default="c1,c4,kb", help="phases to run (c1, c4, kb)")
+    ap.add_argument("--only", default="c1,c4,ab,kb", help="phases to run (c1, c4, ab, kb)")
     a = ap.parse_args()
     out = os.environ.get("OUT") or os.path.join(
         ROOT, "bench", "results", time.strftime("kernelbench-%Y%m%d-%H%M%S"))
@@ -203,6 +216,19 @@ def main() -> int:
             cmd += ["--footprints", first]  # admission by memory from the first task on
         elapsed[c] = run_phase(f"selfcheck_{c}", cmd + (DRY_FIELDS if a.dry else []),
                                caps[c], out)
+    if "ab" in phases:
+        ab = [p for p in resolve(a.kb, AB_PROBLEMS) if p in problems] or problems[:2]
+        jl = os.path.join(out, "selfcheck_ab.jsonl")
+        if os.path.exists(jl):
+            os.unlink(jl)
+        cmd = [kgym, "selfcheck", "--kernelbench", a.kb, "--problems", ",".join(ab),
+               "--out", jl, "--concurrency", "1", "--no-progress"]
+        os.environ["KGYM_SPARE_PROFILER"] = "1"
+        try:
+            elapsed["ab"] = run_phase("selfcheck_ab_spare_profiler",
+                                      cmd + (DRY_FIELDS if a.dry else []), caps["ab"], out)
+        finally:
+            del os.environ["KGYM_SPARE_PROFILER"]
     if "kb" in phases:
         jl = os.path.join(out, "kernelbench_eval.jsonl")
         if os.path.exists(jl):
@@ -213,7 +239,8 @@ def main() -> int:
         elapsed["kb"] = run_phase("kernelbench_eval", cmd, caps["kb"], out)
     runs = {"c1": load(os.path.join(out, "selfcheck_c1.jsonl")),
             "c4": load(os.path.join(out, "selfcheck_c4.jsonl")),
-            "kb": load(os.path.join(out, "kernelbench_eval.jsonl"))}
+            "kb": load(os.path.join(out, "kernelbench_eval.jsonl")),
+            "ab": load(os.path.join(out, "selfcheck_ab.jsonl"))}
     with open(os.path.join(out, "report.txt"), "w") as f:
         report(problems, runs, elapsed, f)
     sys.stdout.write(open(os.path.join(out, "report.txt")).read())

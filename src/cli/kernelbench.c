@@ -167,7 +167,7 @@ int kb_tree_read(kb_tree *tree, const char *dir, unsigned levels,
         else if (present && (levels ? levels & (1u << lv)
                                     : lv <= KB_DEFAULT_LEVELS))
             rc = read_level(tree, lv, globs, err);
-        else if (present)
+        else if (present && !levels) /* left by the default, not by --level */
             tree->skipped |= 1u << lv;
     }
     if (!rc && tree->n == 0)

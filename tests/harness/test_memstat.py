@@ -29,3 +29,4 @@ def test_peak_and_claims():
                                                       "device_peak_bytes": None}
     assert memstat.claim("x") is None
     assert memstat.device_total("cpu") > 1 << 30
+

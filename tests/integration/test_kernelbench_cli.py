@@ -118,6 +118,7 @@ def test_selfcheck_writes_a_line_per_problem_and_a_summary(tree, tmp_path):
     # named, it runs (and fails: its import fails, as a hub's would offline)
     p = kgym("selfcheck", "--kernelbench", str(tree), "--level", "4", *FAST)
     assert p.returncode == 1 and "level4/1_Hub: problem_error" in p.stderr, p.stderr
+    assert "not run (not a published level" not in p.stderr, p.stderr  # --level chose
 
 
 def test_problems_filter_then_resume(tree, tmp_path):
