@@ -1392,9 +1392,9 @@ def _warm_pair(chan: Channel, device_lock: str | None) -> dict:
     process's CUDA context meanwhile), both processes' preload set-up
     (prewarm.preload_setup), then (when tasks profile and
     spare_profiles()) CUPTI's one-time start, over 4 s of CPU. Then, with
-    the device lock held shared (no measurement elsewhere sees it): the device code of the harness's
-    operations loaded in both processes (_preload_pair, one operation per
-    hold), then the work that runs on the device: this process's cuBLAS
+    the device lock held shared (no measurement elsewhere sees it): the
+    device code of the harness's operations loaded in both processes
+    (_preload_pair, one operation per hold), then the work that runs on the device: this process's cuBLAS
     while the candidate's cuBLAS and one Triton launch run, and both
     processes' channel device regions made and mapped. Returns what each
     part took (ms) and what failed. device_lock: the lock file the worker
