@@ -471,6 +471,8 @@ class Judge:
                                   lambda: timing.sync(self.device), ref_s,
                                   self.req["allow_tf32"])
         self.result["checks"]["precision64"] = m
+        if str(m.get("skipped", "")).startswith(("memory:", "out of memory")):
+            self.result["warnings"].append(f"precision64 skipped: {m['skipped']}")
         if not m.get("downgrade"):
             return []
         rel = m["e_c"] / m["norm"]
