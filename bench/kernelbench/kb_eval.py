@@ -5,10 +5,12 @@ side of bench/kernelbench/run.py. One JSON line per problem on --out.
 With KernelBench's source (--kb DIR/src) importable, its
 eval_kernel_against_ref runs (measure_performance, its CUDA-event timing,
 the reference timed too): self-speedup = ref_runtime / runtime. Its package
-imports LLM clients (openai, litellm, dotenv, tqdm) that its eval never
-calls; where one is missing here a stand-in module is put in sys.modules
-and named in the line ("stubbed"). Where its eval cannot be imported at all
-(pydantic, requests or numpy missing) or there is no GPU (--cpu), a
+imports LLM clients (openai, litellm, dotenv, tqdm) and requests that its
+eval never calls, and pydantic for its result record; where one is
+missing here a stand-in module is put in sys.modules (pydantic's
+BaseModel: a plain record of the annotated defaults) and named in the
+line ("stubbed"). Where its eval cannot be imported at all (numpy
+missing, say) or there is no GPU (--cpu), a
 minimal same-process timing of this file's own does what its eval does:
 seeded init and inputs, the reference and the copy built alike, a
 correctness check (allclose, atol = rtol = 1e-2), warm-up calls, then
@@ -42,11 +44,25 @@ class _Anything(types.ModuleType):
                                "__call__": lambda self, *a, **k: None})
 
 
+class _Record:
+    """A stand-in for pydantic's BaseModel where pydantic is missing: the
+    class's annotated defaults (copied), then the keyword arguments."""
+
+    def __init__(self, **kw):
+        import copy
+        for klass in reversed(type(self).__mro__):
+            for k in getattr(klass, "__annotations__", {}):
+                if hasattr(klass, k):
+                    setattr(self, k, copy.deepcopy(getattr(klass, k)))
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
 def import_kb_eval(src: str):
     """(KernelBench's eval module, [stubbed module names]) or (None, why)."""
     sys.path.insert(0, src)
     stubbed = []
-    for name in ("dotenv", "tqdm", "openai", "litellm"):
+    for name in ("dotenv", "tqdm", "openai", "litellm", "requests", "pydantic"):
         try:
             importlib.import_module(name)
         except Exception:
@@ -55,6 +71,8 @@ def import_kb_eval(src: str):
                 mod.load_dotenv = lambda *a, **k: None
             if name == "tqdm":
                 mod.tqdm = lambda it=None, *a, **k: it
+            if name == "pydantic":  # its eval's result record: fields with defaults
+                mod.BaseModel = _Record
             sys.modules[name] = mod
             stubbed.append(name)
     try:
