@@ -47,7 +47,7 @@ AB_PROBLEMS = ["level3/34_VanillaRNNHidden", "level3/19_MobileNetV1", "level3/39
                "level3/35_LSTM", "level3/28_VisionTransformer", "level3/10_ResNet101"]
 # seconds per phase: selfcheck at concurrency 1, at 4, KernelBench's eval,
 # the profiler A/B
-CAPS = {"c1": 150, "c4": 95, "kb": 60, "ab": 45}
+CAPS = {"c1": 140, "c4": 90, "kb": 55, "ab": 45}
 DRY_FIELDS = ["--device", "cpu", "--backend", "cpu", "--num-correct-trials", "1",
               "--num-perf-trials", "3", "--num-warmup", "0", "--enable-profiling", "false"]
 
@@ -69,7 +69,7 @@ def resolve(kbroot: str, globs: list[str]) -> list[str]:
 
 def run_phase(name: str, cmd: list[str], cap: float, outdir: str) -> float:
     """Runs cmd with its output in outdir/<name>.log; SIGINT at cap (a
-    selfcheck keeps its finished lines), SIGKILL 20 s later. Seconds taken."""
+    selfcheck keeps its finished lines), SIGKILL 15 s later. Seconds taken."""
     t0 = time.monotonic()
     with open(os.path.join(outdir, f"{name}.log"), "w") as log:
         log.write("$ " + " ".join(cmd) + "\n")
@@ -82,7 +82,7 @@ def run_phase(name: str, cmd: list[str], cap: float, outdir: str) -> float:
             print(f"[{name}] cap of {cap:.0f} s reached: interrupted", flush=True)
             os.killpg(p.pid, signal.SIGINT)
             try:
-                p.wait(timeout=20)
+                p.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
