@@ -8,7 +8,7 @@ minute; and an A/B on six host-bound level-3 problems with the warm
 spares' profiler start back on (KGYM_SPARE_PROFILER=1, the old default:
 CUPTI attached to the candidate through its timing). Results (the JSONL
 of each run, their logs, report.txt) go to
-$OUT, else bench/results/kernelbench-<time>/.
+$OUT/kernelbench-<time>/ ($OUT: bench/results when unset).
 
 GPU (default): the problems named in GPU_PROBLEMS plus the first 20 of
 level 2, about 6 minutes on one H200 (each phase capped, see CAPS; a
@@ -188,8 +188,8 @@ def main() -> int:
     ap.add_argument("--problems", help="comma-separated levelN/glob (default: the set above)")
     ap.add_argument("--only", default="c1,c4,ab,kb", help="phases to run (c1, c4, ab, kb)")
     a = ap.parse_args()
-    out = os.environ.get("OUT") or os.path.join(
-        ROOT, "bench", "results", time.strftime("kernelbench-%Y%m%d-%H%M%S"))
+    out = os.path.join(os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"),
+                       time.strftime("kernelbench-%Y%m%d-%H%M%S"))
     os.makedirs(out, exist_ok=True)
     kgym = os.environ.get("KGYM_BIN") or shutil.which("kgym") or os.path.join(ROOT, "build", "kgym")
     globs = a.problems.split(",") if a.problems else (DRY_PROBLEMS if a.dry else GPU_PROBLEMS)

@@ -6,6 +6,11 @@
 # KernelBench/level*) and, on the device, bench/device/env.sh sourced.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
+# the device's environment (carried build, libraries, PYTHONPATH, OUT),
+# unless the caller sourced it already
+if [ -z "${KGYM_BIN:-}" ] && [ -f bench/device/env.sh ]; then
+    . bench/device/env.sh
+fi
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ] && PY=.venv/bin/python
 exec "$PY" bench/kernelbench/run.py "$@"
