@@ -246,5 +246,10 @@ json_t *kb_line(const kb_problem *p, const json_t *result)
                         json_is_number(t)
                             ? json_real(json_number_value(t) / 1e3)
                             : json_null());
+    /* how long it waited to start (a slot, or memory to fit: docs/worker.md) */
+    json_t *q = json_object_get(json_object_get(result, "timings"), "queued");
+    json_object_set_new(l, "queued_seconds",
+                        json_is_number(q) ? json_real(json_number_value(q) / 1e3)
+                                          : json_null());
     return l;
 }

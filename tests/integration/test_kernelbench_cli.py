@@ -394,3 +394,24 @@ def test_a_problem_that_cannot_fit_the_device_is_refused_naming_sizes(tree, tmp_
     p = kgym("selfcheck", "--kernelbench", str(tree), "--footprints", str(tmp_path / "none"),
              *FAST, timeout=20)
     assert p.returncode == 2 and "--footprints" in p.stderr, p.stderr
+
+
+def test_tasks_that_do_not_fit_together_run_one_after_the_other(tree, tmp_path):
+    """Admission by memory at --concurrency 2: two problems whose known
+    footprints (0.2 of the RAM each, so 3x is 0.6: one fits, two do not)
+    never run at once; the second waits in the queue for the first's
+    memory. Without the gate both start at once."""
+    ram = mem_total_gib() * 2**30
+    earlier = tmp_path / "earlier.jsonl"
+    earlier.write_text("".join(json.dumps({
+        "problem": n, "level": 1,
+        "memory": {"footprint_bytes": 0.2 * ram, "device_total_bytes": ram}}) + "\n"
+        for n in ("1_Relu", "2_Scale")))
+    out = tmp_path / "wait.jsonl"
+    p = kgym("selfcheck", "--kernelbench", str(tree), "--problems", "1_Relu,2_Scale",
+             "--out", str(out), "--footprints", str(earlier), "--concurrency", "2", *FAST)
+    assert p.returncode == 0, p.stderr
+    rows = sorted(lines(out), key=lambda r: r["queued_seconds"])
+    first, second = rows
+    assert first["queued_seconds"] < 1.0, rows
+    assert second["queued_seconds"] >= 0.8 * first["seconds"], rows
