@@ -46,6 +46,7 @@ import torch
 
 from . import (ahead, compare, cpustat, guards, hooks, integrity, loader, prewarm, profiling,
                quiet, timing, wallclock)
+from . import memstat
 from .channel import Channel, PeerClosed, ProtocolError, pack, unpack
 
 
@@ -615,6 +616,7 @@ def run_candidate(chan_fd: int) -> None:
             reply["tamper"] = state.snapshot.changed() if state.snapshot else []
             reply["threads"] = quiet.LEDGER.report()
             reply["chan_ms"] = {k: round(v, 2) for k, v in chan.ms.items()}  # diagnostics
+            reply["mem"] = memstat.peak()  # a claim: the judge reports it as one
             chan.send(reply, out)
             del reply, out  # hold nothing of this call while serving the next
             _scrub(state.snaps)

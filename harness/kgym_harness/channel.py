@@ -161,10 +161,30 @@ class Region:
             pass
 
 
-def _new_out_region(need: int, rid: int) -> Region:
+# Above this, a region grows in steps of an eighth of the next power of two
+# rather than to it: a 3.2 GB message then maps 3 GiB, not 4 GiB, in
+# each process (the candidate's address space is capped at half the RAM on
+# a cpu worker, and its inputs and outputs are mapped in it as well). A
+# region this large is also used for one message only: both ends drop it
+# once it is sent and copied out, so that neither holds a copy of its
+# largest message while it works (same rule on both sides).
+SHM_FINE_REGION = 1 << 30
+
+
+def region_size(need: int) -> int:
+    """The size of a new region for need bytes: the next power of two from
+    SHM_MIN_REGION up to SHM_FINE_REGION, then the next eighth of one."""
     size = SHM_MIN_REGION
     while size < need:
         size *= 2
+    if size > SHM_FINE_REGION:
+        step = size // 8
+        size = -(-need // step) * step
+    return size
+
+
+def _new_out_region(need: int, rid: int) -> Region:
+    size = region_size(need)
     fd = os.memfd_create("kgym-chan", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, size)
@@ -285,6 +305,11 @@ class Channel:
             self._send_all(body)
         else:
             self._send_all(prefix + body)
+        if "shm" in header and self._out is not None and self._out.size > SHM_FINE_REGION:
+            # a large region is not kept for the next message (the peer holds
+            # it until it has copied out, then drops it too: _drop_large_in)
+            self._out.close()
+            self._out = None
         if "shm" in header or "dev" in header:
             return  # the bytes are in a region: none follow on the socket
         for t in tensors:
@@ -478,6 +503,9 @@ class Channel:
             off = _offset(spec, nbytes, region.size, "shared-memory")
             tensors.append(self._copy_out(region, off, dtype, shape, nbytes))
         self._lap("take", t0)
+        if region.size > SHM_FINE_REGION:  # copied out; its sender dropped it too
+            region.close()
+            self._in = None
         return header, tensors
 
     def _dev_header(self, header: dict) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from . import chunked
 from .hooks import RECORDER
 
 KERNEL_FILE = "kernel.py"
@@ -124,9 +125,9 @@ def fingerprint(inputs: Any) -> list:
     out = []
     for v in inputs if isinstance(inputs, (list, tuple)) else [inputs]:
         if isinstance(v, torch.Tensor):
-            # summed in float64 as read (no float64 copy of the tensor first)
-            total = (float(v.detach().sum(dtype=torch.float64))
-                     if v.numel() and not v.is_complex() else 0.0)
+            # summed in float64 chunk by chunk (on the CPU, torch's
+            # sum(dtype=float64) makes a float64 copy of the whole tensor)
+            total = (chunked.sum64(v) if v.numel() and not v.is_complex() else 0.0)
             out.append({"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", ""),
                         "sum": total if math.isfinite(total) else repr(total)})
         else:

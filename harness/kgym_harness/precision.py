@@ -65,6 +65,43 @@ def _double(t: Any) -> Any:
     return t
 
 
+def _nbytes(value: Any) -> int:
+    return sum(x.numel() * x.element_size() for x in compare.flatten(value)
+               if isinstance(x, torch.Tensor))
+
+
+def float64_need(model: torch.nn.Module, inputs: list, expected: Any,
+                 state: dict | None) -> int:
+    """Bytes the float64 pass allocates at most, about: float64 copies of
+    the inputs and of the parameters and buffers, the float64 output, and
+    errors()' per-output temporaries (four float64 arrays of the largest
+    output). Sizes in float32 count twice."""
+    if state is None:
+        state = dict(list(model.named_parameters()) + list(model.named_buffers()))
+    outs = [x for x in compare.flatten(expected) if isinstance(x, torch.Tensor)]
+    widest = max((x.numel() for x in outs), default=0)
+    return (2 * (_nbytes(list(inputs)) + _nbytes(list(state.values())) + _nbytes(expected))
+            + 4 * 8 * widest)
+
+
+def free_bytes(expected: Any) -> int | None:
+    """The free memory of the outputs' device (the host's available memory
+    on the CPU), or None when it cannot be read."""
+    try:
+        dev = next((x.device for x in compare.flatten(expected)
+                    if isinstance(x, torch.Tensor)), torch.device("cpu"))
+        if dev.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(dev)
+            return int(free + torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev))
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except Exception:  # no figure: the pass runs and an out of memory skips it
+        return None
+    return None
+
+
 def reference64(model: torch.nn.Module, inputs: list, state: dict | None = None,
                 call: Callable[[], Any] | None = None) -> Any:
     """The reference in float64: float inputs, parameters and buffers as
@@ -136,6 +173,11 @@ def measure(model: torch.nn.Module, inputs: list, got: Any, expected: Any,
         return out
     t0 = time.perf_counter()
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    need, free = float64_need(model, inputs, expected, state), free_bytes(expected)
+    if free is not None and need > free:
+        out["skipped"] = (f"memory: the float64 pass needs about {need / 2**30:.1f} GiB, "
+                          f"{free / 2**30:.1f} GiB free")
+        return out
     reserved = torch.cuda.memory_reserved() if cuda else 0
     ref64 = None
     try:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import quiet, schema
+from . import memstat, quiet, schema
 from .channel import Channel, ChannelTimeout, ProtocolError, pack, unpack
 
 MAX_TEXT = 4000
@@ -236,6 +236,7 @@ class Remote:
         self.thread_busy_ms = 0.0
         self.chan_claim: dict[str, float] = {}  # the candidate's Channel.ms (diagnostics)
         self.ahead: dict | None = None  # the load reply's compile-ahead account (claim)
+        self.mem_claim: dict | None = None  # the candidate's last memstat.peak() (claim)
         self._pass_creds(True)  # the kernel attaches the writer's pid to the load reply
 
     def _pass_creds(self, on: bool) -> None:
@@ -261,6 +262,9 @@ class Remote:
         claim = reply.get("chan_ms")
         if isinstance(claim, dict):
             self.chan_claim = {k: _num(claim.get(k)) for k in self.chan.ms}
+        mem = memstat.claim(reply.get("mem"))
+        if mem is not None:
+            self.mem_claim = mem
         threads = reply.get("threads")
         if isinstance(threads, dict):
             self.late_threads += _int(threads.get("late"), 0, 1 << 30) or 0

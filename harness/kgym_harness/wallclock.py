@@ -34,6 +34,10 @@ TOL_MIN = 0.05             # the claim may exceed the clock by this fraction at 
 TOL_SPREAD = 3.0           # or by this many times the reference's block-to-block spread
 TOL_MAX = 0.25             # never more than this
 SUM_SLACK = 1e-4           # relative float32 summation error allowed in a print
+# A print reduces at most this many elements per dot (cuBLAS's dot takes
+# at most 2^31 - 1) and its weights repeat with this period, so that an
+# output of any size costs one chunk of weights and one chunk of temporaries.
+PRINT_CHUNK = 1 << 24
 
 _perf_ns = time.perf_counter_ns  # captured before any candidate code runs
 
@@ -62,13 +66,18 @@ class Printer:
         self.weights: list[torch.Tensor] = []
         self.rows: list[list[Any]] = []
 
+        self.numels: list[int] = []
+
     def weight(self, j: int, numel: int) -> torch.Tensor | None:
+        """Output j's weights: min(numel, PRINT_CHUNK) of them, repeated
+        over longer outputs."""
         while len(self.weights) <= j:
             self.weights.append(None)  # type: ignore[arg-type]
+            self.numels.append(0)
         w = self.weights[j]
-        if w is None or w.numel() != numel:
-            w = _weights(numel, self.seed, j, self.device)
-            self.weights[j] = w
+        if w is None or self.numels[j] != numel:
+            w = _weights(min(numel, PRINT_CHUNK), self.seed, j, self.device)
+            self.weights[j], self.numels[j] = w, numel
         return w
 
     def take(self, out: Any) -> None:
@@ -78,9 +87,16 @@ class Printer:
                 row.append(None)
                 continue
             a = leaf.detach().reshape(-1)
-            w = self.weight(j, a.numel())
-            a = a.to(w.dtype) if a.dtype != w.dtype else a
-            row.append((a.numel(), torch.dot(a.abs(), w), torch.dot(a, w)))
+            n = a.numel()
+            w = self.weight(j, n)
+            parts = [torch.zeros(2, dtype=w.dtype, device=w.device)] if n == 0 else []
+            for lo in range(0, n, max(1, w.numel())):
+                c = a[lo:lo + w.numel()]
+                c = c.to(w.dtype) if c.dtype != w.dtype else c
+                r = w[:c.numel()]
+                parts.append(torch.stack([torch.dot(c.abs(), r), torch.dot(c, r)]))
+            s = parts[0] if len(parts) == 1 else torch.stack(parts).sum(0)
+            row.append((n, s[0], s[1]))
         self.rows.append(row)
 
     def result(self) -> list[list[Any]]:
@@ -92,7 +108,15 @@ class Printer:
                 for row in self.rows]
 
     def weight_sums(self) -> list[float]:
-        return [float(w.sum()) if w is not None else 0.0 for w in self.weights]
+        """sum r over each output's elements (its weights repeated)."""
+        out = []
+        for w, n in zip(self.weights, self.numels):
+            if w is None or not w.numel():
+                out.append(0.0)
+                continue
+            full, tail = divmod(n, w.numel())
+            out.append(full * float(w.double().sum()) + float(w[:tail].double().sum()))
+        return out
 
 
 def draw_block(make_args: Callable[[int], Any], k: int, device: str) -> list:
@@ -118,12 +142,14 @@ def run_block(call: Callable[[Any], Any] | None, make_args: Callable[[int], Any]
     t1 = _perf_ns()
     printer = Printer(print_seed or 0, device)
     for i in range(k):
+        args = None  # the last call's input set and output go before the next
         args = inputs[i] if inputs is not None else make_args(i)
         if call is None:
             continue
         out = call(args)
         if print_seed is not None:
             printer.take(out)
+        out = None
     args = None
     timing.sync(device)
     prints = printer.result()

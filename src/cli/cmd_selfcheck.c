@@ -26,7 +26,7 @@
 
 struct kbrun {
     int self; /* selfcheck: the reference is the candidate */
-    const char *cmd, *dir, *canddir, *globs, *out;
+    const char *cmd, *dir, *canddir, *globs, *out, *footprints;
     unsigned levels;
     int resume, progress, tty;
     kb_tree tree;
@@ -63,8 +63,10 @@ static void usage(FILE *f, int self)
                    "name.");
     fprintf(f,
             "options:\n"
-            "  --level 1,2,3        levels to run (default: every level "
-            "folder)\n"
+            "  --level 1,2,3        levels to run (default: the published "
+            "1, 2 and 3;\n"
+            "                       level 4, whose models load from a hub, "
+            "only when named)\n"
             "  --problems GLOB,...  problems whose name (19_ReLU), file name "
             "or levelN/name\n"
             "                       matches one of the globs\n"
@@ -75,6 +77,10 @@ static void usage(FILE *f, int self)
             "  --progress           a progress line on stderr (default: when "
             "it is a TTY)\n"
             "  --no-progress        none\n"
+            "  --footprints FILE    a JSONL of an earlier run: its problems' "
+            "memory footprints,\n"
+            "                       so that tasks start only while they fit "
+            "the device\n"
             "  --device, --concurrency, --prewarm, --stage, --python, --fresh, "
             "--no-sandbox,\n"
             "  --no-cgroups, --cpu-threads, --compile-ahead, "
@@ -117,6 +123,8 @@ static int value_opt(struct kbrun *run, kg_engine_cfg *cfg, json_t *fields,
         run->globs = v;
     else if (!strcmp(a, "--out"))
         run->out = v;
+    else if (!strcmp(a, "--footprints"))
+        run->footprints = v;
     else if (!strcmp(a, "--device"))
         cfg->device = v;
     else if (!strcmp(a, "--concurrency")) {
@@ -382,12 +390,58 @@ static int prepare(struct kbrun *run, unsigned char *skip)
     return 0;
 }
 
+/* Tells the engine the footprints an earlier run's JSONL holds for the
+ * problems of this one (admission by memory from the first task on, not
+ * only from each problem's second). Returns how many; a file that cannot
+ * be read is an error (2, after logging why). */
+static int seed_footprints(struct kbrun *run, kg_engine *e, int *count)
+{
+    *count = 0;
+    FILE *f = fopen(run->footprints, "r");
+    if (!f) {
+        kg_error("--footprints %s: %s", run->footprints, strerror(errno));
+        return 2;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_t *j = json_loads(line, 0, NULL);
+        json_t *m = json_object_get(j, "memory");
+        double fp = json_number_value(json_object_get(m, "footprint_bytes"));
+        double tot = json_number_value(json_object_get(m, "device_total_bytes"));
+        const char *name = json_string_value(json_object_get(j, "problem"));
+        int lv = (int)json_integer_value(json_object_get(j, "level"));
+        for (int i = 0; name && fp > 0 && i < run->tree.n; i++) {
+            const kb_problem *p = &run->tree.p[i];
+            if (p->level != lv || strcmp(p->name, name))
+                continue;
+            kg_err err = {{0}};
+            size_t len;
+            char *ref = kg_cli_read_code(p->path, "reference_code", &len, &err);
+            if (ref) {
+                kg_engine_note_footprint(e, ref, fp, tot);
+                (*count)++;
+                free(ref);
+            }
+        }
+        json_decref(j);
+    }
+    free(line);
+    fclose(f);
+    return 0;
+}
+
 /* What the run comes to: the summary, then the exit code (0; 1 when a
  * problem could not be run or, for selfcheck, did not pass). */
 static int finish(struct kbrun *run, int rc)
 {
     progress(run, 1);
     kb_summary(run->sf, &run->recs, run->self);
+    double el = run->t0 > 0 ? (kg_now_ms() - run->t0) / 1e3 : 0;
+    if (run->done && el > 0)
+        fprintf(run->sf, "throughput: %d problems in %.1f s, %.1f problems "
+                         "per minute\n",
+                run->done, el, run->done * 60.0 / el);
     if (run->not_run)
         fprintf(run->sf, "not run (unreadable or refused, see above): %d\n",
                 run->not_run);
@@ -425,6 +479,11 @@ static int kb_main(int argc, char **argv, int self)
         kg_error("%s", err.msg);
         goto out;
     }
+    for (int lv = 1; lv <= KB_MAX_LEVEL; lv++)
+        if (run.tree.skipped & (1u << lv))
+            kg_info("level%d: not run (not a published level; --level %d "
+                    "runs it)",
+                    lv, lv);
     if (!self && kb_tree_pair(&run.tree, run.canddir) == 0) {
         kg_error("--candidates %s: no file named like a problem of %s "
                  "(CANDDIR/levelN/<N>_<Name>.py or CANDDIR/<N>_<Name>.py)",
@@ -450,6 +509,15 @@ static int kb_main(int argc, char **argv, int self)
         rc = 1;
         goto out;
     }
+    int seeded = 0;
+    if (run.footprints && seed_footprints(&run, e, &seeded)) {
+        kg_engine_free(e);
+        rc = 2;
+        goto out;
+    }
+    if (run.footprints)
+        kg_info("--footprints %s: %d problems' memory known", run.footprints,
+                seeded);
     rc = finish(&run, run_engine(&run, e, fields, skip));
     kg_engine_free(e);
 out:

@@ -164,8 +164,11 @@ int kb_tree_read(kb_tree *tree, const char *dir, unsigned levels,
         int present = is_dir(p);
         if (levels & (1u << lv) && !present)
             rc = kg_errf(err, KG_ENOTFOUND, "--level %d: no folder %s", lv, p);
-        else if (present && (!levels || levels & (1u << lv)))
+        else if (present && (levels ? levels & (1u << lv)
+                                    : lv <= KB_DEFAULT_LEVELS))
             rc = read_level(tree, lv, globs, err);
+        else if (present && !levels) /* left by the default, not by --level */
+            tree->skipped |= 1u << lv;
     }
     if (!rc && tree->n == 0)
         rc = kg_errf(err, KG_ENOTFOUND, "%s: no problem matched%s%s",
@@ -233,6 +236,7 @@ json_t *kb_line(const kb_problem *p, const json_t *result)
     copy_field(l, "error_message", result, "error");
     copy_field(l, "hack_reasons", result, NULL);
     copy_field(l, "warnings", result, NULL);
+    copy_field(l, "memory", result, NULL); /* peak per process */
     /* why a speedup is what it is: the judge's clock, and each side's lead */
     json_t *checks = json_object_get(result, "checks");
     copy_field(l, "trusted_clock", checks, NULL);
@@ -242,5 +246,10 @@ json_t *kb_line(const kb_problem *p, const json_t *result)
                         json_is_number(t)
                             ? json_real(json_number_value(t) / 1e3)
                             : json_null());
+    /* how long it waited to start (a slot, or memory to fit: docs/worker.md) */
+    json_t *q = json_object_get(json_object_get(result, "timings"), "queued");
+    json_object_set_new(l, "queued_seconds",
+                        json_is_number(q) ? json_real(json_number_value(q) / 1e3)
+                                          : json_null());
     return l;
 }

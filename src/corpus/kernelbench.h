@@ -13,6 +13,9 @@
 
 #define KB_MAX_LEVEL 9
 #define KB_MAX_PROBLEMS 4096
+/* The levels KernelBench publishes as its benchmark; later ones (level4
+ * loads models from a hub) run only when --level names them. */
+#define KB_DEFAULT_LEVELS 3
 
 /* One problem of the tree. Owned by its kb_tree. */
 typedef struct kb_problem {
@@ -27,11 +30,13 @@ typedef struct kb_tree {
     char root[3072]; /* the folder holding level1.. (DIR or DIR/KernelBench) */
     kb_problem *p;
     int n;
+    unsigned skipped; /* bit N: levelN is present but not read (default) */
 } kb_tree;
 
 /*
  * Reads the problems of DIR: every *.py of DIR/levelN for each N set in
- * levels (bit N; 0: every level folder present), whose stem, file name or
+ * levels (bit N; 0: the level folders present up to KB_DEFAULT_LEVELS,
+ * the others noted in tree->skipped), whose stem, file name or
  * "levelN/stem" matches one of the comma-separated globs (NULL: all),
  * ordered by level then N. DIR may also be KernelBench's checkout (its
  * problems in DIR/KernelBench/levelN). Errors (KG_ENOTFOUND: no DIR, no

@@ -96,6 +96,15 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
  */
 int kg_engine_cancel(kg_engine *e, void *user);
 
+/* Admission by memory: tells the engine a problem's footprint (bytes, the
+ * memory.footprint_bytes a judge reported for a task of this reference
+ * code) and the device's memory (memory.device_total_bytes; 0: unknown),
+ * as a finished task of it would. Tasks of a known problem then start only
+ * while MEM_FACTOR x their footprints fit the device together; one that
+ * cannot fit alone gets problem_error naming both sizes. */
+void kg_engine_note_footprint(kg_engine *e, const char *reference_code,
+                              double bytes, double device_total);
+
 /* The zygote's ready message (torch/triton versions, import time), or
  * NULL in fresh mode. */
 const json_t *kg_engine_info(const kg_engine *e);

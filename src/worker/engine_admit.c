@@ -103,6 +103,7 @@ int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
     sl->task = p->task;
     sl->user = p->user;
     sl->t_submit = p->t_submit;
+    sl->need = eng_task_need(e, p->task);
     sl->t_start = kg_now_ms();
     slot_set_state(sl, staged && sl->warm ? S_STAGED : S_RUNNING);
     kg_request_view req;
@@ -114,4 +115,98 @@ int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
         return rc;
     }
     return eng_spawn_pair(e, sl, err);
+}
+
+/* ---- admission by memory ------------------------------------------------ */
+
+int eng_mem_admit(double need, double held, int running, double total,
+                  double share)
+{
+    if (!(need > 0) || !(total > 0))
+        return ADMIT_GO;
+    double budget = share * total;
+    if (need > budget)
+        return ADMIT_NEVER;
+    if (running == 0 || held + need <= budget)
+        return ADMIT_GO;
+    return ADMIT_WAIT;
+}
+
+/* Bytes admitted to the active tasks among slots[0..n), and how many of
+ * them there are (in *running). */
+double eng_mem_held(const struct slot *slots, int n, int *running)
+{
+    double held = 0;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (!slot_active(&slots[i]))
+            continue;
+        held += slots[i].need;
+        k++;
+    }
+    *running = k;
+    return held;
+}
+
+/* FNV-1a of the task's reference code: which problem it is. */
+uint64_t eng_problem_key(const json_t *task)
+{
+    const char *s = json_string_value(json_object_get(task, "reference_code"));
+    uint64_t h = 1469598103934665603ull;
+    for (; s && *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* MEM_FACTOR x the task's problem footprint, or 0 when not known yet (its
+ * first task runs ungated and teaches it). */
+double eng_task_need(const kg_engine *e, const json_t *task)
+{
+    uint64_t key = eng_problem_key(task);
+    for (int i = 0; i < e->nfoot; i++)
+        if (e->foot[i].key == key)
+            return MEM_FACTOR * e->foot[i].bytes;
+    return 0;
+}
+
+/* Remembers a result's memory.footprint_bytes for its problem (the largest
+ * seen) and memory.device_total_bytes: what the judge measured over the
+ * reference's first pass (memstat.footprint), never the candidate's. */
+void eng_note_footprint(kg_engine *e, const struct slot *sl, const json_t *r)
+{
+    const json_t *m = json_object_get(r, "memory");
+    double total = json_number_value(json_object_get(m, "device_total_bytes"));
+    if (total > 0)
+        e->dev_total = total;
+    double fp = json_number_value(json_object_get(m, "footprint_bytes"));
+    if (!(fp > 0) || !sl->task)
+        return;
+    uint64_t key = eng_problem_key(sl->task);
+    for (int i = 0; i < e->nfoot; i++)
+        if (e->foot[i].key == key) {
+            if (fp > e->foot[i].bytes)
+                e->foot[i].bytes = fp;
+            return;
+        }
+    int at = e->nfoot < MAX_FOOTPRINTS ? e->nfoot++ : (int)(key % MAX_FOOTPRINTS);
+    e->foot[at].key = key;
+    e->foot[at].bytes = fp;
+}
+
+void kg_engine_note_footprint(kg_engine *e, const char *reference_code,
+                              double bytes, double device_total)
+{
+    struct slot sl;
+    slot_clear(&sl);
+    sl.task = json_object();
+    json_object_set_new(sl.task, "reference_code", json_string(reference_code));
+    json_t *r = json_object(), *m = json_object();
+    json_object_set_new(m, "footprint_bytes", json_real(bytes));
+    json_object_set_new(m, "device_total_bytes", json_real(device_total));
+    json_object_set_new(r, "memory", m);
+    eng_note_footprint(e, &sl, r);
+    json_decref(r);
+    json_decref(sl.task);
 }

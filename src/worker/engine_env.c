@@ -91,14 +91,15 @@ static void pass_env(json_t *env, const char *const *names)
 /* The judge's switches, from the worker's environment: the reference-time
  * cache, the device lock's trace (diagnosis), the timing phase's memory
  * reserve, the spares' yield to timing phases and their preload (each on
- * unless "0"); and, from the engine's config, compile ahead and the
+ * unless "0"), the spares' profiler start (off unless "1"); and, from the engine's config, compile ahead and the
  * profiler warm-up. The device lock is not here: it comes in the judge's
  * start message (eng_judge_task, spawn_request in engine_spawn.c). */
 static void judge_env(kg_engine *e, json_t *env, int prof)
 {
     static const char *const pass[] = {
         "KGYM_REFTIME_CACHE", "KGYM_LOCK_TRACE",    "KGYM_TIMING_RESERVE",
-        "KGYM_SPARE_YIELD",   "KGYM_SPARE_PRELOAD", NULL};
+        "KGYM_SPARE_YIELD",   "KGYM_SPARE_PRELOAD", "KGYM_SPARE_PROFILER",
+        NULL};
     pass_env(env, pass);
     json_object_set_new(env, "KGYM_COMPILE_AHEAD",
                         json_string(eng_compile_ahead(e)));

@@ -34,6 +34,12 @@
 
 #define LOG_CAP (64 * 1024) /* bytes of a child's output kept */
 #define MAX_SLOTS 64
+#define MAX_FOOTPRINTS 4096 /* problems remembered (the oldest replaced) */
+/* A task's device memory, judge and candidate together, is at most
+ * MEM_FACTOR times its problem's footprint; tasks run together while their
+ * sum stays within MEM_SHARE of the device's memory. */
+#define MEM_FACTOR 3.0
+#define MEM_SHARE 0.9
 #define MAX_SPARES 32
 #define MAX_DYING 8        /* pairs whose result is out, still exiting */
 #define MAX_STALE 64       /* task cgroups still emptying after their task */
@@ -124,6 +130,7 @@ struct slot {
      * on the device keeps its slot until it is finished), so not implied
      * by the state: a staged task may also be released or time out. */
     int device;
+    double need; /* bytes of device memory admitted for it (0: unknown) */
     struct buf res;
     json_t *held; /* S_HELD: the result waiting for the probe */
 };
@@ -175,6 +182,15 @@ struct kg_engine {
     uint64_t mem_cap;        /* per-task memory limit: at most half the RAM */
     kg_sandbox_view view;    /* what a candidate sees of the host beyond the
                                 system (kg_sandbox_view_collect); root only */
+    /* admission by memory: each problem's footprint (bytes, the largest a
+     * judge reported) by the hash of its reference code, and the device's
+     * memory (from results; 0: not known yet) */
+    struct {
+        uint64_t key;
+        double bytes;
+    } foot[MAX_FOOTPRINTS];
+    int nfoot;
+    double dev_total;
 };
 
 /* What --verbose shows: at info level with it, at debug level without. */
@@ -194,6 +210,18 @@ struct slot *eng_admit_next(struct slot *slots, int n, int concurrency);
 void eng_grant_device(kg_engine *e);
 int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
                    kg_err *err);
+/* Admission by memory: a task needing need bytes, with held bytes admitted
+ * to the running tasks (running of them), on a device of total bytes.
+ * ADMIT_GO: start it (an unknown need or total, 0, always starts; so does
+ * any task that fits when it would run alone). ADMIT_WAIT: not while the
+ * others hold theirs. ADMIT_NEVER: more than share x total even alone. */
+enum { ADMIT_GO, ADMIT_WAIT, ADMIT_NEVER };
+int eng_mem_admit(double need, double held, int running, double total,
+                  double share);
+double eng_mem_held(const struct slot *slots, int n, int *running);
+uint64_t eng_problem_key(const json_t *task);
+double eng_task_need(const kg_engine *e, const json_t *task);
+void eng_note_footprint(kg_engine *e, const struct slot *sl, const json_t *r);
 
 /* ---- engine_spare.c: the warm spare pool --------------------------------- */
 struct slot *eng_spare_pick(struct slot *spares, int n, int interp, int prof);

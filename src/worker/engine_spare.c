@@ -75,6 +75,7 @@ int eng_spare_mem_cap(int mem_cap, int cap, double free_mib, double total,
  * floor cfg.spare_mem_floor, --spare-mem-floor, default 0.25). */
 void eng_note_memory(kg_engine *e, const struct slot *sl, json_t *r)
 {
+    eng_note_footprint(e, sl, r); /* admission by memory (engine_admit.c) */
     json_t *m = json_object_get(
         json_object_get(json_object_get(r, "timings"), "warm_spare"),
         "mem_mib");

@@ -413,3 +413,42 @@ def test_a_cpu_task_never_opens_a_pending_region(fake_regions):
     assert "dev_ok" not in header and "dev_region" not in header and not judge.dev_peer_ok
     header, got = _exchange(judge, cand, {}, [torch.ones(1 << 20)])
     assert "shm" in header and torch.equal(got[0], torch.ones(1 << 20))
+
+
+def test_large_regions_grow_by_eighths_not_to_the_next_power_of_two():
+    """A region over SHM_FINE_REGION is the next eighth of a power of two:
+    a 3.2 GB message maps 3 GiB, not 4 GiB (a cpu candidate's address
+    space holds its inputs, its outputs and this region together)."""
+    from kgym_harness import channel
+    gib = 1 << 30
+    assert channel.region_size(1) == channel.SHM_MIN_REGION
+    assert channel.region_size(channel.SHM_MIN_REGION + 1) == 2 * channel.SHM_MIN_REGION
+    assert channel.region_size(gib) == gib
+    assert channel.region_size(3_200_000_000) == 3 * gib
+    assert channel.region_size(3 * gib + 1) == 3 * gib + gib // 2
+    assert channel.region_size(gib + 1) == gib + gib // 4
+    for need in (5, gib - 3, gib + 7, 3_200_000_000, 9 * gib + 1):
+        size = channel.region_size(need)
+        assert need <= size <= max(channel.SHM_MIN_REGION, need + need // 4)
+
+
+def test_a_region_over_the_fine_size_serves_one_message(pair, monkeypatch):
+    """A region larger than SHM_FINE_REGION is dropped by both ends once its
+    message is sent and copied out (neither holds a copy of its largest
+    message while it works: a cpu candidate capped at half the RAM failed
+    a 3.2 GB problem in its timing with the regions of its correctness
+    still mapped); the next large message makes a new one, and small ones
+    keep reusing theirs."""
+    monkeypatch.setattr(channel, "SHM_FINE_REGION", 32 << 20)
+    a, b = pair
+    big = torch.randn(10 << 20)  # 40 MiB: a 48 MiB region, over the fine size
+    _, got = _exchange(a, b, {}, [big])
+    assert torch.equal(got[0], big)
+    assert a._out is None and b._in is None
+    _, got = _exchange(a, b, {}, [big * 2])  # a new region, its fd sent again
+    assert torch.equal(got[0], big * 2) and a._out is None and b._in is None
+    small = torch.randn(1 << 19)  # 2 MiB: a 16 MiB region, kept
+    _exchange(a, b, {}, [small])
+    rid = a._out.id
+    _, got = _exchange(a, b, {}, [small + 1])
+    assert a._out.id == rid and b._in is not None and torch.equal(got[0], small + 1)

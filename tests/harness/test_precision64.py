@@ -147,3 +147,23 @@ def test_measure_and_verdict_units():
     inf = torch.tensor([float("inf"), 1.0])
     assert precision.errors(inf, inf, inf.double()) == (0.0, 0.0, 1.0)
     assert isinstance(precision.errors(torch.arange(3), torch.arange(3), torch.arange(3)), str)
+
+
+def test_a_float64_pass_that_cannot_fit_is_skipped_before_it_allocates(monkeypatch):
+    """The float64 pass is skipped with its reason when its estimated need
+    exceeds the device's free memory (a fake device with 1 MiB free): it
+    never runs into an out-of-memory of kgym's own making."""
+    model = torch.nn.Linear(256, 192)
+    x = torch.randn(128, 256)
+    y = model(x)
+    need = precision.float64_need(model, [x], y, None)
+    assert need == 2 * 4 * (128 * 256 + 192 * 256 + 192 + 128 * 192) + 32 * 128 * 192
+    ran = []
+    monkeypatch.setattr(precision, "reference64", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(precision, "free_bytes", lambda expected: 1 << 20)
+    m = precision.measure(model, [x], y, y, None, lambda: None, 0.01)
+    assert m["skipped"].startswith("memory: the float64 pass needs about") and not ran, m
+    monkeypatch.setattr(precision, "free_bytes", lambda expected: 1 << 40)
+    precision.measure(model, [x], y, y, None, lambda: None, 0.01)
+    assert ran
+    assert precision.free_bytes(y) > 0  # the host's on the CPU

@@ -285,3 +285,60 @@ def test_a_claim_beyond_the_clock_is_a_hack():
     j = _FakeJudge(3.3)
     Judge.trusted_clock(j, clock)
     assert j.hacks == ["timer_tamper"]
+
+
+def test_prints_reduce_in_chunks_with_repeating_weights(monkeypatch):
+    """An output longer than PRINT_CHUNK is printed chunk by chunk (cuBLAS's
+    dot refuses more than 2^31 - 1 elements): the figures equal the whole
+    sums with the weights repeated, and a change in any chunk shows."""
+    monkeypatch.setattr(wallclock, "PRINT_CHUNK", 64)
+    torch.manual_seed(0)
+    y = torch.randn(1000, dtype=torch.float64).float()
+    calls = []
+    real_dot = torch.dot
+
+    def dot(a, b):
+        calls.append(a.numel())
+        return real_dot(a, b)
+
+    monkeypatch.setattr(torch, "dot", dot)
+    (row,), ws = _prints([y])
+    assert max(calls) == 64 and len(calls) == 2 * 16  # 15 whole chunks and a tail of 40
+    r = wallclock._weights(64, 7, 0, "cpu").double().repeat(16)[:1000]
+    assert row[0][0] == 1000
+    assert abs(row[0][1] - float((y.double().abs() * r).sum())) < 1e-3
+    assert abs(row[0][2] - float((y.double() * r).sum())) < 1e-3
+    assert abs(ws[0] - float(r.sum())) < 1e-6
+    late = y.clone()
+    late[990:] = 0  # the last chunk's work skipped
+    (bad,), _ = _prints([late])
+    assert wallclock.prints_match(bad, row, ws, 1e-3, 1e-3) is not None
+    (empty,), _ = _prints([torch.zeros(0)])
+    assert empty[0] == [0, 0.0, 0.0]
+
+
+def test_a_wall_block_holds_one_output_and_one_drawn_set_at_a_time():
+    """The last call's output and (drawn in the loop) input set are gone
+    before the next call: a 3.2 GB problem's candidate, capped at half the
+    RAM on the CPU, ran out of memory in its wall blocks holding two."""
+    import gc
+    import weakref
+    alive_outs: list = []
+    alive_args: list = []
+    seen = []
+
+    def make(i):
+        t = torch.full((4,), float(i))
+        alive_args.append(weakref.ref(t))
+        return [t]
+
+    def call(args):
+        gc.collect()
+        seen.append((sum(r() is not None for r in alive_outs),
+                     sum(r() is not None for r in alive_args)))
+        out = args[0] * 2
+        alive_outs.append(weakref.ref(out))
+        return out
+
+    wallclock.run_block(call, make, 5, "cpu", 3)
+    assert seen == [(0, 1)] * 5, seen

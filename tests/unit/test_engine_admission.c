@@ -365,6 +365,102 @@ static void test_spare_mem_cap(void **state)
     assert_int_equal(eng_spare_mem_cap(-1, 7, 600, total, floor), -1);
 }
 
+/* ---- admission by memory (a fake device of 100 units) ------------------ */
+
+static void test_mem_admit_fits_waits_or_never(void **st)
+{
+    (void)st;
+    const double total = 100, share = MEM_SHARE; /* 90 usable */
+    /* unknown need or unknown device: no gate */
+    assert_int_equal(eng_mem_admit(0, 80, 3, total, share), ADMIT_GO);
+    assert_int_equal(eng_mem_admit(50, 80, 3, 0, share), ADMIT_GO);
+    /* fits beside the others, or not yet */
+    assert_int_equal(eng_mem_admit(30, 60, 2, total, share), ADMIT_GO);
+    assert_int_equal(eng_mem_admit(31, 60, 2, total, share), ADMIT_WAIT);
+    /* alone it always starts when it fits the device at all */
+    assert_int_equal(eng_mem_admit(89, 0, 0, total, share), ADMIT_GO);
+    /* unknown-need tasks running hold nothing admitted: it still waits for
+     * what the known ones hold */
+    assert_int_equal(eng_mem_admit(60, 40, 3, total, share), ADMIT_WAIT);
+    /* more than the device even alone: never, whatever runs */
+    assert_int_equal(eng_mem_admit(91, 0, 0, total, share), ADMIT_NEVER);
+    assert_int_equal(eng_mem_admit(91, 50, 1, total, share), ADMIT_NEVER);
+}
+
+static void test_mem_held_sums_active_tasks(void **st)
+{
+    (void)st;
+    struct slot slots[4];
+    for (int i = 0; i < 4; i++)
+        slot_clear(&slots[i]);
+    running(&slots[0], 1);
+    slots[0].need = 30;
+    staged(&slots[1], 2); /* staged: it will run, its memory is counted */
+    slots[1].need = 20;
+    slots[2].need = 99; /* free: counts nothing */
+    running(&slots[3], 3); /* unknown need */
+    int n = -1;
+    assert_true(eng_mem_held(slots, 4, &n) == 50);
+    assert_int_equal(n, 3);
+}
+
+static json_t *task_of(const char *ref)
+{
+    json_t *t = json_object();
+    json_object_set_new(t, "reference_code", json_string(ref));
+    return t;
+}
+
+/* A result carrying the judge's memory figures (bytes). */
+static json_t *result_with(double footprint, double total)
+{
+    json_t *r = json_object();
+    json_t *m = json_object();
+    if (footprint >= 0)
+        json_object_set_new(m, "footprint_bytes", json_real(footprint));
+    if (total >= 0)
+        json_object_set_new(m, "device_total_bytes", json_real(total));
+    json_object_set_new(r, "memory", m);
+    return r;
+}
+
+static void test_footprints_remembered_per_problem(void **st)
+{
+    (void)st;
+    static kg_engine e; /* large: not on the stack */
+    memset(&e, 0, sizeof e);
+    struct slot sl;
+    slot_clear(&sl);
+    sl.task = task_of("class Model: a");
+    json_t *other = task_of("class Model: b");
+    assert_true(eng_task_need(&e, sl.task) == 0); /* never seen: ungated */
+    json_t *r = result_with(10, 100);
+    eng_note_footprint(&e, &sl, r);
+    json_decref(r);
+    assert_true(e.dev_total == 100);
+    assert_true(eng_task_need(&e, sl.task) == MEM_FACTOR * 10);
+    assert_true(eng_task_need(&e, other) == 0);
+    /* the largest seen stays; a result without figures changes nothing */
+    r = result_with(4, -1);
+    eng_note_footprint(&e, &sl, r);
+    json_decref(r);
+    r = result_with(-1, -1);
+    eng_note_footprint(&e, &sl, r);
+    json_decref(r);
+    assert_true(eng_task_need(&e, sl.task) == MEM_FACTOR * 10);
+    assert_true(e.dev_total == 100);
+    /* a problem of 40 on this device of 100: never (120 > 90) */
+    r = result_with(40, -1);
+    eng_note_footprint(&e, &sl, r);
+    json_decref(r);
+    assert_int_equal(eng_mem_admit(eng_task_need(&e, sl.task), 0, 0,
+                                   e.dev_total, MEM_SHARE),
+                     ADMIT_NEVER);
+    assert_int_equal(e.nfoot, 1);
+    json_decref(sl.task);
+    json_decref(other);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -385,6 +481,9 @@ int main(void)
         cmocka_unit_test(test_spare_want_capped),
         cmocka_unit_test(test_spare_cap_follows_profiling),
         cmocka_unit_test(test_spare_mem_cap),
+        cmocka_unit_test(test_mem_admit_fits_waits_or_never),
+        cmocka_unit_test(test_mem_held_sums_active_tasks),
+        cmocka_unit_test(test_footprints_remembered_per_problem),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

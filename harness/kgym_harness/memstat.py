@@ -1,0 +1,97 @@
+"""Peak memory of this process, for each result's `memory` (docs/harness.md
+"Memory"): the host's peak resident set (getrusage's ru_maxrss, which on
+Linux is in KiB and counts the process since its fork, the warm-up and
+the zygote's pages included) and, on CUDA, torch's peak of allocated
+device memory (torch.cuda.max_memory_allocated: the caching allocator's
+blocks in use, not its cache nor the context). The judge reports its own;
+the candidate's figures come in its replies and are its claim. Also the
+problem's footprint (begin_pass/end_pass), which the engine's admission
+by memory reads."""
+from __future__ import annotations
+
+import resource
+from typing import Any
+
+import torch
+
+
+def peak(before: int | None = None) -> dict:
+    """{"host_peak_bytes": int, "device_peak_bytes": int or None (no CUDA
+    in use in this process)}; before: a device peak from before the peak
+    was last reset (begin_pass)."""
+    host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    dev = None
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            dev = max(int(torch.cuda.max_memory_allocated()), before or 0)
+    except Exception:  # a broken CUDA state must not cost the reply
+        dev = None
+    return {"host_peak_bytes": int(host), "device_peak_bytes": dev}
+
+
+def claim(v: Any) -> dict | None:
+    """A candidate's reported peak(), checked for shape (numbers in range);
+    None when it sent nothing usable."""
+    if not isinstance(v, dict):
+        return None
+    out: dict[str, int | None] = {}
+    for k in ("host_peak_bytes", "device_peak_bytes"):
+        x = v.get(k)
+        ok = isinstance(x, int) and not isinstance(x, bool) and 0 <= x < (1 << 60)
+        out[k] = x if ok else None
+    return out
+
+
+
+def tensor_bytes(value: Any) -> int:
+    """Bytes of the tensors in value (a tensor, or lists/tuples of them)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v) for v in value)
+    return 0
+
+
+def begin_pass(device: str) -> tuple[int, int] | None:
+    """Before the reference's first pass on CUDA: (allocated now, the peak
+    so far), the peak then reset so that end_pass sees the pass's own;
+    None on the CPU."""
+    if not str(device).startswith("cuda"):
+        return None
+    dev = torch.device(device)
+    before = (int(torch.cuda.memory_allocated(dev)), int(torch.cuda.max_memory_allocated(dev)))
+    torch.cuda.reset_peak_memory_stats(dev)
+    return before
+
+
+def end_pass(device: str, begun: tuple[int, int] | None, inputs: Any, expected: Any,
+             model: Any) -> tuple[int, int | None]:
+    """(the problem's footprint, the judge's device peak before the pass)
+    after the reference's first pass: its input set, its parameters and
+    buffers, and on CUDA what the pass allocated at its peak (its output
+    and working memory), on the CPU its output. Copies of the judge's own
+    (the candidate's output, channel regions) are not the problem's."""
+    params = 0
+    for t in list(getattr(model, "parameters", lambda: [])()) + \
+            list(getattr(model, "buffers", lambda: [])()):
+        params += tensor_bytes(t)
+    fixed = tensor_bytes(list(inputs)) + params
+    if begun is None:
+        return fixed + tensor_bytes(expected), None
+    dev = torch.device(device)
+    work = max(0, int(torch.cuda.max_memory_allocated(dev)) - begun[0])
+    return fixed + max(work, tensor_bytes(expected)), begun[1]
+
+
+def device_total(device: str) -> int | None:
+    """The task's device memory in bytes (the host's on the CPU), or None."""
+    try:
+        if str(device).startswith("cuda"):
+            return int(torch.cuda.mem_get_info(torch.device(device))[1])
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except Exception:  # a figure for the engine's admission: none rather than a failure
+        return None
+    return None
