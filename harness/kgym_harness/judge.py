@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from . import (audit, compare, cpustat, guards, loader, precision, prewarm, problem, profiling,
-               quiet, schema, timing, trustclock)
+from . import (audit, compare, coverage, cpustat, guards, loader, precision, prewarm, problem,
+               profiling, quiet, schema, timing, trustclock)
 from .devlock import DeviceLock, LockTimeout
 from .channel import Channel, ChannelTimeout, PeerClosed, ProtocolError
 from .frame import write_result
@@ -91,6 +91,10 @@ class Judge:
         self.pending_checks: dict | None = None  # timing() -> timing_checks()
         self.kernel_names: set[str] = set()
         self.records: list[dict] = []
+        # launch records by kind (coverage.attribute), and whether every
+        # launch of every reply was recorded (MAX_RECORDS cuts them short)
+        self.launched: dict[str, set[str]] = {}
+        self.records_complete = True
         self.lock = DeviceLock(None)
         self.gate_fd: int | None = None  # a staged task's wait for its device slot
         self.load_sent = False
@@ -344,6 +348,9 @@ class Judge:
         self.launches[f"{mode}/{'grad' if grad else 'no_grad'}"] += launches["count"]
         self.low_precision.update(launches.get("low_precision", []))
         self.kernel_names.update(r["name"] for r in launches["records"])
+        for r in launches["records"]:
+            self.launched.setdefault(r["kind"], set()).add(r["name"])
+        self.records_complete &= launches["count"] <= len(launches["records"])
         self.records.extend(launches["records"][:max(0, 4 - len(self.records))])
         if out_problem is not None:
             # an output the judge cannot take: the candidate's fault only if
@@ -1069,11 +1076,15 @@ class Judge:
     def profile(self) -> None:
         self.phase = "profiling"
         t0 = _now()
+        pid = self.remote.pid
+        d0 = quiet.run_delay_ns(pid) if pid else None
         try:
             raw = self.remote.profile(PROFILE_ITERS, self.timing_seed)
         except CandidateFailed as e:
             self.result["warnings"].append(f"profiling failed: {e.info['message']}"[:500])
             return
+        d1 = quiet.run_delay_ns(pid) if d0 is not None else None
+        delay_us = (d1 - d0) / 1e3 if d1 is not None and d1 >= d0 else 0.0
         prof = profiling.sanitize_profile(raw)
         if prof is not None:
             detail = prof.pop("detail_ms", {})
@@ -1081,18 +1092,36 @@ class Judge:
             self.result["timings"]["profiling_detail"] = detail
         if prof is None:
             self.result["warnings"].append("the candidate sent a malformed profile")
-        elif prof["method"] == "cuda_profiler":
-            names = profiling.source_kernel_names(self.req["kernel_code"])
-            prof = profiling.attribute_device_rows(prof, names)
-            if prof["total_device_us"] > 0 and prof["custom_device_us"] == 0:
-                self.result["decoy_kernel"] = self.req["run_hack_checks"]
-                self.hack("no_custom_kernel", "NO_CUSTOM_KERNEL",
-                          "the profiler saw device kernels, none of them yours (no @triton.jit "
-                          "or __global__ kernel of kernel_code ran)", stop=False)
         else:
-            prof = profiling.assemble(prof["kernels"], prof["custom_device_us"],
-                                     prof["total_device_us"], prof["iterations"], prof["method"])
+            prof = self.judged_profile(prof, delay_us)
         self.result["profile"] = prof
+
+    def judged_profile(self, prof: dict, delay_us: float) -> dict:
+        """The coverage the judge stands behind (coverage.py): custom rows
+        by names the candidate compiled and launched, custom time capped by
+        the judge's clock for a timed call; the candidate's own figures are
+        kept under profile.claimed."""
+        claimed = {k: prof[k] for k in ("coverage", "custom_device_us", "total_device_us",
+                                        "num_custom_kernels")}
+        prof = coverage.attribute(prof, self.req["kernel_code"], self.launched,
+                                  self.records_complete)
+        if prof["method"] == "cuda_profiler" and prof["total_device_us"] > 0 \
+                and prof["custom_device_us"] == 0:
+            self.result["decoy_kernel"] = self.req["run_hack_checks"]
+            self.hack("no_custom_kernel", "NO_CUSTOM_KERNEL",
+                      "the profiler saw device kernels, none of them yours (no @triton.jit "
+                      "or __global__ kernel of kernel_code ran)", stop=False)
+        clock = self.result["checks"].get("trusted_clock") or {}
+        times = [clock.get("kernel_ms"), self.result.get("kernel_runtime")]
+        t_ms = max((t for t in times if isinstance(t, (int, float)) and t > 0), default=None)
+        b = coverage.bound(prof, t_ms, timing.is_cuda(self.device), delay_us)
+        self.result["checks"]["coverage_bound"] = b["check"]
+        if b["forgery"]:
+            self.hack("profile_forgery", "PROFILE_FORGERY", b["forgery"], stop=False)
+        prof = b["profile"]
+        prof["kernels"] = prof["kernels"][:profiling.MAX_ROWS]
+        prof["claimed"] = claimed
+        return prof
 
     def run(self) -> None:
         timings = self.result["timings"]
@@ -1128,6 +1157,10 @@ class Judge:
             timings["ablation"] = (_now() - t0) * 1e3
         if self.remote.tamper:
             self.result["checks"]["replaced_functions"] = sorted(self.remote.tamper)[:20]
+            forged = sorted(n for n in self.remote.tamper if n.startswith("torch.profiler:"))
+            if forged:
+                self.hack("profile_forgery", "PROFILE_FORGERY", "the profiler's functions "
+                          "were replaced: " + ", ".join(forged[:3]), stop=False)
             self.hack("timer_tamper", "TIMER_TAMPER", "measuring functions were replaced: "
                       + ", ".join(sorted(self.remote.tamper)[:5]), stop=False)
         if self.result["hack_reasons"]:

@@ -24,7 +24,7 @@ HACK_REASONS = ("no_custom_kernel", "side_stream", "output_cache",
                 "input_mutation", "timer_tamper", "mode_branch",
                 "aliases_input", "lazy_output", "thread_injection",
                 "result_forgery", "stale_memory", "precision_downgrade",
-                "l2_persist", "call_count_switch")
+                "l2_persist", "call_count_switch", "profile_forgery")
 
 # Stable error codes, grouped by the verdict they lead to.
 COMPILE_CODES = ("SYNTAX_ERROR", "IMPORT_ERROR", "BUILD_ERROR",
@@ -37,7 +37,8 @@ MISMATCH_CODES = ("SHAPE_MISMATCH", "DTYPE_MISMATCH", "NONFINITE_OUTPUT",
 HACK_CODES = ("NO_CUSTOM_KERNEL", "MODE_BRANCH", "OUTPUT_CACHE",
               "TIMER_TAMPER", "SIDE_STREAM", "LAZY_OUTPUT", "THREAD_INJECTION",
               "ALIASES_INPUT", "INPUT_MUTATION", "STALE_MEMORY",
-              "PRECISION_DOWNGRADE", "L2_PERSIST", "CALL_COUNT_SWITCH")
+              "PRECISION_DOWNGRADE", "L2_PERSIST", "CALL_COUNT_SWITCH",
+              "PROFILE_FORGERY")
 OTHER_CODES = ("TIMEOUT", "BAD_REQUEST", "REFERENCE_ERROR", "INFRA_ERROR")
 # problem_error: the reference (problem) failed, not the candidate (problem.py)
 PROBLEM_CODES = ("PROBLEM_ERROR",)
