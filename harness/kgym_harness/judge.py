@@ -1112,9 +1112,8 @@ class Judge:
                       "the profiler saw device kernels, none of them yours (no @triton.jit "
                       "or __global__ kernel of kernel_code ran)", stop=False)
         clock = self.result["checks"].get("trusted_clock") or {}
-        times = [clock.get("kernel_ms"), self.result.get("kernel_runtime")]
-        t_ms = max((t for t in times if isinstance(t, (int, float)) and t > 0), default=None)
-        b = coverage.bound(prof, t_ms, timing.is_cuda(self.device), delay_us)
+        b = coverage.bound(prof, clock.get("kernel_ms"), self.result.get("kernel_runtime"),
+                           timing.is_cuda(self.device), delay_us)
         self.result["checks"]["coverage_bound"] = b["check"]
         if b["forgery"]:
             self.hack("profile_forgery", "PROFILE_FORGERY", b["forgery"], stop=False)
