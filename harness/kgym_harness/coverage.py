@@ -269,8 +269,7 @@ def attribute(prof: dict, kernel_code: str, launched: dict[str, set[str]],
     return out
 
 
-def bound(prof: dict, wall_ms: float | None, claimed_ms: float | None, cuda: bool,
-          delay_us: float = 0.0) -> dict:
+def bound(prof: dict, wall_ms: float | None, claimed_ms: float | None, cuda: bool) -> dict:
     """Caps the profile's custom time by the time of a timed call.
 
     wall_ms: the judge's wall per call of the candidate's wall blocks (the
@@ -279,28 +278,22 @@ def bound(prof: dict, wall_ms: float | None, claimed_ms: float | None, cuda: boo
     larger claim costs speedup). The cap allows the larger of the two,
     profile_forgery is named above the smaller (work in the profiled calls
     that neither the timed loop nor the wall blocks did). None: no bound.
-    delay_us: time the candidate sat runnable waiting for a CPU during the
-    profile command (the kernel's account), taken off the CPU profile.
     Returns {"profile": judged profile, "check": what was compared,
     "forgery": a message or None}."""
     iters = max(int(prof.get("iterations") or 0), 1)
     kind = "cuda" if cuda else "cpu"
     custom, total = prof["custom_device_us"], prof["total_device_us"]
     library = max(total - custom, 0.0)
-    # on the CPU a stall (the candidate waiting for a CPU, by the kernel's
-    # account) is no work of its own: taken off the total and library side
-    delay = 0.0 if cuda else min(max(delay_us, 0.0), total)
-    per_iter = (total - delay) / iters
+    per_iter = total / iters
     each = prof.get("iter_us")
-    if not cuda and isinstance(each, list) and len(each) == iters:
-        # the middle iteration: a stall the kernel did not account (page
-        # faults, another process's memory traffic) hits one, a forger's
-        # work in profiled calls every one
-        per_iter = min(per_iter, sorted(each)[iters // 2])
+    if not cuda and isinstance(each, list) and len(each) == iters and min(each) > 0:
+        # the fastest iteration: a stall on a loaded machine must hit every
+        # one to count, a forger's work in profiled calls does
+        per_iter = min(per_iter, min(each))
     times = [t for t in (wall_ms, claimed_ms) if isinstance(t, (int, float)) and t > 0]
     check: dict[str, Any] = {"wall_ms": _r(wall_ms), "claimed_ms": _r(claimed_ms),
                              "profiled_ms_per_iter": round(per_iter / 1e3, 5),
-                             "waiting_ms": round(delay / 1e3, 4), "capped": False}
+                             "capped": False}
     if not times:
         return {"profile": prof, "check": check, "forgery": None}
     low_us, high_us = min(times) * 1e3, max(times) * 1e3
@@ -309,8 +302,11 @@ def bound(prof: dict, wall_ms: float | None, claimed_ms: float | None, cuda: boo
         forgery = (f"the profiled calls took {per_iter / 1e3:.3f} ms each "
                    f"({'device' if cuda else 'CPU'} time), the timed calls "
                    f"{low_us / 1e3:.3f} ms: work that ran only while profiled")
-    allowed = max(CAP[kind] * high_us + SLACK_US[kind] - max(library - delay, 0.0) / iters,
-                  0.0) * iters
+    # the profile's times without stalls: scaled by what the fastest
+    # iteration leaves of the total
+    f = min(per_iter * iters / total, 1.0) if total > 0 else 1.0
+    allowed = max(CAP[kind] * high_us + SLACK_US[kind] - library * f / iters, 0.0) * iters / f \
+        if f > 0 else 0.0
     if custom > allowed:
         check["capped"] = True
         check["custom_cap_us"] = round(allowed, 3)
@@ -320,6 +316,8 @@ def bound(prof: dict, wall_ms: float | None, claimed_ms: float | None, cuda: boo
                 r["device_us"] *= allowed / custom
         out = assemble(rows, allowed, allowed + library, prof["iterations"], prof["method"],
                        keep=len(rows) or 1)
+        if "iter_us" in prof:
+            out["iter_us"] = prof["iter_us"]
     else:
         out = prof
     return {"profile": out, "check": check, "forgery": forgery}

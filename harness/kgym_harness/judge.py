@@ -1076,15 +1076,11 @@ class Judge:
     def profile(self) -> None:
         self.phase = "profiling"
         t0 = _now()
-        pid = self.remote.pid
-        d0 = quiet.run_delay_ns(pid) if pid else None
         try:
             raw = self.remote.profile(PROFILE_ITERS, self.timing_seed)
         except CandidateFailed as e:
             self.result["warnings"].append(f"profiling failed: {e.info['message']}"[:500])
             return
-        d1 = quiet.run_delay_ns(pid) if d0 is not None else None
-        delay_us = (d1 - d0) / 1e3 if d1 is not None and d1 >= d0 else 0.0
         prof = profiling.sanitize_profile(raw)
         if prof is not None:
             detail = prof.pop("detail_ms", {})
@@ -1093,10 +1089,10 @@ class Judge:
         if prof is None:
             self.result["warnings"].append("the candidate sent a malformed profile")
         else:
-            prof = self.judged_profile(prof, delay_us)
+            prof = self.judged_profile(prof)
         self.result["profile"] = prof
 
-    def judged_profile(self, prof: dict, delay_us: float) -> dict:
+    def judged_profile(self, prof: dict) -> dict:
         """The coverage the judge stands behind (coverage.py): custom rows
         by names the candidate compiled and launched, custom time capped by
         the judge's clock for a timed call; the candidate's own figures are
@@ -1113,7 +1109,7 @@ class Judge:
                       "or __global__ kernel of kernel_code ran)", stop=False)
         clock = self.result["checks"].get("trusted_clock") or {}
         b = coverage.bound(prof, clock.get("kernel_ms"), self.result.get("kernel_runtime"),
-                           timing.is_cuda(self.device), delay_us)
+                           timing.is_cuda(self.device))
         self.result["checks"]["coverage_bound"] = b["check"]
         if b["forgery"]:
             self.hack("profile_forgery", "PROFILE_FORGERY", b["forgery"], stop=False)

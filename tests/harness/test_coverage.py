@@ -165,14 +165,6 @@ def test_work_only_in_profiled_calls_is_forgery_and_cannot_raise_coverage():
     assert b["forgery"] is None and b["profile"]["coverage"] < 0.2 < prof["coverage"]
 
 
-def test_cpu_stall_is_taken_off_the_profile():
-    prof = _prof([("relu", 300.0), (profiling.LIBRARY_ROW, 60000.0)], method="cpu_wall")
-    prof = coverage.attribute(prof, "", {"ext": {"relu"}}, True)
-    assert coverage.bound(copy.deepcopy(prof), 0.2, 0.15, cuda=False)["forgery"]
-    b = coverage.bound(prof, 0.2, 0.15, cuda=False, delay_us=59500.0)
-    assert b["forgery"] is None and b["profile"]["coverage"] == prof["coverage"]
-
-
 def test_no_clock_no_bound():
     prof = _prof([("relu_kernel", 60000.0)])
     b = coverage.bound(prof, None, None, cuda=True)
@@ -203,12 +195,32 @@ def _profiled():
 
 
 def test_judge_names_work_only_in_profiled_calls_profile_forgery():
-    body = "if _profiled():\n    time.sleep(0.02)\nreturn add_relu_scale(a, b, self.scale)"
-    r = kit.run(kit.cpu_kernel(kit.model_new(body), top="import sys\nimport time\n" + PROFILED),
+    # 5000 extra custom calls in each profiled call only
+    body = ("if _profiled():\n    for _ in range(5000):\n        add_relu_scale(a, b, self.scale)\n"
+            "return add_relu_scale(a, b, self.scale)")
+    r = kit.run(kit.cpu_kernel(kit.model_new(body), top="import sys\n" + PROFILED),
                 enable_profiling=True, num_perf_trials=10)
     assert r["verdict"] == "hacked" and r["hack_reasons"] == ["profile_forgery"], r["feedback"]
     assert r["error_code"] == "PROFILE_FORGERY"
-    assert r["checks"]["coverage_bound"]["profiled_ms_per_iter"] > 15
+    assert r["checks"]["coverage_bound"]["capped"]
+    # the figure every reward reads is the judged one, not the claim
+    p = r["profile"]
+    assert p["claimed"]["coverage"] > p["coverage"] + 0.05, p
+
+
+def test_a_replaced_profiler_function_is_seen():
+    import torch.autograd.profiler as ap
+    from kgym_harness import integrity
+    snap = integrity.Snapshot()
+    orig = ap.profile.__exit__
+    try:
+        ap.profile.__exit__ = lambda self, *a: orig(self, *a)
+        changed = snap.changed()
+    finally:
+        ap.profile.__exit__ = orig
+    assert "torch.profiler:torch.autograd.profiler.profile.__exit__" in changed
+    assert all(n.startswith(integrity.PROFILER_PREFIX) for n in changed), changed
+    assert snap.changed() == []
 
 
 def test_judge_keeps_the_claim_apart_and_honest_figures_equal():
@@ -218,16 +230,19 @@ def test_judge_keeps_the_claim_apart_and_honest_figures_equal():
     p = r["profile"]
     assert p["claimed"]["coverage"] == pytest.approx(p["coverage"])
     assert p["claimed"]["custom_device_us"] == pytest.approx(p["custom_device_us"])
-    assert r["checks"]["coverage_bound"]["wall_ms"] > 0
+    assert r["checks"]["coverage_bound"]["claimed_ms"] > 0
 
 
-def test_cpu_forgery_reads_the_middle_iteration():
-    # one iteration stalled 30 ms (not the kernel's waiting): no forgery
-    prof = _prof([("relu", 300.0), (profiling.LIBRARY_ROW, 30600.0)], method="cpu_wall")
-    prof["iter_us"] = [30300.0, 300.0, 300.0]
+def test_cpu_forgery_reads_the_fastest_iteration():
+    # two iterations stalled 30 ms: no forgery, and the cap reads the
+    # profile without the stalls (the honest figure stays)
+    prof = _prof([("relu", 300.0), (profiling.LIBRARY_ROW, 60600.0)], method="cpu_wall")
+    prof["iter_us"] = [30300.0, 30300.0, 300.0]
     prof = coverage.attribute(prof, "", {"ext": {"relu"}}, True)
-    assert prof["iter_us"] == [30300.0, 300.0, 300.0]
-    assert coverage.bound(prof, 0.3, 0.2, cuda=False)["forgery"] is None
+    assert prof["iter_us"] == [30300.0, 30300.0, 300.0]
+    assert coverage.bound(copy.deepcopy(prof), None, 0.2, cuda=False)["forgery"] is None
+    b = coverage.bound(prof, 0.3, 0.2, cuda=False)
+    assert b["forgery"] is None and b["profile"]["coverage"] == prof["coverage"]
     # every iteration 10 ms: work that ran only while profiled
     prof["iter_us"] = [10300.0, 10300.0, 10300.0]
     assert coverage.bound(prof, 0.3, 0.2, cuda=False)["forgery"]
