@@ -309,6 +309,10 @@ MUTATIONS = [
     Mutation("coverage-cpu-stalls-count", "the CPU profile is read by its fastest iteration",
              "harness/kgym_harness/coverage.py", "per_iter = min(per_iter, min(each))",
              "per_iter = per_iter", [f"{COVERAGE} -k fastest_iteration"]),
+    Mutation("coverage-cpu-lucky-wall", "on the CPU profile_forgery reads the claimed median, "
+             "not the fastest wall block", "harness/kgym_harness/coverage.py",
+             "        low_us = claimed_ms * 1e3\n", "        low_us = low_us\n",
+             [f"{COVERAGE} -k lucky_wall"]),
     Mutation("judge-coverage-claimed", "the result's coverage is the judge's, not the claim",
              "harness/kgym_harness/judge.py", '        prof = b["profile"]\n',
              '        prof = dict(b["profile"], coverage=claimed["coverage"])\n',

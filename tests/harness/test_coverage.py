@@ -246,3 +246,14 @@ def test_cpu_forgery_reads_the_fastest_iteration():
     # every iteration 10 ms: work that ran only while profiled
     prof["iter_us"] = [10300.0, 10300.0, 10300.0]
     assert coverage.bound(prof, 0.3, 0.2, cuda=False)["forgery"]
+
+
+def test_cpu_forgery_reads_the_claim_not_a_lucky_wall_block():
+    # a loaded machine: wall blocks at 5.6 ms, the timed loop and the
+    # profile at about 20 ms a call (an honest 5 ms extension)
+    prof = _prof([("linear_relu", 58000.0), (profiling.LIBRARY_ROW, 300.0)], method="cpu_wall")
+    prof["iter_us"] = [19400.0, 19450.0, 19450.0]
+    prof = coverage.attribute(prof, "", {"ext": {"linear_relu"}}, True)
+    b = coverage.bound(prof, 5.6, 21.2, cuda=False)
+    assert b["forgery"] is None and not b["check"]["capped"]
+    assert coverage.bound(prof, 5.6, 5.0, cuda=False)["forgery"]
