@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,6 +69,7 @@ PAIRS = {
         "cuda/honest__covg_partial_cublas_cuda_relu",
 }
 CLOSE = 0.05  # a cheat not caught must be this close to its base's coverage
+WARM_MAX_S = 1.45  # the warm e2e evaluation: 1.28-1.38 s before, and its noise
 
 # the rollout's samples: (label, corpus file, honest?)
 ROLLOUT = {
@@ -120,6 +122,10 @@ def run_suite(out: str) -> None:
         if ln.startswith(("PASS", "FAIL", "#")) or "e2e" in ln or "candidates in" in ln:
             say("  " + ln[:400])
     fails = [ln for ln in p.stdout.splitlines() if ln.startswith("FAIL")]
+    warm = re.search(r"e2e wall per warm evaluation <= 2 s: median ([\d.]+) s", p.stdout)
+    check(f"cost: warm 4096^3 Linear+ReLU evaluation <= {WARM_MAX_S} s (was 1.28-1.38 s)",
+          warm is not None and float(warm.group(1)) <= WARM_MAX_S,
+          f"median {warm.group(1) if warm else '?'} s")
     check("suite: pytest and redteam pass (100%)",
           p.returncode == 0 or all("e2e" in ln for ln in fails),
           f"rc={p.returncode}, {len(fails)} FAIL lines, {time.perf_counter() - t0:.0f} s; "
