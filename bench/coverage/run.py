@@ -46,7 +46,8 @@ TOKEN = "coverage-bench-token-0123456789abcdef"
 
 # cheat -> its honest base (the same kernel without the trick)
 PAIRS = {
-    "cpu/profile_forgery__covlr_spin_in_profiler_frames": "cpu/honest__covlr_partial_addmm_ext_relu",
+    "cpu/profile_forgery__covlr_spin_in_profiler_frames":
+        "cpu/honest__covlr_partial_addmm_ext_relu",
     "cpu/profile_forgery__covlr_spin_when_hooks_record_times":
         "cpu/honest__covlr_partial_addmm_ext_relu",
     "cpu/profile_forgery__covlr_spin_after_timed_burst": "cpu/honest__covlr_partial_addmm_ext_relu",
@@ -76,9 +77,10 @@ ROLLOUT = {
     "gpu": ("problems/gpu/level2/1_Linear_ReLU.py", "triton", [
         ("honest_lazy", "triton/honest__covg_partial_cublas_triton_relu_gpu", True),
         ("honest_fused", "triton/honest__covg_fused_triton_gpu", True),
-        ("forging_profiler_flag", "triton/profile_forgery__covg_launch_extra_when_profiler_flag_gpu",
-         False),
-        ("forging_frames", "triton/profile_forgery__covg_launch_extra_in_profiler_frames_gpu", False),
+        ("forging_profiler_flag",
+         "triton/profile_forgery__covg_launch_extra_when_profiler_flag_gpu", False),
+        ("forging_frames",
+         "triton/profile_forgery__covg_launch_extra_in_profiler_frames_gpu", False),
         ("forging_names", "triton/profile_forgery__covg_library_names_spoofed_gpu", False)]),
     "cpu": ("problems/cpu/level2/1_Linear_ReLU.py", "cpu", [
         ("honest_lazy", "cpu/honest__covlr_partial_addmm_ext_relu", True),
@@ -256,7 +258,8 @@ def run_rollout(out: str, dry: bool) -> None:
     forging = {lb: rewards[lb] for lb, _, h in samples if not h}
     check("rollout: no forging kernel out-earns the best honest one",
           all(v <= best + 1e-9 for v in forging.values()),
-          f"best honest {best:.3f}, forging {json.dumps({k: round(v, 3) for k, v in forging.items()})}")
+          f"best honest {best:.3f}, forging "
+          f"{json.dumps({k: round(v, 3) for k, v in forging.items()})}")
 
 
 def main() -> int:

@@ -37,7 +37,7 @@ from .profiling import LIBRARY_ROW, assemble, global_names
 CAP = {"cuda": 1.15, "cpu": 1.5}
 FORGERY = {"cuda": 1.5, "cpu": 3.0}
 SLACK_US = {"cuda": 5.0, "cpu": 50.0}
-FORGERY_SLACK_US = {"cuda": 20.0, "cpu": 500.0}
+FORGERY_SLACK_US = {"cuda": 20.0, "cpu": 1000.0}
 
 # Kernel names of the libraries (cuBLAS/cuBLASLt, cuDNN, CUTLASS, PyTorch,
 # Inductor's generated Triton): a row with one of these prefixes, or a

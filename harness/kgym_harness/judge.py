@@ -33,6 +33,9 @@ MODES = (("train", False), ("train", True), ("eval", False))
 RECHECK_TRIALS = 2
 ABLATION_TIMEOUT_S = 30.0
 PROFILE_ITERS = 3
+# the CPU profile's iterations: the judged coverage reads its fastest, and on
+# a loaded machine three in a row can all stall (coverage.bound)
+CPU_PROFILE_ITERS = 8
 AHEAD_MAX_S = 30.0   # the candidate's compile ahead (ahead.py): at most this long,
 AHEAD_SHARE = 0.2    # and at most this share of the evaluation's time budget
 
@@ -1077,7 +1080,8 @@ class Judge:
         self.phase = "profiling"
         t0 = _now()
         try:
-            raw = self.remote.profile(PROFILE_ITERS, self.timing_seed)
+            n = PROFILE_ITERS if timing.is_cuda(self.device) else CPU_PROFILE_ITERS
+            raw = self.remote.profile(n, self.timing_seed)
         except CandidateFailed as e:
             self.result["warnings"].append(f"profiling failed: {e.info['message']}"[:500])
             return
