@@ -34,7 +34,7 @@ from .profiling import LIBRARY_ROW, assemble, global_names
 
 # per device kind: the cap's factor on T, the forgery factor, their slack (us
 # per iteration; the CPU's covers a loaded machine's jitter on a small call)
-CAP = {"cuda": 1.15, "cpu": 1.5}
+CAP = {"cuda": 1.15, "cpu": 1.25}
 FORGERY = {"cuda": 1.5, "cpu": 3.0}
 SLACK_US = {"cuda": 5.0, "cpu": 50.0}
 FORGERY_SLACK_US = {"cuda": 20.0, "cpu": 1000.0}
@@ -264,9 +264,25 @@ def attribute(prof: dict, kernel_code: str, launched: dict[str, set[str]],
     custom = sum(r["device_us"] for r in rows if r["custom"])
     total = max(prof["total_device_us"], sum(r["device_us"] for r in rows))
     out = assemble(rows, custom, total, prof["iterations"], prof["method"], keep=len(rows) or 1)
-    if "iter_us" in prof:
-        out["iter_us"] = prof["iter_us"]
+    for key in ("iter_us", "iter_custom_us"):
+        if key in prof:
+            out[key] = prof[key]
     return out
+
+
+def _iterations(prof: dict, cuda: bool) -> tuple[list[float], list[float]]:
+    """(wall or device us, custom us) of each profiled iteration: the CPU
+    profile's own per-iteration figures (the custom ones scaled to the
+    judged custom total), else the totals spread evenly."""
+    iters = max(int(prof.get("iterations") or 0), 1)
+    custom, total = prof["custom_device_us"], prof["total_device_us"]
+    each, each_c = prof.get("iter_us"), prof.get("iter_custom_us")
+    if not cuda and isinstance(each, list) and isinstance(each_c, list) and \
+            len(each) == len(each_c) == iters and sum(each) > 0:
+        claimed = sum(each_c)
+        scale = custom / claimed if claimed > 0 else 0.0
+        return list(each), [min(c * scale, w) for c, w in zip(each_c, each)]
+    return [total / iters] * iters, [custom / iters] * iters
 
 
 def bound(prof: dict, wall_ms: float | None, claimed_ms: float | None, cuda: bool) -> dict:
@@ -275,22 +291,19 @@ def bound(prof: dict, wall_ms: float | None, claimed_ms: float | None, cuda: boo
     wall_ms: the judge's wall per call of the candidate's wall blocks (the
     trusted clock); claimed_ms: the median the candidate claimed for its
     timed calls, which the trusted clock keeps from being too small (a
-    larger claim costs speedup). The cap allows the larger of the two,
-    profile_forgery is named above the smaller (work in the profiled calls
-    that neither the timed loop nor the wall blocks did; on the CPU above
-    the claim). None: no bound.
+    larger claim costs speedup). The cap allows the larger of the two per
+    iteration, profile_forgery is named above the smaller for the middle
+    iteration (work in the profiled calls that neither the timed loop nor
+    the wall blocks did; on the CPU above the claim). None: no bound.
     Returns {"profile": judged profile, "check": what was compared,
     "forgery": a message or None}."""
-    iters = max(int(prof.get("iterations") or 0), 1)
     kind = "cuda" if cuda else "cpu"
     custom, total = prof["custom_device_us"], prof["total_device_us"]
     library = max(total - custom, 0.0)
-    per_iter = total / iters
-    each = prof.get("iter_us")
-    if not cuda and isinstance(each, list) and len(each) == iters and min(each) > 0:
-        # the fastest iteration: a stall on a loaded machine must hit every
-        # one to count, a forger's work in profiled calls does
-        per_iter = min(per_iter, min(each))
+    each, each_c = _iterations(prof, cuda)
+    # the middle iteration: a stall on a loaded machine hits a few, work
+    # that runs only while profiled (to raise the figure) most
+    per_iter = sorted(each)[len(each) // 2]
     times = [t for t in (wall_ms, claimed_ms) if isinstance(t, (int, float)) and t > 0]
     check: dict[str, Any] = {"wall_ms": _r(wall_ms), "claimed_ms": _r(claimed_ms),
                              "profiled_ms_per_iter": round(per_iter / 1e3, 5),
@@ -309,12 +322,11 @@ def bound(prof: dict, wall_ms: float | None, claimed_ms: float | None, cuda: boo
         forgery = (f"the profiled calls took {per_iter / 1e3:.3f} ms each "
                    f"({'device' if cuda else 'CPU'} time), the timed calls "
                    f"{low_us / 1e3:.3f} ms: work that ran only while profiled")
-    # the profile's times without stalls: scaled by what the fastest
-    # iteration leaves of the total
-    f = min(per_iter * iters / total, 1.0) if total > 0 else 1.0
-    allowed = max(CAP[kind] * high_us + SLACK_US[kind] - library * f / iters, 0.0) * iters / f \
-        if f > 0 else 0.0
-    if custom > allowed:
+    # per iteration, custom time beyond what a timed call leaves after its
+    # library part does not count (a stall in one iteration costs that one)
+    limit = CAP[kind] * high_us + SLACK_US[kind]
+    allowed = sum(min(c, max(limit - (w - c), 0.0)) for w, c in zip(each, each_c))
+    if custom > allowed + 1e-9:
         check["capped"] = True
         check["custom_cap_us"] = round(allowed, 3)
         rows = [dict(r) for r in prof["kernels"]]
@@ -323,8 +335,9 @@ def bound(prof: dict, wall_ms: float | None, claimed_ms: float | None, cuda: boo
                 r["device_us"] *= allowed / custom
         out = assemble(rows, allowed, allowed + library, prof["iterations"], prof["method"],
                        keep=len(rows) or 1)
-        if "iter_us" in prof:
-            out["iter_us"] = prof["iter_us"]
+        for key in ("iter_us", "iter_custom_us"):
+            if key in prof:
+                out[key] = prof[key]
     else:
         out = prof
     return {"profile": out, "check": check, "forgery": forgery}

@@ -87,16 +87,24 @@ def assemble(rows: list[dict], custom_us: float, total_us: float, iters: int,
             "iterations": iters, "method": method}
 
 
-def _cpu_coverage(call: Callable, arg_sets: list, iters: int) -> tuple[dict, dict, list]:
+def _cpu_coverage(call: Callable, arg_sets: list, iters: int) -> tuple[dict, dict, list, list]:
+    """(ns and calls by custom name, each iteration's wall us, each
+    iteration's custom us)."""
     RECORDER.take_times()
-    each = []
+    ns: dict[str, int] = {}
+    calls: dict[str, int] = {}
+    each, each_custom = [], []
     for i in range(iters):
         args = arg_sets[i]
         t0 = _perf_ns()
         call(args)
         each.append((_perf_ns() - t0) / 1e3)
-    ns, calls = RECORDER.take_times()
-    return ns, calls, each
+        got, n = RECORDER.take_times()
+        each_custom.append(sum(got.values()) / 1e3)
+        for k, v in got.items():
+            ns[k] = ns.get(k, 0) + v
+            calls[k] = calls.get(k, 0) + n.get(k, 0)
+    return ns, calls, each, each_custom
 
 
 LIBRARY_ROW = "other (library ops)"
@@ -106,7 +114,7 @@ def profile_cpu(call: Callable, make_args: Callable, iters: int) -> dict:
     t0 = _perf_ns()
     arg_sets = [make_args(i) for i in range(iters)]
     t1 = _perf_ns()
-    ns, calls, each = _cpu_coverage(call, arg_sets, iters)
+    ns, calls, each, each_custom = _cpu_coverage(call, arg_sets, iters)
     total_us = sum(each)
     t2 = _perf_ns()
     rows = [{"name": name, "device_us": t / 1e3, "cpu_us": t / 1e3,
@@ -117,7 +125,9 @@ def profile_cpu(call: Callable, make_args: Callable, iters: int) -> dict:
         rows.append({"name": LIBRARY_ROW, "device_us": other, "cpu_us": other,
                      "calls": iters, "custom": False})
     prof = assemble(rows, custom_us, total_us, iters, "cpu_wall")
-    prof["iter_us"] = each[:MAX_ITER_TIMES]  # each iteration's wall (the judge: a stall's)
+    # each iteration's wall and custom time: the judge caps them one by one
+    prof["iter_us"] = each[:MAX_ITER_TIMES]
+    prof["iter_custom_us"] = [min(c, w) for c, w in zip(each_custom, each)][:MAX_ITER_TIMES]
     prof["detail_ms"] = {"inputs": (t1 - t0) / 1e6, "run": (t2 - t1) / 1e6}
     return prof
 
@@ -305,12 +315,13 @@ def sanitize_profile(obj: Any) -> dict | None:
     custom = min(custom, total)
     out = assemble(rows, custom, total, iters, str(obj.get("method", ""))[:40],
                    keep=MAX_SENT_ROWS)
-    each = obj.get("iter_us")
-    if isinstance(each, list):
-        try:
-            out["iter_us"] = [num(v) for v in each[:MAX_ITER_TIMES]]
-        except ValueError:
-            return None
+    for key in ("iter_us", "iter_custom_us"):
+        each = obj.get(key)
+        if isinstance(each, list):
+            try:
+                out[key] = [num(v) for v in each[:MAX_ITER_TIMES]]
+            except ValueError:
+                return None
     detail = obj.get("detail_ms")
     if isinstance(detail, dict):
         clean = {}

@@ -1,6 +1,6 @@
 # redteam: family=profile_forgery problem=problems/cpu/level2/1_Linear_ReLU.py backend=cpu expect=hacked reasons=profile_forgery
 """Cheat: detects the profile by the iteration count: after a burst of more
-than 100 calls (the timed loop) the next calls that follow a pause are
+than 100 calls (the timed loop) the first ten calls after each pause are
 taken for the profiler's and spin 5 ms each in the extension. Whatever lands
 in calls the judge's clock times costs speedup; what lands in the profile
 must not raise the coverage."""
@@ -60,7 +60,7 @@ def _profiled() -> bool:
     if now - s["last"] > 0.005:
         s["after_pause"] = 0
     s["after_pause"] += 1
-    return s["calls"] > 100 and s["after_pause"] <= 3
+    return s["calls"] > 100 and s["after_pause"] <= 10
 
 
 class ModelNew(nn.Module):
