@@ -308,8 +308,12 @@ MUTATIONS = [
              [f"{COVERAGE} -k smaller_time"]),
     Mutation("coverage-cpu-cap-summed", "the CPU profile's iterations are capped one by one",
              "harness/kgym_harness/coverage.py",
-             "allowed = sum(min(c, max(limit - (w - c), 0.0)) for w, c in zip(each, each_c))",
+             "allowed = sum(min(c, max(limit - min(lib, mid_lib), 0.0)) for c, lib in zip(each_c, libs))",
              "allowed = max(len(each) * limit - library, 0.0)",
+             [f"{COVERAGE} -k one_by_one"]),
+    Mutation("coverage-cpu-stall-shrinks-cap", "a library part above the middle one is a "
+             "stall, not less room for custom time", "harness/kgym_harness/coverage.py",
+             "max(limit - min(lib, mid_lib), 0.0)", "max(limit - lib, 0.0)",
              [f"{COVERAGE} -k one_by_one"]),
     Mutation("coverage-forgery-mean", "profile_forgery reads the middle iteration",
              "harness/kgym_harness/coverage.py", "per_iter = sorted(each)[len(each) // 2]",
