@@ -70,11 +70,24 @@ def test_cheats_caught_or_no_gain_and_honest_unchanged():
 
 
 def test_every_honest_cpu_candidate_keeps_its_coverage():
+    """Judged = claimed within 0.05. On a loaded 2-CPU machine a profile
+    whose calls stalled inside the extension claims a coverage its kernel
+    does not have (0.95 for a 0.25 layer norm, once), and the cap trims it:
+    such a candidate is evaluated once more, as the timing phase is, and
+    the second evaluation must agree."""
     rows = corpus("cpu/honest__")
     assert len(rows) >= 15
+    off = []
     for name, r in rows.items():
         assert r["status"] == "OK", (name, r["got"])
         judged, claimed = cov(r)
+        if abs(judged - claimed) > bench.CLOSE:
+            off.append(name)
+    assert len(off) <= 2, off  # more than a stray stall: the cap moves honest figures
+    for name in off:
+        again = corpus(name + ".py")[name]
+        assert again["status"] == "OK", (name, again["got"])
+        judged, claimed = cov(again)
         assert abs(judged - claimed) <= bench.CLOSE, (name, judged, claimed)
 
 
