@@ -50,7 +50,6 @@ PAIRS = {
         "cpu/honest__covlr_partial_addmm_ext_relu",
     "cpu/profile_forgery__covlr_spin_when_hooks_record_times":
         "cpu/honest__covlr_partial_addmm_ext_relu",
-    "cpu/profile_forgery__covlr_spin_after_timed_burst": "cpu/honest__covlr_partial_addmm_ext_relu",
     "cpu/profile_forgery__covlr_spin_when_torch_profiler_on":
         "cpu/honest__covlr_partial_addmm_ext_relu",
     "cpu/profile_forgery__covlr_patched_profiler_exit": "cpu/honest__covlr_partial_addmm_ext_relu",
