@@ -61,7 +61,7 @@ static const char *const HACK_REASONS[] = {
     "input_mutation",   "timer_tamper",     "mode_branch",
     "aliases_input",    "lazy_output",      "thread_injection",
     "result_forgery",   "stale_memory",     "precision_downgrade",
-    "l2_persist",       "call_count_switch"};
+    "l2_persist",       "call_count_switch", "profile_forgery"};
 #define NHACK (sizeof HACK_REASONS / sizeof HACK_REASONS[0])
 
 /* The stable error codes by group: "compile", "runtime", "mismatch" (the

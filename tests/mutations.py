@@ -29,6 +29,7 @@ HARDENING = "tests/integration/test_server_hardening.py"
 CODE_FILES = "tests/integration/test_cli_code_files.py"
 TRUSTED = "tests/harness/test_trusted_clock.py"
 ROLLOUT = "tests/integration/test_rollout.py"
+COVERAGE = "tests/harness/test_coverage.py"
 
 MUTATIONS = [
     # ---- RL math (libkgym) ----------------------------------------------
@@ -392,4 +393,60 @@ MUTATIONS = [
              "    if (running == 0 || held + need <= budget)",
              "    if (running == 0 || held >= 0)",
              ["unit:test_engine_admission"]),
+    # ---- the judged coverage (coverage.py) --------------------------------
+    Mutation("coverage-library-prefixes", "a row with a library kernel's name is never custom",
+             "harness/kgym_harness/coverage.py",
+             "    if ident.lower().startswith(_PREFIXES_LOW):\n        return True\n",
+             "    if False:\n        return True\n", [f"{COVERAGE} -k library_rows"]),
+    Mutation("coverage-unlaunched-triton", "a @triton.jit function counts only with a launch "
+             "record", "harness/kgym_harness/coverage.py",
+             'if not records_complete or node.name in launched.get("triton", set()):',
+             "if True:", [f"{COVERAGE} -k launch_record"]),
+    Mutation("coverage-c-comments-count", "a __global__ name in a C comment counts for nothing",
+             "harness/kgym_harness/coverage.py",
+             'out["cuda"] |= global_names(_strip_c_comments(t))',
+             'out["cuda"] |= global_names(t)', [f"{COVERAGE} -k built_sources"]),
+    Mutation("coverage-any-string-built", "only sources handed to a builder are built",
+             "harness/kgym_harness/coverage.py",
+             "texts += _all_strings(tree) if sub is None else sub",
+             "texts += _all_strings(tree)", [f"{COVERAGE} -k built_sources"]),
+    Mutation("coverage-no-cap", "custom time per profiled call is capped by a timed call's",
+             "harness/kgym_harness/coverage.py", "    if custom > allowed + 1e-9:\n",
+             "    if False:\n", [f"{COVERAGE} -k 'cannot_raise or judge_names'"]),
+    Mutation("coverage-no-forgery", "work only in profiled calls is profile_forgery",
+             "harness/kgym_harness/coverage.py",
+             "    if per_iter > FORGERY[kind] * low_us + FORGERY_SLACK_US[kind]:\n",
+             "    if False:\n", [f"{COVERAGE} -k 'forgery'"]),
+    Mutation("coverage-forgery-by-larger-time", "profile_forgery is named above the smaller "
+             "of the wall and the claim", "harness/kgym_harness/coverage.py",
+             "low_us, high_us = min(times) * 1e3, max(times) * 1e3",
+             "low_us, high_us = max(times) * 1e3, max(times) * 1e3",
+             [f"{COVERAGE} -k smaller_time"]),
+    Mutation("coverage-cpu-cap-summed", "the CPU profile's iterations are capped one by one",
+             "harness/kgym_harness/coverage.py",
+             "allowed = sum(min(c, max(limit - min(lib, mid_lib), 0.0)) for c, lib in zip(each_c, libs))",
+             "allowed = max(len(each) * limit - library, 0.0)",
+             [f"{COVERAGE} -k one_by_one"]),
+    Mutation("coverage-cpu-stall-shrinks-cap", "a library part above the middle one is a "
+             "stall, not less room for custom time", "harness/kgym_harness/coverage.py",
+             "max(limit - min(lib, mid_lib), 0.0)", "max(limit - lib, 0.0)",
+             [f"{COVERAGE} -k one_by_one"]),
+    Mutation("coverage-forgery-mean", "profile_forgery reads the middle iteration",
+             "harness/kgym_harness/coverage.py", "per_iter = sorted(each)[len(each) // 2]",
+             "per_iter = sum(each) / len(each)", [f"{COVERAGE} -k one_by_one"]),
+    Mutation("coverage-cpu-lucky-wall", "on the CPU profile_forgery reads the claimed median, "
+             "not the fastest wall block", "harness/kgym_harness/coverage.py",
+             "        low_us = claimed_ms * 1e3\n", "        low_us = low_us\n",
+             [f"{COVERAGE} -k lucky_wall"]),
+    Mutation("judge-coverage-claimed", "the result's coverage is the judge's, not the claim",
+             "harness/kgym_harness/judge.py", '        prof = b["profile"]\n',
+             '        prof = dict(b["profile"], coverage=claimed["coverage"])\n',
+             [f"{COVERAGE} -k judge_names"]),
+    Mutation("integrity-profiler-unchecked", "the profiler's functions are identity-checked",
+             "harness/kgym_harness/integrity.py", "    out += _profiler_targets()\n", "",
+             [f"{COVERAGE} -k replaced_profiler"]),
+    Mutation("judge-profiler-tamper-not-forgery", "a replaced profiler function is "
+             "profile_forgery", "harness/kgym_harness/judge.py", "            if forged:\n",
+             "            if False:\n",
+             ["tests/integration/test_redteam_coverage.py -k cheats_caught"]),
 ]

@@ -64,6 +64,7 @@ def _targets() -> list[tuple[str, Any, str]]:
             if attr in event_cls.__dict__:
                 out.append((f"torch.cuda.Event.{attr}", event_cls, attr))
     out.append(("torch.profiler.profile", torch.profiler, "profile"))
+    out += _profiler_targets()
     # what the candidate's replies (timing samples included) are written
     # with: a wrapped json.dumps or socket send could rewrite the numbers
     import json
@@ -104,6 +105,28 @@ def _targets() -> list[tuple[str, Any, str]]:
                 for key in list(value):
                     if isinstance(key, str) and callable(value[key]):
                         out.append((f"{modname}.{attr}[{key}]", value, key))
+    return out
+
+
+PROFILER_PREFIX = "torch.profiler:"
+
+
+def _profiler_targets() -> list[tuple[str, Any, str]]:
+    """What profiling.profile_cuda reads its rows through: the profiler
+    classes' methods (along their bases) and autograd's start/stop
+    functions; a replaced one can forge the profile (profile_forgery)."""
+    import torch.autograd.profiler as ap
+    out: list[tuple[str, Any, str]] = []
+    for cls in (getattr(torch.profiler, "profile", None), getattr(ap, "profile", None)):
+        for klass in getattr(cls, "__mro__", ())[:-1]:
+            for name, member in list(vars(klass).items()):
+                if isinstance(member, types.FunctionType):
+                    out.append((f"{PROFILER_PREFIX}{klass.__module__}.{klass.__name__}.{name}",
+                                klass, name))
+    for attr in ("_enable_profiler", "_disable_profiler", "_prepare_profiler",
+                 "_supported_activities", "_kineto_step"):
+        if hasattr(ap, attr):
+            out.append((f"{PROFILER_PREFIX}torch.autograd.profiler.{attr}", ap, attr))
     return out
 
 

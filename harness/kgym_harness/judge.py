@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from . import (audit, compare, cpustat, guards, loader, precision, prewarm, problem, profiling,
-               quiet, schema, timing, trustclock)
+from . import (audit, compare, coverage, cpustat, guards, loader, precision, prewarm, problem,
+               profiling, quiet, schema, timing, trustclock)
 from . import memstat
 from .devlock import DeviceLock, LockTimeout
 from .channel import Channel, ChannelTimeout, PeerClosed, ProtocolError
@@ -35,6 +35,9 @@ MODES = (("train", False), ("train", True), ("eval", False))
 RECHECK_TRIALS = 2
 ABLATION_TIMEOUT_S = 30.0
 PROFILE_ITERS = 3
+# the CPU profile's iterations: the judged coverage reads its fastest, and on
+# a loaded machine three in a row can all stall (coverage.bound)
+CPU_PROFILE_ITERS = 8
 AHEAD_MAX_S = 30.0   # the candidate's compile ahead (ahead.py): at most this long,
 AHEAD_SHARE = 0.2    # and at most this share of the evaluation's time budget
 
@@ -93,6 +96,10 @@ class Judge:
         self.pending_checks: dict | None = None  # timing() -> timing_checks()
         self.kernel_names: set[str] = set()
         self.records: list[dict] = []
+        # launch records by kind (coverage.attribute), and whether every
+        # launch of every reply was recorded (MAX_RECORDS cuts them short)
+        self.launched: dict[str, set[str]] = {}
+        self.records_complete = True
         self.lock = DeviceLock(None)
         self.gate_fd: int | None = None  # a staged task's wait for its device slot
         self.load_sent = False
@@ -348,6 +355,9 @@ class Judge:
         self.launches[f"{mode}/{'grad' if grad else 'no_grad'}"] += launches["count"]
         self.low_precision.update(launches.get("low_precision", []))
         self.kernel_names.update(r["name"] for r in launches["records"])
+        for r in launches["records"]:
+            self.launched.setdefault(r["kind"], set()).add(r["name"])
+        self.records_complete &= launches["count"] <= len(launches["records"])
         self.records.extend(launches["records"][:max(0, 4 - len(self.records))])
         if out_problem is not None:
             # an output the judge cannot take: the candidate's fault only if
@@ -1081,7 +1091,8 @@ class Judge:
         self.phase = "profiling"
         t0 = _now()
         try:
-            raw = self.remote.profile(PROFILE_ITERS, self.timing_seed)
+            n = PROFILE_ITERS if timing.is_cuda(self.device) else CPU_PROFILE_ITERS
+            raw = self.remote.profile(n, self.timing_seed)
         except CandidateFailed as e:
             self.result["warnings"].append(f"profiling failed: {e.info['message']}"[:500])
             return
@@ -1092,18 +1103,35 @@ class Judge:
             self.result["timings"]["profiling_detail"] = detail
         if prof is None:
             self.result["warnings"].append("the candidate sent a malformed profile")
-        elif prof["method"] == "cuda_profiler":
-            names = profiling.source_kernel_names(self.req["kernel_code"])
-            prof = profiling.attribute_device_rows(prof, names)
-            if prof["total_device_us"] > 0 and prof["custom_device_us"] == 0:
-                self.result["decoy_kernel"] = self.req["run_hack_checks"]
-                self.hack("no_custom_kernel", "NO_CUSTOM_KERNEL",
-                          "the profiler saw device kernels, none of them yours (no @triton.jit "
-                          "or __global__ kernel of kernel_code ran)", stop=False)
         else:
-            prof = profiling.assemble(prof["kernels"], prof["custom_device_us"],
-                                     prof["total_device_us"], prof["iterations"], prof["method"])
+            prof = self.judged_profile(prof)
         self.result["profile"] = prof
+
+    def judged_profile(self, prof: dict) -> dict:
+        """The coverage the judge stands behind (coverage.py): custom rows
+        by names the candidate compiled and launched, custom time capped by
+        the judge's clock for a timed call; the candidate's own figures are
+        kept under profile.claimed."""
+        claimed = {k: prof[k] for k in ("coverage", "custom_device_us", "total_device_us",
+                                        "num_custom_kernels")}
+        prof = coverage.attribute(prof, self.req["kernel_code"], self.launched,
+                                  self.records_complete)
+        if prof["method"] == "cuda_profiler" and prof["total_device_us"] > 0 \
+                and prof["custom_device_us"] == 0:
+            self.result["decoy_kernel"] = self.req["run_hack_checks"]
+            self.hack("no_custom_kernel", "NO_CUSTOM_KERNEL",
+                      "the profiler saw device kernels, none of them yours (no @triton.jit "
+                      "or __global__ kernel of kernel_code ran)", stop=False)
+        clock = self.result["checks"].get("trusted_clock") or {}
+        b = coverage.bound(prof, clock.get("kernel_ms"), self.result.get("kernel_runtime"),
+                           timing.is_cuda(self.device))
+        self.result["checks"]["coverage_bound"] = b["check"]
+        if b["forgery"]:
+            self.hack("profile_forgery", "PROFILE_FORGERY", b["forgery"], stop=False)
+        prof = b["profile"]
+        prof["kernels"] = prof["kernels"][:profiling.MAX_ROWS]
+        prof["claimed"] = claimed
+        return prof
 
     def run(self) -> None:
         timings = self.result["timings"]
@@ -1139,6 +1167,10 @@ class Judge:
             timings["ablation"] = (_now() - t0) * 1e3
         if self.remote.tamper:
             self.result["checks"]["replaced_functions"] = sorted(self.remote.tamper)[:20]
+            forged = sorted(n for n in self.remote.tamper if n.startswith("torch.profiler:"))
+            if forged:
+                self.hack("profile_forgery", "PROFILE_FORGERY", "the profiler's functions "
+                          "were replaced: " + ", ".join(forged[:3]), stop=False)
             self.hack("timer_tamper", "TIMER_TAMPER", "measuring functions were replaced: "
                       + ", ".join(sorted(self.remote.tamper)[:5]), stop=False)
         if self.result["hack_reasons"]:

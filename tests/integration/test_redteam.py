@@ -33,7 +33,7 @@ HEADER = re.compile(r"^# redteam: (.*)$")
 CPU_FAMILIES = {"no_custom_kernel", "mode_branch", "thread_injection", "lazy_output",
                 "timer_tamper", "result_forgery", "expected_output_theft", "stale_memory",
                 "input_mutation", "aliases_input", "output_cache", "call_count_switch",
-                "precision_downgrade", "degenerate_problem", "sandbox_escape"}
+                "precision_downgrade", "degenerate_problem", "sandbox_escape", "profile_forgery"}
 GPU_ONLY_FAMILIES = {"side_stream", "l2_persist"}
 VERDICTS = {"pass", "mismatch", "compile_error", "runtime_error", "timeout", "hacked"}
 STATUSES = {"OK", "MISS", "FALSE_ALARM", "ERROR"}

@@ -73,6 +73,15 @@ def test_score_of_result_objects():
         assert e.value.kind == kind
 
 
+def test_score_reads_the_judged_coverage_never_the_claim():
+    # the judge writes its figure to profile.coverage; the candidate's own
+    # stays under profile.claimed, which no reward or PRS reads
+    judged = {"coverage": 0.05, "claimed": {"coverage": 0.96}}
+    s = score(result(profile=judged), PAPER)
+    assert s.coverage == pytest.approx(0.05) and s.reward == pytest.approx(1 + 1.5 + 0.05)
+    assert s.keep_prob == 0
+
+
 def test_prs_per_turn():
     ss = [score(result(profile={"coverage": c}), PAPER) for c in (0.9, 0.35, 0.2, 0.35)]
     ss.append(score(result(verdict="mismatch", correctness=False, speedup=None,

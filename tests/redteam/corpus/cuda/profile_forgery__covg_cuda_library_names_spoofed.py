@@ -1,0 +1,84 @@
+# redteam: family=profile_forgery problem=problems/gpu/level2/1_Linear_ReLU.py backend=cuda expect=pass
+"""Cheat: the lazy CUDA kernel declares library kernels' names as its own:
+a __global__ declaration in a C comment, one in a Python string that is
+never built, and a built __global__ function named like cuBLAS's GEMV that
+is never launched. Only kernels it compiled and launched count, and never
+a library's name, so its coverage is the honest lazy kernel's."""
+# expect: pass is legitimate: the names count for nothing, the figure is the honest lazy one
+import inspect
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+_UNUSED = "__global__ void ampere_sgemm_128x128_nt(float *y) {}"
+
+_CUDA = r"""
+#include <cuda_runtime.h>
+
+static inline unsigned blocks_for(long long n, int threads) {
+    const long long b = (n + threads - 1) / threads;
+    return static_cast<unsigned>(b < 65536 ? (b > 0 ? b : 1) : 65536);
+}
+
+// relu_(y, n): y = max(y, 0) in place
+__global__ void rt_relu_kernel(float *__restrict__ y, long long n) {
+    const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+    for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+        y[i] = y[i] < 0.0f ? 0.0f : y[i];
+}
+
+// __global__ void Kernel2(float *y);
+/* __global__ void sm90_xmma_gemm_f32f32_f32f32_f32_nt_n_tilesize128x128x8_kernel(float *y); */
+__global__ void gemmk1_kernel(float *y) { y[0] = 0.0f; }
+
+extern "C" int rt_relu(float *y, long long n, void *stream) {
+    rt_relu_kernel<<<blocks_for(n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(y, n);
+    return static_cast<int>(cudaGetLastError());
+}
+
+"""
+
+_CPP = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+extern "C" int rt_relu(float *y, long long n, void *stream);
+
+static PyObject *py_relu(PyObject *, PyObject *args) {
+    unsigned long long y, s;
+    long long n;
+    if (!PyArg_ParseTuple(args, "KLK", &y, &n, &s))
+        return nullptr;
+    const int rc = rt_relu(reinterpret_cast<float *>(y), n, reinterpret_cast<void *>(s));
+    if (rc) {
+        PyErr_Format(PyExc_RuntimeError, "CUDA error %d", rc);
+        return nullptr;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {{"relu", py_relu, METH_VARARGS, ""},
+                                {nullptr, nullptr, 0, nullptr}};
+static PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "rt_cuda", nullptr, -1, methods};
+#define RT_CAT2(a, b) a##b
+#define RT_CAT(a, b) RT_CAT2(a, b)
+PyMODINIT_FUNC RT_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&module_def); }
+"""
+
+_EXTRA = ({"no_implicit_headers": True}
+          if "no_implicit_headers" in inspect.signature(load_inline).parameters else {})
+_ext = load_inline(name="rt_cuda_covg_names", cpp_sources=_CPP, cuda_sources=_CUDA,
+                   extra_cflags=["-O3"], extra_cuda_cflags=["-O3"], **_EXTRA)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.addmm(self.linear.bias, x, self.linear.weight.t())
+        stream = torch.cuda.current_stream(y.device).cuda_stream
+        _ext.relu(y.data_ptr(), y.numel(), stream)
+        return y
