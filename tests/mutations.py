@@ -360,7 +360,7 @@ MUTATIONS = [
              "src/worker/sandbox.c", "    int view = cfg->new_root;", "    int view = 0;",
              ["unit:test_sandbox"]),
     Mutation("engine-no-new-root", "the engine gives every candidate its own root",
-             "src/worker/engine_spawn.c", 'json_object_set_new(s, "new_root", json_true());',
+             "src/worker/engine_spawn.c", 'json_object_set_new(s, "new_root", json_boolean(e->new_root));',
              'json_object_set_new(s, "new_root", json_false());',
              ["tests/faults/test_faults.py -k read_the_hosts"]),
     Mutation("warm-unfit-spare-used", "a spare whose warm-up failed takes no task as if "

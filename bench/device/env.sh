@@ -16,6 +16,11 @@ if [ -d "$KGYM_ROOT/.device/lib" ]; then
     chmod -R a+rX "$KGYM_ROOT/.device"
     export LD_LIBRARY_PATH="$_kg_missing${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+# the first CUDA use on a machine creates /dev/nvidia-uvm; a candidate's
+# own /dev is made from the nodes that exist when it starts
+if command -v nvidia-smi >/dev/null 2>&1 && [ ! -e /dev/nvidia-uvm ]; then
+    python3 -c 'import torch; torch.cuda.init()' 2>/dev/null || true
+fi
 export PATH="$KGYM_ROOT/build:$PATH"
 export PYTHONPATH="$KGYM_ROOT/harness:$KGYM_ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
 export KGYM_BIN="$KGYM_ROOT/build/kgym" KGYM_LIB="$KGYM_ROOT/build/libkgym.so"

@@ -180,6 +180,7 @@ struct kg_engine {
     int uid_lock[CAND_UIDS]; /* per candidate uid: held lock fd, or
                                 UID_FREE / UID_TAKEN (in /etc/passwd) */
     uint64_t mem_cap;        /* per-task memory limit: at most half the RAM */
+    int new_root;            /* candidates get their own root (view) */
     kg_sandbox_view view;    /* what a candidate sees of the host beyond the
                                 system (kg_sandbox_view_collect); root only */
     /* admission by memory: each problem's footprint (bytes, the largest a

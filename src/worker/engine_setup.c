@@ -282,7 +282,12 @@ static int init_caches(kg_engine *e, const kg_engine_cfg *cfg, kg_err *err)
         chmod(e->cache_dir, 0755); /* ours, made under the umask */
     if (!rc && e->drop_uid)
         rc = check_reachable(e, err);
-    if (!rc && e->drop_uid)
+    /* the operator's switch (docs/sandbox.md): KGYM_NEW_ROOT=0 keeps the
+     * host's tree for candidates, for diagnosing a device that a new root
+     * does not serve */
+    const char *nr = getenv("KGYM_NEW_ROOT");
+    e->new_root = e->drop_uid && !(nr && !strcmp(nr, "0"));
+    if (!rc && e->new_root)
         rc = init_view(e, err);
     return rc;
 }

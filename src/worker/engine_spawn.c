@@ -119,7 +119,7 @@ static void cand_identity(const kg_engine *e, json_t *s, int uid, int gpu)
     for (int i = 0; i < e->view.n; i++)
         json_array_append_new(view, json_string(e->view.path[i]));
     json_object_set_new(s, "view_paths", view);
-    json_object_set_new(s, "new_root", json_true());
+    json_object_set_new(s, "new_root", json_boolean(e->new_root));
 }
 
 /* Sandbox settings per role: the candidate gets everything; the judge
