@@ -417,11 +417,11 @@ MUTATIONS = [
              "harness/kgym_harness/coverage.py",
              "    if per_iter > FORGERY[kind] * low_us + FORGERY_SLACK_US[kind]:\n",
              "    if False:\n", [f"{COVERAGE} -k 'forgery'"]),
-    Mutation("coverage-forgery-by-larger-time", "profile_forgery is named above the smaller "
-             "of the wall and the claim", "harness/kgym_harness/coverage.py",
-             "low_us, high_us = min(times) * 1e3, max(times) * 1e3",
-             "low_us, high_us = max(times) * 1e3, max(times) * 1e3",
-             [f"{COVERAGE} -k smaller_time"]),
+    Mutation("coverage-forgery-by-smaller-time", "profile_forgery is named above the larger "
+             "of the wall and the claim (a forged claim is the clock's finding)",
+             "harness/kgym_harness/coverage.py", "    high_us = max(times) * 1e3\n",
+             "    high_us = min(times) * 1e3\n",
+             [f"{COVERAGE} -k 'forged_claim or lucky_wall'"]),
     Mutation("coverage-cpu-cap-summed", "the CPU profile's iterations are capped one by one",
              "harness/kgym_harness/coverage.py",
              "allowed = sum(min(c, max(limit - min(lib, mid_lib), 0.0)) for c, lib in zip(each_c, libs))",
@@ -434,10 +434,6 @@ MUTATIONS = [
     Mutation("coverage-forgery-mean", "profile_forgery reads the middle iteration",
              "harness/kgym_harness/coverage.py", "per_iter = sorted(each)[len(each) // 2]",
              "per_iter = sum(each) / len(each)", [f"{COVERAGE} -k one_by_one"]),
-    Mutation("coverage-cpu-lucky-wall", "on the CPU profile_forgery reads the claimed median, "
-             "not the fastest wall block", "harness/kgym_harness/coverage.py",
-             "        low_us = claimed_ms * 1e3\n", "        low_us = low_us\n",
-             [f"{COVERAGE} -k lucky_wall"]),
     Mutation("judge-coverage-claimed", "the result's coverage is the judge's, not the claim",
              "harness/kgym_harness/judge.py", '        prof = b["profile"]\n',
              '        prof = dict(b["profile"], coverage=claimed["coverage"])\n',

@@ -171,13 +171,15 @@ def test_no_clock_no_bound():
     assert b["forgery"] is None and b["profile"] is prof and b["check"]["wall_ms"] is None
 
 
-def test_the_smaller_time_names_forgery_the_larger_caps():
-    # wall blocks slowed by the same trick (1 ms), timed calls claimed at 0.2 ms
-    prof = _prof([(CUBLAS, 450.0), ("relu_kernel", 15000.0)])
+def test_a_forged_claim_is_the_clocks_finding_not_the_profiles():
+    # timed calls claimed at a tenth of the wall: the profile matches the
+    # wall, so the profile is not what was forged (timer_tamper's case)
+    prof = _prof([(CUBLAS, 3000.0), ("relu_kernel", 60.0)])
     prof = coverage.attribute(prof, TRITON_CODE, {"triton": {"relu_kernel"}}, True)
-    b = coverage.bound(prof, 1.0, 0.2, cuda=True)
-    assert b["forgery"] and "0.200 ms" in b["forgery"]
-    assert b["check"]["custom_cap_us"] == pytest.approx((1.15 * 1000 + 5 - 150) * 3)
+    b = coverage.bound(prof, 1.0, 0.1, cuda=True)
+    assert b["forgery"] is None and not b["check"]["capped"]
+    b = coverage.bound(prof, 0.1, 0.1, cuda=True)
+    assert b["forgery"] and "0.100 ms" in b["forgery"]
 
 
 # ---- through the judge (cpu) --------------------------------------------------------
@@ -260,11 +262,13 @@ def test_cpu_iterations_are_capped_one_by_one():
     assert coverage.bound(prof, 0.3, 0.3, cuda=False)["forgery"]
 
 
-def test_cpu_forgery_reads_the_claim_not_a_lucky_wall_block():
+def test_cpu_forgery_not_fooled_by_a_lucky_wall_block():
     # a loaded machine: wall blocks at 5.6 ms, the timed loop and the
     # profile at about 20 ms a call (an honest 5 ms extension)
-    prof = _prof([("linear_relu", 58000.0), (profiling.LIBRARY_ROW, 300.0)], method="cpu_wall")
-    prof["iter_us"] = [19400.0, 19450.0, 19450.0]
+    prof = _prof([("linear_relu", 155000.0), (profiling.LIBRARY_ROW, 800.0)], iters=8,
+                 method="cpu_wall")
+    prof["iter_us"] = [19400.0, 19450.0, 19450.0, 19500.0, 19500.0, 19500.0, 19500.0, 19500.0]
+    prof["iter_custom_us"] = [w - 100.0 for w in prof["iter_us"]]
     prof = coverage.attribute(prof, "", {"ext": {"linear_relu"}}, True)
     b = coverage.bound(prof, 5.6, 21.2, cuda=False)
     assert b["forgery"] is None and not b["check"]["capped"]
