@@ -735,10 +735,7 @@ class Judge:
         call could make caps the speedup at the clock's."""
         self.result["checks"]["trusted_clock"] = clock  # a print mismatch: timing_checks
         if clock["verdict"] == "timer_tamper":
-            self.hack("timer_tamper", "TIMER_TAMPER",
-                      f"the claimed speedup {clock['claimed_speedup']:.3g}x is beyond the "
-                      f"judge's clock ({clock['wall_speedup']:.3g}x over back-to-back calls, "
-                      f"tolerance {clock['tolerance']:.0%})", stop=False)
+            self.hack("timer_tamper", "TIMER_TAMPER", trustclock.why(clock), stop=False)
         elif clock["verdict"] == "capped" and self.result.get("speedup") is not None:
             self.result["speedup"] = min(self.result["speedup"], clock["cap"])
             self.result["warnings"].append(
