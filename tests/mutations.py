@@ -268,6 +268,10 @@ MUTATIONS = [
              "cpu_floor = work_ms * load / (1 + CPU_TOL) - cpu_slack_ms",
              "cpu_floor = work_ms / (1 + CPU_TOL) - cpu_slack_ms",
              [f"{TRUSTED} -k follows_the_load"]),
+    Mutation("trustclock-cpu-median-unbounded", "on the CPU the claims' median is held to "
+             "the candidate's CPU time, not only their mean", "harness/kgym_harness/trustclock.py",
+             "if mean < cpu_floor or cand_median < median_floor:", "if mean < cpu_floor:",
+             [f"{TRUSTED} -k padded_above"]),
     Mutation("trustclock-cuda-lead-unbounded", "on CUDA the lead excuses a claim only up to "
              "the host work the kernel saw", "harness/kgym_harness/trustclock.py",
              "allow = (lead_ms if host_ms is None else min(lead_ms, host_ms)) if cuda else 0.0",

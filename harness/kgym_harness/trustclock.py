@@ -130,16 +130,19 @@ def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
     speedup is capped at reference median / floor: under-reporting pays
     nothing beyond the tolerance.
 
-    timer_tamper needs more. On CUDA: c + lead_ms < floor. The timed
-    loop's lead hides up to lead_ms of a call's host launch time from its
+    timer_tamper needs more. On CUDA: c + min(lead_ms, host_ms) < floor.
+    The timed loop's lead hides up to a call's host launch time from its
     claim (timing.Lead), which a wall block shows (max(host, device) per
     call), so an honest host-bound call can claim that much less, never
-    more. On the CPU (no lead): c GROSS_CPU < floor, and no cap below that
-    ("noisy"): on a loaded 2-CPU machine honest small extensions ran their
-    wall blocks up to 2.7x slower than their timed calls (per-command and
-    per-process costs the timed loop does not see), so there the clock
-    only names gross forgeries. The CPU backend is for tests and
-    development; the H200 is where rewards are earned."""
+    more; the lead over-states it (twice the slowest recent launch, more
+    on a loaded host) and is the candidate's word, host_ms (cpu_figures)
+    is the kernel's account of the host work per call. On the CPU: c
+    GROSS_CPU < floor (the wall blocks: on a loaded 2-CPU machine honest
+    small extensions ran them up to 2.7x slower than their timed calls),
+    or claims below the candidate's own CPU time per call, work_ms
+    (cpu_figures): their mean below work_ms x load / (1 + CPU_TOL), load
+    the factor the timed commands ran under (load_factor), or their
+    median below work_ms / (1 + CPU_TOL). Else no cap ("noisy")."""
     w_r, w_c = min(ref_ms), min(cand_ms)
     # what a call's launch may hide from its timed sample: the lead (the
     # candidate's word), at most the host work the kernel saw it do
@@ -153,12 +156,15 @@ def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
     if cand_median <= 0 or ref_median <= 0:
         return out
     if not cuda and work_ms is not None:  # whatever the wall blocks' figures
-
+        # the mean carries the load (some calls preempted, some not); the
+        # median, which the speedup reads, is held to the CPU time itself,
+        # so claims padded above the median cannot lift the mean for it
         cpu_floor = work_ms * load / (1 + CPU_TOL) - cpu_slack_ms
+        median_floor = work_ms / (1 + CPU_TOL) - cpu_slack_ms
         mean = cand_median if cand_mean is None else cand_mean
         out.update(cpu_work_ms=round(work_ms, 5), cpu_floor_ms=round(max(cpu_floor, 0.0), 5),
                    claimed_mean_ms=round(mean, 5), load=round(load, 4))
-        if mean < cpu_floor:
+        if mean < cpu_floor or cand_median < median_floor:
             out.update(verdict="timer_tamper", by="cpu_time",
                        claimed_speedup=round(ref_median / cand_median, 4))
             return out

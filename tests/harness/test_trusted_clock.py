@@ -437,3 +437,14 @@ def test_a_claim_below_its_cpu_time_is_a_hack_with_its_reason():
     j = _FakeJudge(2.5)
     Judge.trusted_clock(j, clock)
     assert j.hacks == ["timer_tamper"] and "CPU time" in trustclock.why(clock)
+
+
+def test_claims_padded_above_the_median_do_not_lift_it():
+    # halved claims (median 0.4 of a 0.8 ms call) with a few huge ones that
+    # raise the mean to the loaded bound: the median is held to the CPU time
+    v = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.4, 0.0, False, 0.0,
+                          work_ms=0.8, cand_mean=1.6, load=2.0)
+    assert v["verdict"] == "timer_tamper", v
+    honest = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.8, 0.0, False, 0.0,
+                               work_ms=0.8, cand_mean=1.6, load=2.0)
+    assert honest["verdict"] == "agree"
