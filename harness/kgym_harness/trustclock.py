@@ -163,7 +163,8 @@ def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
         median_floor = work_ms / (1 + CPU_TOL) - cpu_slack_ms
         mean = cand_median if cand_mean is None else cand_mean
         out.update(cpu_work_ms=round(work_ms, 5), cpu_floor_ms=round(max(cpu_floor, 0.0), 5),
-                   claimed_mean_ms=round(mean, 5), load=round(load, 4))
+                   claimed_mean_ms=round(mean, 5), load=round(load, 4),
+                   cpu_slack_ms=round(cpu_slack_ms, 5))
         if mean < cpu_floor or cand_median < median_floor:
             out.update(verdict="timer_tamper", by="cpu_time",
                        claimed_speedup=round(ref_median / cand_median, 4))
@@ -342,8 +343,9 @@ class WallCheck:
                 "cand_ms": cand_ms, "empty_ms": round(empty, 4), "slack_ms": slack / k_cand,
                 "draw_ms": round(draw, 5), "print_ms": round(prnt, 5), "mismatch": mismatch,
                 "cpu_work_ms": work, "cpu_host_ms": host,
-                # what a block's CPU figure may be off by: the round trip's
-                "cpu_slack_ms": ((JITTER_FACTOR * (max(e_tops) - min(e_tops)) + SLACK_MIN_MS)
+                # what a block's CPU figure may be off by: the round trip's CPU
+                # time beyond the least taken off, within what is taken off at most
+                "cpu_slack_ms": ((min(max(e_tops), EMPTY_MAX_MS) - empty_top + SLACK_MIN_MS)
                                  / k_cand if empty_top is not None else 0.0),
                 "cpu_blocks_ms": [c[4] for c in cands], "empty_cpu_ms": empty_top}
 
