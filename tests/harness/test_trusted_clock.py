@@ -448,3 +448,12 @@ def test_claims_padded_above_the_median_do_not_lift_it():
     honest = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.8, 0.0, False, 0.0,
                                work_ms=0.8, cand_mean=1.6, load=2.0)
     assert honest["verdict"] == "agree"
+
+
+def test_tiny_calls_are_left_to_the_cpu_bounds_slack():
+    # 10 us calls: the harness's own work per call in a wall block is as
+    # large as the call; the slack leaves them undecided by CPU time
+    v = trustclock.decide([0.01, 0.01], [0.0, 0.0], 0.01, 0.005, 0.0, False, 0.0,
+                          work_ms=0.013, cand_mean=0.005,
+                          cpu_slack_ms=trustclock.CPU_CALL_SLACK_MS)
+    assert v["verdict"] != "timer_tamper", v
