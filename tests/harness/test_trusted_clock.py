@@ -405,19 +405,18 @@ def _corpus(name: str) -> tuple[str, str]:
     return code, (root / header["problem"]).read_text()
 
 
-LOADED_CHEATS = ["timer_tamper__gelu_samples_halved_by_frame",
-                 "timer_tamper__gelu_samples_two_fifths_by_ctypes",
-                 "timer_tamper__gelu_half_spots_repaired",
+LOADED_CHEATS = ["timer_tamper__gelu_samples_two_fifths_by_ctypes",
+                 "timer_tamper__gelu_samples_tenth_by_frame",
                  "timer_tamper__gelu_tenth_spots_repaired"]
 LOADED_HONEST = ["honest__gelu_openmp", "honest__gelu_thread_pool_joined", "honest__softmax_rows"]
 
 
 @pytest.mark.parametrize("name", LOADED_CHEATS + LOADED_HONEST)
 def test_timing_cheats_are_named_beside_two_busy_processes(name):
-    """Claims edited by 2x-2.5x and half the work when timed: the wall
-    clock alone calls these noisy on a loaded CPU; the kernel's account of
-    the candidate's CPU time names them. Honest kernels, one- and
-    multi-threaded, still pass."""
+    """Claims edited 2.5x and 10x, a tenth of the work when timed: the
+    wall clock alone calls the first and the last noisy on a loaded CPU;
+    the kernel's account of the candidate's CPU time names them. Honest
+    kernels, one- and multi-threaded, still pass."""
     code, problem = _corpus(name)
     with _Hogs(2):
         r = kit.run(code, reference_code=problem, num_perf_trials=40, run_hack_checks=True,
