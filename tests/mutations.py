@@ -336,6 +336,25 @@ MUTATIONS = [
              "rho = max(w_r / ref_median, 1.0) if cuda else 1.0",
              "rho = max(w_r / ref_median, 1.0)",
              ["tests/harness/test_trusted_clock.py -k ratio"]),
+    Mutation("trustclock-cpu-time-ignored", "on the CPU a claim far below the candidate's "
+             "own CPU time per call (/proc) is timer_tamper", "harness/kgym_harness/trustclock.py",
+             "    if not cuda and work_ms is not None:  # whatever the wall blocks' figures\n",
+             "    if False:\n",
+             [f"{TRUSTED} -k 'own_cpu_time or follows_the_load or with_its_reason'"]),
+    Mutation("trustclock-cpu-load-unscaled", "the CPU-time bound follows the load the "
+             "claims ran under", "harness/kgym_harness/trustclock.py",
+             "cpu_floor = work_ms * load / (1 + CPU_TOL) - cpu_slack_ms",
+             "cpu_floor = work_ms / (1 + CPU_TOL) - cpu_slack_ms",
+             [f"{TRUSTED} -k follows_the_load"]),
+    Mutation("trustclock-cpu-median-unbounded", "on the CPU the claims' median is held to "
+             "the candidate's CPU time, not only their mean", "harness/kgym_harness/trustclock.py",
+             "if mean < cpu_floor or cand_median < median_floor:", "if mean < cpu_floor:",
+             [f"{TRUSTED} -k padded_above"]),
+    Mutation("trustclock-cuda-lead-unbounded", "on CUDA the lead excuses a claim only up to "
+             "the host work the kernel saw", "harness/kgym_harness/trustclock.py",
+             "allow = (lead_ms if host_ms is None else min(lead_ms, host_ms)) if cuda else 0.0",
+             "allow = lead_ms if cuda else 0.0",
+             [f"{TRUSTED} -k host_work_seen"]),
     Mutation("trustclock-cap-ignored", "a capped claim lowers the reported speedup",
              "harness/kgym_harness/judge.py",
              "            self.result[\"speedup\"] = min(self.result[\"speedup\"], clock[\"cap\"])\n",

@@ -756,10 +756,7 @@ class Judge:
         call could make caps the speedup at the clock's."""
         self.result["checks"]["trusted_clock"] = clock  # a print mismatch: timing_checks
         if clock["verdict"] == "timer_tamper":
-            self.hack("timer_tamper", "TIMER_TAMPER",
-                      f"the claimed speedup {clock['claimed_speedup']:.3g}x is beyond the "
-                      f"judge's clock ({clock['wall_speedup']:.3g}x over back-to-back calls, "
-                      f"tolerance {clock['tolerance']:.0%})", stop=False)
+            self.hack("timer_tamper", "TIMER_TAMPER", trustclock.why(clock), stop=False)
         elif clock["verdict"] == "capped" and self.result.get("speedup") is not None:
             self.result["speedup"] = min(self.result["speedup"], clock["cap"])
             self.result["warnings"].append(
@@ -819,6 +816,7 @@ class Judge:
         ref = {"samples_ms": [], "prep_ms": 0.0, "warmup_ms": 0.0, "wall_ms": 0.0}
         run: dict = {"ref": ref, "ref_side": 0, "cand": [], "side": [], "wall_ms": 0.0,
                      "queued_ms": 0.0,  # of wall_ms: the candidate waiting for a CPU
+                     "ran_ms": 0.0,  # the candidate's main thread on a CPU
                      "launches": 0, "warmups": 0,
                      "claims": [],  # (input index, the candidate's fingerprint)
                      "excess": {"kernel": [], "reference": []},
@@ -854,6 +852,7 @@ class Judge:
                 run["warmups"] += w
                 pid = self.remote.pid
                 d0 = quiet.run_delay_ns(pid) if pid else None
+                s0 = trustclock.main_sched_ns(pid) if pid else None
                 t1 = _now()
                 c = self.remote.time(w, blk["n_iter"], self.timing_seed, blk["start"],
                                      blk["warmup_ms"], blk["timed_start"], run["spots"])
@@ -863,6 +862,9 @@ class Judge:
                 d1 = quiet.run_delay_ns(pid) if d0 is not None else None
                 if d1 is not None and d1 >= d0:
                     run["queued_ms"] += (d1 - d0) / 1e6
+                s1 = trustclock.main_sched_ns(pid) if s0 is not None else None
+                if s1 is not None:  # its CPU time: with queued_ms, the load it ran under
+                    run["ran_ms"] += (s1[0] - s0[0]) / 1e6  # type: ignore[index]
                 run["timed"].update(range(blk["timed_start"], blk["timed_start"] + blk["n_iter"]))
                 if c["l2"] is not None:
                     run["l2_report"] = c["l2"]

@@ -91,6 +91,19 @@ def sync(device: str) -> None:
         _cuda_sync(torch.device(device))
 
 
+def sync_sleeping(device: str) -> None:
+    """sync(), but the wait for the current stream sleeps in the kernel
+    instead of spinning (a blocking-sync event): the process's CPU time
+    over it is its host work, not the wait (the trusted clock reads it from
+    /proc as the bound on a call's host time)."""
+    if is_cuda(device):
+        dev = torch.device(device)
+        done = _Event(blocking=True)
+        _record(done, _current_stream(dev))
+        _event_sync(done)
+        _cuda_sync(dev)  # other streams' work, if any (spins)
+
+
 class L2Flusher:
     """Evicts the L2 by writing a buffer at least twice its size (CUDA only)."""
 

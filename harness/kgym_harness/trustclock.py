@@ -19,6 +19,7 @@ clock's S_w = w_r / w_c. S > S_w (1 + tol) is a disagreement (decide()).
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from typing import Any, Callable
 
@@ -29,6 +30,9 @@ from . import loader, quiet, timing, wallclock
 EMPTY_CALLS = 3
 EMPTY_MAX_MS = 0.5    # the most of a block taken off for the round trip
 GROSS_CPU = 4.0       # timer_tamper on the CPU: a claim this many times below the floor
+CPU_TOL = 0.75        # timer_tamper on the CPU: a claim this far below its CPU time per call
+CPU_CALL_SLACK_MS = 0.03  # per call: harness work in a wall block no claim holds (the
+                          # candidate's hooks around its print's torch calls, the loop)
 VERIFY = 2            # calls of each candidate block whose prints the judge checks
 JITTER_FACTOR = 4.0   # a block's slack: this many times the empty calls' spread,
 SLACK_MIN_MS = 0.02   # plus this (ms per block)
@@ -38,8 +42,79 @@ def _now_ms() -> float:
     return time.perf_counter() * 1e3
 
 
+def _cpu_ms() -> float:
+    """This thread's CPU time (ms)."""
+    return time.thread_time_ns() / 1e6
+
+
+def main_sched_ns(pid: int) -> tuple[int, int] | None:
+    """(ns run, ns runnable waiting for a CPU) of pid's main thread, by the
+    kernel's account (/proc/PID/schedstat); None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
+            got = f.read().split()
+        return int(got[0]), int(got[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def load_factor(ran_ms: float, queued_ms: float) -> float:
+    """How much longer than its CPU time a stretch of the candidate's main
+    thread took while it was runnable: 1 + queued / ran (1 when unknown)."""
+    return 1.0 + queued_ms / ran_ms if ran_ms > 0 else 1.0
+
+
+def thread_run_ns(pid: int) -> dict[int, tuple[int, int]] | None:
+    """{thread id: (ns it has run, ns it sat runnable waiting for a CPU)}
+    for pid's live threads, by the kernel's account
+    (/proc/PID/task/TID/schedstat: the candidate cannot write it); None
+    when none can be read."""
+    out = {}
+    for tid in quiet.task_ids(pid):
+        got = quiet.thread_sched(pid, tid)
+        if got is not None:
+            out[tid] = got
+    return out or None
+
+
+def thread_cpu(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> dict:
+    """The CPU time between two thread_run_ns readings, in ms: "sum" over
+    the threads, "top" the most any one thread ran. A thread new since
+    before counts whole; one that ended in between is not seen (its time
+    is lost, which only lowers both figures). A thread spinning at a
+    barrier runs while it waits: under load its time grows as its calls'
+    wall time does (decide() compares it with claims made under the load
+    measured the same way)."""
+    runs = [max(ran - before.get(tid, (0, 0))[0], 0) / 1e6 for tid, (ran, _w) in after.items()]
+    return {"sum": round(sum(runs), 5), "top": round(max(runs, default=0.0), 5)}
+
+
+def cpu_figures(cpus: list[dict | None], k: int, empty_top: float | None,
+                print_ms: float) -> tuple[float | None, float | None]:
+    """(work, host) per call from the candidate's CPU time over its wall
+    blocks of k calls (thread_cpu of each); None without /proc.
+    work: the busiest thread's CPU per call, less the empty command's (its
+    round trip) and the judge's print cost, the least over the blocks. One
+    thread cannot run longer than the wall time of the calls it ran in,
+    so an honest claim (a call's wall time) is not below it, however loaded
+    the machine: waiting for a CPU is not CPU time.
+    host: all threads' CPU per call, the most over the blocks. With the
+    block's wait for the device sleeping (timing.sync_sleeping) it is the
+    host's work: draws, launches, prints; what a call's launch can hide
+    from its timed sample on CUDA (the lead) is at most that."""
+    if k <= 0 or not cpus or any(c is None for c in cpus):
+        return None, None
+    e = empty_top or 0.0
+    work = min(max(c["top"] - e, 0.0) / k - print_ms for c in cpus)  # type: ignore[index]
+    host = max(c["sum"] / k for c in cpus)  # type: ignore[index]
+    return round(max(work, 0.0), 5), round(host, 5)
+
+
 def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
-           cand_median: float, lead_ms: float, cuda: bool, slack_ms: float) -> dict:
+           cand_median: float, lead_ms: float, cuda: bool, slack_ms: float,
+           work_ms: float | None = None, host_ms: float | None = None,
+           cand_mean: float | None = None, cpu_slack_ms: float = 0.0,
+           load: float = 1.0) -> dict:
     """The verdict on one phase's claims: "agree", "capped" (the speedup
     is capped at what the clock allows) or "timer_tamper".
 
@@ -57,22 +132,46 @@ def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
     speedup is capped at reference median / floor: under-reporting pays
     nothing beyond the tolerance.
 
-    timer_tamper needs more. On CUDA: c + lead_ms < floor. The timed
-    loop's lead hides up to lead_ms of a call's host launch time from its
+    timer_tamper needs more. On CUDA: c + min(lead_ms, host_ms) < floor.
+    The timed loop's lead hides up to a call's host launch time from its
     claim (timing.Lead), which a wall block shows (max(host, device) per
     call), so an honest host-bound call can claim that much less, never
-    more. On the CPU (no lead): c GROSS_CPU < floor, and no cap below that
-    ("noisy"): on a loaded 2-CPU machine honest small extensions ran their
-    wall blocks up to 2.7x slower than their timed calls (per-command and
-    per-process costs the timed loop does not see), so there the clock
-    only names gross forgeries. The CPU backend is for tests and
-    development; the H200 is where rewards are earned."""
+    more; the lead over-states it (twice the slowest recent launch, more
+    on a loaded host) and is the candidate's word, host_ms (cpu_figures)
+    is the kernel's account of the host work per call. On the CPU: c
+    GROSS_CPU < floor (the wall blocks: on a loaded 2-CPU machine honest
+    small extensions ran them up to 2.7x slower than their timed calls),
+    or claims below the candidate's own CPU time per call, work_ms
+    (cpu_figures): their mean below work_ms x load / (1 + CPU_TOL), load
+    the factor the timed commands ran under (load_factor), or their
+    median below work_ms / (1 + CPU_TOL). Else no cap ("noisy")."""
     w_r, w_c = min(ref_ms), min(cand_ms)
-    lead_ms = lead_ms if cuda else 0.0
+    # what a call's launch may hide from its timed sample: the lead (the
+    # candidate's word), at most the host work the kernel saw it do
+    allow = (lead_ms if host_ms is None else min(lead_ms, host_ms)) if cuda else 0.0
     tol = wallclock.tolerance(ref_ms)
     out = {"reference_ms": round(w_r, 5), "kernel_ms": round(w_c, 5),
+           "claimed_ms": round(cand_median, 5), "reference_median_ms": round(ref_median, 5),
            "tolerance": round(tol, 4), "slack_ms": round(slack_ms, 5), "verdict": "agree"}
-    if w_r <= 0 or w_c <= 0 or cand_median <= 0 or ref_median <= 0:
+    if cuda and host_ms is not None:
+        out["host_ms"] = round(host_ms, 5)
+    if cand_median <= 0 or ref_median <= 0:
+        return out
+    if not cuda and work_ms is not None:  # whatever the wall blocks' figures
+        # the mean carries the load (some calls preempted, some not); the
+        # median, which the speedup reads, is held to the CPU time itself,
+        # so claims padded above the median cannot lift the mean for it
+        cpu_floor = work_ms * load / (1 + CPU_TOL) - cpu_slack_ms
+        median_floor = work_ms / (1 + CPU_TOL) - cpu_slack_ms
+        mean = cand_median if cand_mean is None else cand_mean
+        out.update(cpu_work_ms=round(work_ms, 5), cpu_floor_ms=round(max(cpu_floor, 0.0), 5),
+                   claimed_mean_ms=round(mean, 5), load=round(load, 4),
+                   cpu_slack_ms=round(cpu_slack_ms, 5))
+        if mean < cpu_floor or cand_median < median_floor:
+            out.update(verdict="timer_tamper", by="cpu_time",
+                       claimed_speedup=round(ref_median / cand_median, 4))
+            return out
+    if w_r <= 0 or w_c <= 0:
         return out
     rho = max(w_r / ref_median, 1.0) if cuda else 1.0
     floor = (w_c - slack_ms) / (rho * (1 + tol))
@@ -80,7 +179,7 @@ def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
                wall_speedup=round(w_r / w_c, 4), floor_ms=round(max(floor, 0.0), 5))
     if cand_median >= floor:
         return out
-    if (cand_median + lead_ms) * (1.0 if cuda else GROSS_CPU) < floor:
+    if (cand_median + allow) * (1.0 if cuda else GROSS_CPU) < floor:
         out["verdict"] = "timer_tamper"
     elif cuda:
         out["verdict"] = "capped"
@@ -88,6 +187,18 @@ def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
     else:
         out["verdict"] = "noisy"  # the CPU: within what its noise has shown
     return out
+
+
+def why(clock: dict) -> str:
+    """The message of a timer_tamper verdict of decide()."""
+    if clock.get("by") == "cpu_time":
+        return (f"the claimed calls average {clock['claimed_mean_ms']:.3g} ms; the candidate's "
+                f"own CPU time was {clock['cpu_work_ms']:.3g} ms per back-to-back call (the "
+                f"kernel's account, /proc), {clock['load']:.3g}x that under the load its timed "
+                f"calls ran under, tolerance {CPU_TOL:.0%}")
+    return (f"the claimed speedup {clock['claimed_speedup']:.3g}x is beyond the judge's clock "
+            f"({clock['wall_speedup']:.3g}x over back-to-back calls, "
+            f"tolerance {clock['tolerance']:.0%})")
 
 
 class WallCheck:
@@ -113,42 +224,55 @@ class WallCheck:
                 t0 = _now_ms()
                 inputs = wallclock.draw_block(make, k, self.device)
                 drawn = _now_ms() - t0
+                c0 = _cpu_ms()
                 called = wallclock.run_block(call, make, k, self.device, None, inputs)["ms"]
+                c1 = _cpu_ms()
                 printed = wallclock.run_block(call, make, k, self.device, pseed, inputs)["ms"]
+                print_cpu = max((_cpu_ms() - c1) - (c1 - c0), 0.0) / k
                 per_call = called / k
             else:
                 drawn = wallclock.run_block(None, make, k, self.device, None)["ms"]
                 called = wallclock.run_block(call, make, k, self.device, None)["ms"]
                 printed = wallclock.run_block(call, make, k, self.device, pseed)["ms"]
                 per_call = max(called - drawn, 0.0) / k
+                print_cpu = 0.0
         return {"per_call": per_call, "draw": drawn / k,
-                "print": max(printed - called, 0.0) / k}
+                "print": max(printed - called, 0.0) / k, "print_cpu": print_cpu}
 
-    def _timed(self, fn: Callable[[], Any]) -> tuple[Any, float]:
+    def _timed(self, fn: Callable[[], Any]) -> tuple[Any, float, dict | None]:
         """(fn(), the judge's wall ms of it less the time the candidate's
-        thread sat runnable waiting for a CPU)."""
+        thread sat runnable waiting for a CPU, the candidate's CPU time
+        over it by the kernel's account (thread_cpu; None without /proc))."""
         pid = self.remote.pid
         d0 = quiet.run_delay_ns(pid) if pid else None
+        c0 = thread_run_ns(pid) if pid else None
         t0 = _now_ms()
         got = fn()
         wall = _now_ms() - t0
+        c1 = thread_run_ns(pid) if c0 is not None else None
         d1 = quiet.run_delay_ns(pid) if d0 is not None else None
         if d1 is not None and d1 >= d0:
             wall -= min((d1 - d0) / 1e6, wall)
-        return got, wall
+        return got, wall, thread_cpu(c0, c1) if c0 is not None and c1 is not None else None
 
-    def _cand_block(self, seed: int, k: int, pseed: int) -> tuple[list, float, float]:
+    def _cand_block(self, seed: int, k: int, pseed: int
+                    ) -> tuple[list, float, float, dict | None]:
         """(prints, the draw command's ms (CPU; else 0), the run command's
-        ms), by the judge's clock."""
+        ms, by the judge's clock; the candidate's CPU over the run command
+        (thread_cpu))."""
         draw = 0.0
         if self.predrawn and k:
-            _, draw = self._timed(lambda: self.remote.wall_draw(k, seed))
-        prints, run = self._timed(lambda: self.remote.wall(k, seed, pseed))
-        return prints, draw, run
+            _, draw, _ = self._timed(lambda: self.remote.wall_draw(k, seed))
+        prints, run, cpu = self._timed(lambda: self.remote.wall(k, seed, pseed))
+        return prints, draw, run, cpu
 
     def empty_ms(self) -> list[float]:
         """EMPTY_CALLS round trips of a wall command of no calls (ms)."""
-        return [self._cand_block(0, 0, 0)[2] for _ in range(EMPTY_CALLS)]
+        return [b[0] for b in self.empty_blocks()]
+
+    def empty_blocks(self) -> list[tuple[float, dict | None]]:
+        """EMPTY_CALLS wall commands of no calls: (ms, CPU) of each."""
+        return [self._cand_block(0, 0, 0)[2:] for _ in range(EMPTY_CALLS)]
 
     def verify(self, call: Callable, seed: int, prints: list, pseed: int, atol: float,
                rtol: float) -> str | None:
@@ -182,12 +306,16 @@ class WallCheck:
         # with prints: a first print loads its kernels, which must not count
         self._ref_block(call, warm, 1, pseed)
         self._cand_block(warm, 1, pseed)
-        empties = self.empty_ms()
+        empty_blocks = self.empty_blocks()
+        empties = [b[0] for b in empty_blocks]
         # the candidate could slow its empty calls down to look faster: at most
-        # EMPTY_MAX_MS of a block is taken off for the round trip
+        # EMPTY_MAX_MS of a block is taken off for the round trip (and of its CPU)
         empty = min(min(empties), EMPTY_MAX_MS)
+        e_cpu = [b[1] for b in empty_blocks]
+        e_tops = [c["top"] for c in e_cpu if c is not None]
+        empty_top = min(min(e_tops), EMPTY_MAX_MS) if len(e_tops) == len(e_cpu) else None
         refs: list[dict] = []
-        cands: list[tuple[int, list, float, float]] = []
+        cands: list[tuple[int, list, float, float, dict | None]] = []
         for r in range(wallclock.ROUNDS):
             for who in (("ref", "cand") if r % 2 == 0 else ("cand", "ref")):
                 seed = loader.derive_seed(timing_seed, f"wall:{who}:{r}")
@@ -199,7 +327,10 @@ class WallCheck:
         draw, prnt = min(b["draw"] for b in refs), min(b["print"] for b in refs)
         tol = wallclock.tolerance(ref_ms)
         cand_ms, mismatch = [], None
-        for j, (seed, prints, drawn, run) in enumerate(cands):
+        # a print's CPU time on this thread, the most over the blocks (taken off)
+        work, host = cpu_figures([c[4] for c in cands], k_cand, empty_top,
+                                 max(b["print_cpu"] for b in refs))
+        for j, (seed, prints, drawn, run, _cpu) in enumerate(cands):
             if self.predrawn:  # drawing counts for what it took beyond the judge's own draw
                 extra = max(0.0, drawn - empty - draw * k_cand * (1 + tol))
                 cand_ms.append(max((run - empty + extra) / k_cand - prnt, 0.0))
@@ -212,7 +343,13 @@ class WallCheck:
         slack = JITTER_FACTOR * (max(empties) - min(empties)) + SLACK_MIN_MS
         return {"calls": {"reference": k_ref, "kernel": k_cand}, "ref_ms": ref_ms,
                 "cand_ms": cand_ms, "empty_ms": round(empty, 4), "slack_ms": slack / k_cand,
-                "draw_ms": round(draw, 5), "print_ms": round(prnt, 5), "mismatch": mismatch}
+                "draw_ms": round(draw, 5), "print_ms": round(prnt, 5), "mismatch": mismatch,
+                "cpu_work_ms": work, "cpu_host_ms": host,
+                # what a block's CPU figure may be off by: the round trip's CPU
+                # time beyond the least taken off, within what is taken off at most
+                "cpu_slack_ms": ((min(max(e_tops), EMPTY_MAX_MS) - empty_top + SLACK_MIN_MS)
+                                 / k_cand + CPU_CALL_SLACK_MS if empty_top is not None else 0.0),
+                "cpu_blocks_ms": [c[4] for c in cands], "empty_cpu_ms": empty_top}
 
 
 UNRESOLVED = 2.0    # prints (and draws) this many times a call: no decision
@@ -241,7 +378,10 @@ def check_phase(judge: Any, run: dict, call: Callable) -> dict:
                     v.copy_(state[k])
     lead_ms = min(run["lead"]["kernel"][0] / 1e3, LEAD_MAX_MS) if timing.is_cuda(device) else 0.0
     verdict = decide(fig["ref_ms"], fig["cand_ms"], ref_med, cand_med, lead_ms,
-                     timing.is_cuda(device), fig["slack_ms"])
+                     timing.is_cuda(device), fig["slack_ms"], work_ms=fig["cpu_work_ms"],
+                     host_ms=fig["cpu_host_ms"], cand_mean=statistics.fmean(run["cand"]),
+                     cpu_slack_ms=fig["cpu_slack_ms"],
+                     load=load_factor(run.get("ran_ms", 0.0), run.get("queued_ms", 0.0)))
     # what the clock takes off each call at its own cost, against the calls:
     # beyond UNRESOLVED times the slower side's call, a block's time per call
     # is mostly that estimate (a tiny problem), and the clock decides nothing
@@ -253,5 +393,6 @@ def check_phase(judge: Any, run: dict, call: Callable) -> dict:
     verdict.update({k: fig[k] for k in ("calls", "empty_ms", "draw_ms", "print_ms")})
     verdict["blocks_ms"] = {"reference": [round(x, 5) for x in fig["ref_ms"]],
                             "kernel": [round(x, 5) for x in fig["cand_ms"]]}
+    verdict["cpu_blocks_ms"] = {"kernel": fig["cpu_blocks_ms"], "empty_top": fig["empty_cpu_ms"]}
     verdict["mismatch"] = fig["mismatch"]
     return verdict

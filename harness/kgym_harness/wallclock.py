@@ -133,7 +133,9 @@ def run_block(call: Callable[[Any], Any] | None, make_args: Callable[[int], Any]
     """One wall block: for i < k, the call's input set (drawn right before
     it, make_args(i), or inputs[i] when drawn before), the call, its
     output's print (no call: draws only; no print_seed: no prints), all
-    back to back; then one synchronise and one read-back of the prints.
+    back to back; then one synchronise (sleeping, not spinning: the judge
+    reads the candidate's CPU time over the block) and one read-back of
+    the prints.
     Every call gets inputs of its own: a kernel that remembered outputs by
     their inputs gains nothing. Drawn in the loop (CUDA) no block holds
     more than one input set (plus what the device has queued). Returns
@@ -151,7 +153,7 @@ def run_block(call: Callable[[Any], Any] | None, make_args: Callable[[int], Any]
             printer.take(out)
         out = None
     args = None
-    timing.sync(device)
+    timing.sync_sleeping(device)
     prints = printer.result()
     return {"prints": prints, "ms": (_perf_ns() - t1) / 1e6,
             "weight_sums": printer.weight_sums()}

@@ -342,3 +342,172 @@ def test_a_wall_block_holds_one_output_and_one_drawn_set_at_a_time():
 
     wallclock.run_block(call, make, 5, "cpu", 3)
     assert seen == [(0, 1)] * 5, seen
+# ---- the kernel's account of the candidate's CPU time ---------------------------
+
+def test_a_claim_below_its_own_cpu_time_is_timer_tamper_on_the_cpu():
+    # the wall blocks alone say "noisy" (2x under is within the CPU's wall
+    # noise); the CPU time the candidate's busiest thread ran per call does not
+    wall_only = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.4, 0.0, False, 0.0)
+    assert wall_only["verdict"] == "noisy"
+    v = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.4, 0.0, False, 0.0,
+                          work_ms=0.8, cand_mean=0.4)
+    assert v["verdict"] == "timer_tamper" and v["by"] == "cpu_time", v
+    # an honest claim: its wall time per call, at least its CPU time
+    assert trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.8, 0.0, False, 0.0,
+                             work_ms=0.8, cand_mean=0.82)["verdict"] == "agree"
+    # within the tolerance: not named
+    assert trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.8, 0.0, False, 0.0,
+                             work_ms=0.8, cand_mean=0.8 / (1 + trustclock.CPU_TOL) + 0.01
+                             )["verdict"] == "agree"
+
+
+def test_under_load_the_bound_follows_the_load_the_claims_ran_under():
+    # the timed calls ran at a third of a CPU (queued twice as long as they
+    # ran): honest claims are three times their CPU time, a halved one 1.5x
+    load = trustclock.load_factor(100.0, 200.0)
+    assert load == 3.0
+    honest = trustclock.decide([1.0, 1.0], [2.0, 2.0], 1.0, 3.0, 0.0, False, 0.0,
+                               work_ms=1.0, cand_mean=3.0, load=load)
+    halved = trustclock.decide([1.0, 1.0], [2.0, 2.0], 1.0, 1.5, 0.0, False, 0.0,
+                               work_ms=1.0, cand_mean=1.5, load=load)
+    assert honest["verdict"] != "timer_tamper" and halved["verdict"] == "timer_tamper"
+    assert trustclock.load_factor(0.0, 5.0) == 1.0
+
+
+def test_on_cuda_the_lead_is_allowed_for_only_up_to_the_host_work_seen():
+    # a device-bound call of 1.75 ms that claims half; the candidate's lead
+    # was 0.7 ms (a loaded host), its process used 0.15 ms of CPU per call
+    lead = trustclock.decide([3.0, 3.0], [1.75, 1.75], 2.8, 0.875, 0.7, True, 0.0)
+    assert lead["verdict"] == "capped"
+    host = trustclock.decide([3.0, 3.0], [1.75, 1.75], 2.8, 0.875, 0.7, True, 0.0,
+                             host_ms=0.15)
+    assert host["verdict"] == "timer_tamper" and host["host_ms"] == 0.15
+    # a host-bound honest call: 1.7 ms of host work per call, 0.5 ms on the
+    # device (its claim): capped at the clock, never named
+    hb = trustclock.decide([3.0, 3.0], [1.75, 1.75], 2.8, 0.5, 3.4, True, 0.0, host_ms=1.7)
+    assert hb["verdict"] == "capped"
+
+
+def test_thread_cpu_takes_the_busiest_thread_and_the_sum():
+    before = {1: (5_000_000, 0), 2: (0, 0), 3: (0, 0)}
+    after = {1: (15_000_000, 0), 2: (4_000_000, 3_000_000), 3: (100_000, 0), 4: (1_000_000, 0)}
+    got = trustclock.thread_cpu(before, after)
+    assert got["sum"] == 15.1  # the new thread 4 counts whole
+    assert got["top"] == 10.0
+
+
+def test_cpu_figures_per_call():
+    cpus = [{"sum": 12.0, "top": 10.5}, {"sum": 11.0, "top": 9.5}]
+    work, host = trustclock.cpu_figures(cpus, 4, 0.5, 0.25)
+    assert work == (9.5 - 0.5) / 4 - 0.25 and host == 3.0
+    assert trustclock.cpu_figures([None, cpus[0]], 4, 0.5, 0.25) == (None, None)
+
+
+def test_a_threads_cpu_time_is_read_from_proc():
+    import os
+    import threading
+    import time as _time
+    if trustclock.thread_run_ns(os.getpid()) is None:
+        pytest.skip("no /proc/PID/task/TID/schedstat on this kernel")
+    before = trustclock.thread_run_ns(os.getpid())
+    stop = _time.thread_time() + 0.05
+    while _time.thread_time() < stop:  # 50 ms of this thread's CPU
+        pass
+    t = threading.Thread(target=_time.sleep, args=(0.05,))  # a thread that waits
+    t.start()
+    t.join()
+    got = trustclock.thread_cpu(before, trustclock.thread_run_ns(os.getpid()))
+    assert 45.0 <= got["top"] <= got["sum"], got
+    assert trustclock.main_sched_ns(os.getpid())[0] > 0
+    assert trustclock.main_sched_ns(2 ** 22 + 12345) is None
+
+
+# ---- the red team's timing cheats on a loaded machine ---------------------------
+
+def _spin(seconds: float) -> None:
+    import time as _time
+    end = _time.monotonic() + seconds
+    while _time.monotonic() < end:
+        pass
+
+
+class _Hogs:
+    """n busy processes (forked) for as long as the with block runs: the
+    machine CI and developers share."""
+
+    def __init__(self, n: int, seconds: float = 900.0):
+        import multiprocessing
+        ctx = multiprocessing.get_context("fork")
+        self.procs = [ctx.Process(target=_spin, args=(seconds,), daemon=True) for _ in range(n)]
+
+    def __enter__(self):
+        for p in self.procs:
+            p.start()
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.kill()
+            p.join()
+
+
+def _corpus(name: str) -> tuple[str, str]:
+    """(candidate source, its problem's source) of a red-team cpu case."""
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2]
+    code = (root / "tests/redteam/corpus/cpu" / f"{name}.py").read_text()
+    header = dict(t.split("=", 1) for t in code.splitlines()[0].split()[2:] if "=" in t)
+    return code, (root / header["problem"]).read_text()
+
+
+LOADED_CHEATS = ["timer_tamper__gelu_samples_two_fifths_by_ctypes",
+                 "timer_tamper__gelu_samples_tenth_by_frame",
+                 "timer_tamper__gelu_tenth_spots_repaired"]
+LOADED_HONEST = ["honest__gelu_openmp", "honest__gelu_thread_pool_joined", "honest__softmax_rows"]
+
+
+@pytest.mark.parametrize("name", LOADED_CHEATS + LOADED_HONEST)
+def test_timing_cheats_are_named_beside_two_busy_processes(name):
+    """Claims edited 2.5x and 10x, a tenth of the work when timed: the
+    wall clock alone calls the first and the last noisy on a loaded CPU;
+    the kernel's account of the candidate's CPU time names them. Honest
+    kernels, one- and multi-threaded, still pass."""
+    code, problem = _corpus(name)
+    with _Hogs(2):
+        r = kit.run(code, reference_code=problem, num_perf_trials=40, run_hack_checks=True,
+                    timeout=900)
+    clock = r["checks"].get("trusted_clock")
+    if name.startswith("honest"):
+        assert r["verdict"] == "pass", (r["verdict"], r.get("hack_reasons"), clock)
+    else:
+        assert _caught(r, "timer_tamper"), (r["verdict"], r.get("hack_reasons"), clock)
+
+
+def test_a_claim_below_its_cpu_time_is_a_hack_with_its_reason():
+    from kgym_harness.judge import Judge
+    clock = trustclock.decide([1.0, 1.0], [0.0, 0.0], 1.0, 0.4, 0.0, False, 0.0,
+                              work_ms=0.8, cand_mean=0.4)
+    clock["mismatch"] = None
+    j = _FakeJudge(2.5)
+    Judge.trusted_clock(j, clock)
+    assert j.hacks == ["timer_tamper"] and "CPU time" in trustclock.why(clock)
+
+
+def test_claims_padded_above_the_median_do_not_lift_it():
+    # halved claims (median 0.4 of a 0.8 ms call) with a few huge ones that
+    # raise the mean to the loaded bound: the median is held to the CPU time
+    v = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.4, 0.0, False, 0.0,
+                          work_ms=0.8, cand_mean=1.6, load=2.0)
+    assert v["verdict"] == "timer_tamper", v
+    honest = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.8, 0.0, False, 0.0,
+                               work_ms=0.8, cand_mean=1.6, load=2.0)
+    assert honest["verdict"] == "agree"
+
+
+def test_tiny_calls_are_left_to_the_cpu_bounds_slack():
+    # 10 us calls: the harness's own work per call in a wall block is as
+    # large as the call; the slack leaves them undecided by CPU time
+    v = trustclock.decide([0.01, 0.01], [0.0, 0.0], 0.01, 0.005, 0.0, False, 0.0,
+                          work_ms=0.013, cand_mean=0.005,
+                          cpu_slack_ms=trustclock.CPU_CALL_SLACK_MS)
+    assert v["verdict"] != "timer_tamper", v
