@@ -174,11 +174,11 @@ int kg_cli_report(int argc, char **argv)
     kg_log_init("kgym report", NULL, 0);
     struct ropts o = {.nf = 0};
     const kg_opt table[] = {
-        {"--strict", KG_OPT_FLAG, &o.strict, 0, 0, NULL},
-        {"--no-html", KG_OPT_FLAG, &o.no_html, 0, 0, NULL},
-        {"--out", KG_OPT_CALL, NULL, 0, 0, set_path},
-        {"--baseline", KG_OPT_CALL, NULL, 0, 0, set_path},
-        {NULL, 0, NULL, 0, 0, NULL},
+        KG_OPT_F("--strict", &o.strict),
+        KG_OPT_F("--no-html", &o.no_html),
+        KG_OPT_FN("--out", set_path),
+        KG_OPT_FN("--baseline", set_path),
+        KG_OPT_END,
     };
     kg_opts spec = {.opts = table,
                     .ctx = &o,

@@ -50,6 +50,15 @@ typedef struct {
     const char *hint;
 } kg_opts;
 
+/* Table entries, one per kind. */
+#define KG_OPT_F(n, p) {n, KG_OPT_FLAG, p, 0, 0, NULL}
+#define KG_OPT_S(n, p) {n, KG_OPT_STR, p, 0, 0, NULL}
+#define KG_OPT_I(n, p, lo, hi) {n, KG_OPT_INT, p, lo, hi, NULL}
+#define KG_OPT_D(n, p, lo, hi) {n, KG_OPT_DOUBLE, p, lo, hi, NULL}
+#define KG_OPT_FN(n, f) {n, KG_OPT_CALL, NULL, 0, 0, f}
+#define KG_OPT_FN0(n, f) {n, KG_OPT_CALL0, NULL, 0, 0, f}
+#define KG_OPT_END {NULL, 0, NULL, 0, 0, NULL}
+
 #define KG_OPTS_HELP 1
 
 /*

@@ -51,12 +51,12 @@ static int add_other(void *ctx, const char *name, const char *v, kg_err *err)
 static int parse(kg_opts *spec, struct seen *s, const char **args, kg_err *err)
 {
     const kg_opt opts[] = {
-        {"--json", KG_OPT_FLAG, &s->json, 0, 0, NULL},
-        {"--ref", KG_OPT_STR, &s->ref, 0, 0, NULL},
-        {"--count", KG_OPT_INT, &s->count, 0, 32, NULL},
-        {"--timeout", KG_OPT_DOUBLE, &s->timeout, 0, HUGE_VAL, NULL},
-        {"--cand", KG_OPT_CALL, NULL, 0, 0, add_cand},
-        {NULL, 0, NULL, 0, 0, NULL},
+        KG_OPT_F("--json", &s->json),
+        KG_OPT_S("--ref", &s->ref),
+        KG_OPT_I("--count", &s->count, 0, 32),
+        KG_OPT_D("--timeout", &s->timeout, 0, HUGE_VAL),
+        KG_OPT_FN("--cand", add_cand),
+        KG_OPT_END,
     };
     char *argv[32];
     int argc = 0;
