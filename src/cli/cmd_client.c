@@ -493,16 +493,9 @@ static int parse_submit_args(int argc, char **argv, struct submit_opts *so,
     };
     struct submit_parse sp = {so, cs, n};
     kg_opts spec = {.opts = table, .ctx = &sp, .other = field_opt};
-    kg_err err = {{0}};
-    int rc = kg_opts_parse(&spec, argc, argv, &err);
-    if (rc == KG_OPTS_HELP) {
-        submit_usage(stdout);
-        return 0;
-    }
-    if (rc) {
-        kg_error("%s", err.msg);
-        return 2;
-    }
+    int rc = kg_opts_main(&spec, argc, argv, submit_usage);
+    if (rc >= 0)
+        return rc;
     if (!so->ref || *n == 0) {
         submit_usage(stderr);
         return 2;

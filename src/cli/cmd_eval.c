@@ -354,16 +354,9 @@ static int parse_eval_args(int argc, char **argv, struct evalrun *run,
     };
     struct eval_parse ep = {run, ref, cfg, fields};
     kg_opts spec = {.opts = table, .ctx = &ep, .other = field_opt};
-    kg_err err = {{0}};
-    int rc = kg_opts_parse(&spec, argc, argv, &err);
-    if (rc == KG_OPTS_HELP) {
-        usage(stdout);
-        return 0;
-    }
-    if (rc) {
-        kg_error("%s", err.msg);
-        return 2;
-    }
+    int rc = kg_opts_main(&spec, argc, argv, usage);
+    if (rc >= 0)
+        return rc;
     if (!*ref || run->n == 0) {
         usage(stderr);
         return 2;

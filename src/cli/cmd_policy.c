@@ -537,16 +537,9 @@ static int scripted(int argc, char **argv)
                     .ctx = &o,
                     .positional = set_dir,
                     .hint = " (kgym policy scripted --help)"};
-    kg_err err = {{0}};
-    int rc = kg_opts_parse(&spec, argc, argv, &err);
-    if (rc == KG_OPTS_HELP) {
-        usage(stdout);
-        return 0;
-    }
-    if (rc) {
-        kg_error("%s", err.msg);
-        return 2;
-    }
+    int rc = kg_opts_main(&spec, argc, argv, usage);
+    if (rc >= 0)
+        return rc;
     const char *dir = o.dir, *host = o.host, *problems = o.problems;
     long port = o.port;
     if (!dir) {
@@ -557,6 +550,7 @@ static int scripted(int argc, char **argv)
     s.rng = (s.rng + 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
     if (!s.rng)
         s.rng = 1;
+    kg_err err = {{0}};
     rc = load_dir(&s, dir, &err);
     if (!rc) {
         char root[PATH_MAX];

@@ -36,6 +36,11 @@ static const char usage_text[] =
     "                rows' own (eager, or torch.compile when evaluated so)\n"
     "  --no-html     report.json and the tables only\n";
 
+static void help(FILE *f)
+{
+    fputs(usage_text, f);
+}
+
 static int write_json(const char *dir, const json_t *report)
 {
     char path[PATH_MAX], tmp[PATH_MAX + 8];
@@ -184,16 +189,9 @@ int kg_cli_report(int argc, char **argv)
                     .ctx = &o,
                     .positional = add_file,
                     .hint = " (kgym report --help)"};
-    kg_err err = {{0}};
-    int prc = kg_opts_parse(&spec, argc, argv, &err);
-    if (prc == KG_OPTS_HELP) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
-    if (prc) {
-        kg_error("%s", err.msg);
-        return 2;
-    }
+    int prc = kg_opts_main(&spec, argc, argv, help);
+    if (prc >= 0)
+        return prc;
     if (!o.nf || !o.out) {
         kg_error("%s (kgym report --help)",
                  !o.nf ? "no rollout file given" : "--out DIR is required");

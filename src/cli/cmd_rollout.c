@@ -177,17 +177,7 @@ static int parse_args(int argc, char **argv, ro_opts *o)
         KG_OPT_END,
     };
     kg_opts spec = {.opts = table, .ctx = o, .other = field_opt};
-    kg_err err = {{0}};
-    int rc = kg_opts_parse(&spec, argc, argv, &err);
-    if (rc == KG_OPTS_HELP) {
-        usage(stdout);
-        return 0;
-    }
-    if (rc) {
-        kg_error("%s", err.msg);
-        return 2;
-    }
-    return -1;
+    return kg_opts_main(&spec, argc, argv, usage);
 }
 
 /* Checks the request fields given as flags the way the server will. */

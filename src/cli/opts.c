@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/opts.h"
+#include "common/log.h"
 
 /* "from 0 to 32", "of at least 0", "": the range for a message. */
 static void range_text(double lo, double hi, char *buf, size_t n)
@@ -144,4 +145,20 @@ int kg_opts_parse(const kg_opts *s, int argc, char **argv, kg_err *err)
             return rc;
     }
     return 0;
+}
+
+int kg_opts_main(const kg_opts *spec, int argc, char **argv,
+                 void (*help)(FILE *))
+{
+    kg_err err = {{0}};
+    int rc = kg_opts_parse(spec, argc, argv, &err);
+    if (rc == KG_OPTS_HELP) {
+        help(stdout);
+        return 0;
+    }
+    if (rc) {
+        kg_error("%s", err.msg);
+        return 2;
+    }
+    return -1;
 }

@@ -9,6 +9,8 @@
 #ifndef KGYM_CLI_OPTS_H
 #define KGYM_CLI_OPTS_H
 
+#include <stdio.h>
+
 #include "kgym/kgym.h"
 
 typedef enum {
@@ -70,6 +72,11 @@ typedef struct {
  * a missing or bad value, or the code a fn returned.
  */
 int kg_opts_parse(const kg_opts *spec, int argc, char **argv, kg_err *err);
+
+/* kg_opts_parse for a command: -1 to go on, else its exit code: 0 after
+ * help(stdout) at -h or --help, 2 after logging the refusal (kg_error). */
+int kg_opts_main(const kg_opts *spec, int argc, char **argv,
+                 void (*help)(FILE *));
 
 /* The value v of option name as an integer in [lo, hi] (written the
  * way strtod reads it, with no fraction): 0 and *out, or KG_EINVAL with
