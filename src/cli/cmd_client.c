@@ -4,6 +4,7 @@
  * out, 2 bad usage or a request the server refused (4xx). */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/cli_util.h"
 #include "cli/client_wait.h"
+#include "cli/opts.h"
 #include "common/clock.h"
 #include "common/http_client.h"
 #include "common/log.h"
@@ -114,40 +116,44 @@ static int wait_result(kg_client *c, const char *id, double timeout_s,
     return code;
 }
 
+static int set_id(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct copts *o = ctx;
+    (void)name;
+    if (o->id)
+        return kg_errf(err, KG_EINVAL, "%s: unexpected argument", v);
+    o->id = v;
+    return 0;
+}
+
 /*
  * Parses the options shared by status/result/wait/cancel: one task id,
- * --server, --token-file, --json, --timeout. Returns -1 on bad usage.
+ * --server, --token-file, --json, --timeout (wait). Returns 0, 1 after
+ * printing the help, or -1 on bad usage (logged).
  */
 static int parse_common(const char *cmd, int argc, char **argv, struct copts *o,
                         int allow_timeout)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-        } else if (!strcmp(a, "--server") && v) {
-            o->server = argv[++i];
-        } else if (!strcmp(a, "--token-file") && v) {
-            o->token_file = argv[++i];
-        } else if (allow_timeout && !strcmp(a, "--timeout") && v) {
-            char *end;
-            o->timeout_s = strtod(argv[++i], &end);
-            if (*end || o->timeout_s < 0) {
-                kg_error("--timeout: expected seconds");
-                return -1;
-            }
-        } else if (a[0] != '-' && !o->id) {
-            o->id = a;
-        } else {
-            kg_error("%s: unexpected argument", a);
-            return -1;
-        }
-    }
-    if (!o->id) {
-        fprintf(stderr, "usage: kgym %s ID [--json]%s\n%s", cmd,
-                allow_timeout ? " [--timeout S]" : "", COMMON_HELP);
+    kg_opt table[] = {
+        KG_OPT_F("--json", &o->json),
+        KG_OPT_S("--server", &o->server),
+        KG_OPT_S("--token-file", &o->token_file),
+        KG_OPT_D("--timeout", &o->timeout_s, 0, HUGE_VAL),
+        KG_OPT_END,
+    };
+    if (!allow_timeout)
+        table[3] = (kg_opt)KG_OPT_END;
+    kg_opts spec = {.opts = table, .ctx = o, .positional = set_id};
+    kg_err err = {{0}};
+    int rc = kg_opts_parse(&spec, argc, argv, &err);
+    if (rc < 0) {
+        kg_error("%s", err.msg);
         return -1;
+    }
+    if (rc == KG_OPTS_HELP || !o->id) {
+        fprintf(rc ? stdout : stderr, "usage: kgym %s ID [--json]%s\n%s", cmd,
+                allow_timeout ? " [--timeout S]" : "", COMMON_HELP);
+        return rc ? 1 : -1;
     }
     if (!kg_task_id_valid(o->id)) {
         kg_error("%s: not a task id", o->id);
@@ -181,8 +187,9 @@ static int simple_call(const char *cmd, int argc, char **argv,
     struct copts o = {0};
     kg_client *c;
     log_init(cmd);
-    if (parse_common(cmd, argc, argv, &o, 0) || connect_or_fail(&o, &c))
-        return 2;
+    int p = parse_common(cmd, argc, argv, &o, 0);
+    if (p || connect_or_fail(&o, &c))
+        return p > 0 ? 0 : 2;
     char path[160];
     snprintf(path, sizeof path, "%s%s", prefix, o.id);
     kg_client_resp r;
@@ -236,8 +243,9 @@ int kg_cli_wait(int argc, char **argv)
     struct copts o = {0};
     kg_client *c;
     log_init("wait");
-    if (parse_common("wait", argc, argv, &o, 1) || connect_or_fail(&o, &c))
-        return 2;
+    int p = parse_common("wait", argc, argv, &o, 1);
+    if (p || connect_or_fail(&o, &c))
+        return p > 0 ? 0 : 2;
     int code = wait_result(c, o.id, o.timeout_s, o.json);
     kg_client_free(c);
     return code;
@@ -446,50 +454,48 @@ struct submit_opts {
     json_t *fields; /* the request's fields, owned */
 };
 
+/* Where parse_submit_args puts what it reads. */
+struct submit_parse {
+    struct submit_opts *so;
+    struct cand *cs;
+    int *n;
+};
+
+static int cand_opt(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct submit_parse *sp = ctx;
+    (void)name;
+    return add_cands(sp->cs, sp->n, v, err);
+}
+
+/* Any other --FIELD VALUE: a request field. */
+static int field_opt(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct submit_parse *sp = ctx;
+    return kg_request_flag(sp->so->fields, name, v, err);
+}
+
 /* Reads argv into so and the candidates into cs[0..*n). Returns -1 to go
  * on, else the exit code (0: --help). */
 static int parse_submit_args(int argc, char **argv, struct submit_opts *so,
                              struct cand *cs, int *n)
 {
-    kg_err err = {{0}};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            submit_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--wait")) {
-            so->o.wait = 1;
-        } else if (!strcmp(a, "--json")) {
-            so->o.json = 1;
-        } else if (!strcmp(a, "--table")) {
-            so->table = 1;
-        } else if (strncmp(a, "--", 2) || !v) {
-            kg_error("%s: %s", a,
-                     strncmp(a, "--", 2) ? "unexpected argument"
-                                         : "needs a value");
-            return 2;
-        } else {
-            i++;
-            if (!strcmp(a, "--ref"))
-                so->ref = v;
-            else if (!strcmp(a, "--cand")) {
-                if (add_cands(cs, n, v, &err)) {
-                    kg_error("%s", err.msg);
-                    return 2;
-                }
-            } else if (!strcmp(a, "--server"))
-                so->o.server = v;
-            else if (!strcmp(a, "--token-file"))
-                so->o.token_file = v;
-            else if (!strcmp(a, "--wait-timeout"))
-                so->o.timeout_s = atof(v);
-            else if (kg_request_flag(so->fields, a, v, &err)) {
-                kg_error("%s", err.msg);
-                return 2;
-            }
-        }
-    }
+    const kg_opt table[] = {
+        KG_OPT_F("--wait", &so->o.wait),
+        KG_OPT_F("--json", &so->o.json),
+        KG_OPT_F("--table", &so->table),
+        KG_OPT_S("--ref", &so->ref),
+        KG_OPT_FN("--cand", cand_opt),
+        KG_OPT_S("--server", &so->o.server),
+        KG_OPT_S("--token-file", &so->o.token_file),
+        KG_OPT_D("--wait-timeout", &so->o.timeout_s, 0, HUGE_VAL),
+        KG_OPT_END,
+    };
+    struct submit_parse sp = {so, cs, n};
+    kg_opts spec = {.opts = table, .ctx = &sp, .other = field_opt};
+    int rc = kg_opts_main(&spec, argc, argv, submit_usage);
+    if (rc >= 0)
+        return rc;
     if (!so->ref || *n == 0) {
         submit_usage(stderr);
         return 2;

@@ -5,6 +5,7 @@
  * SFT chat line: the chat of the chosen turn and the teacher's reply to
  * it. docs/agent.md describes the filter and the lines. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include "agent/rollout.h"
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "common/log.h"
 
 #define MAX_ARGS 512
@@ -162,39 +164,74 @@ static void usage(FILE *f)
             "hacked and at least --min-speedup (default 0) fast.\n");
 }
 
+/* The arguments for kgym rollout, as split_args gathers them. */
+struct split {
+    struct copts *c;
+    char **av;
+    int n, turns;
+};
+
+static int filter_opt(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct split *sp = ctx;
+    if (strcmp(v, "final") && strcmp(v, "best"))
+        return kg_errf(err, KG_EINVAL, "%s: final or best, not '%s'", name, v);
+    sp->c->best = !strcmp(v, "best");
+    return 0;
+}
+
+/* Any other argument goes to kgym rollout as it is; collect reads the
+ * values of --turns and --out (next: the argument after a) on the way. */
+static int forward(void *ctx, const char *a, const char *next, kg_err *err)
+{
+    struct split *sp = ctx;
+    if (sp->n >= MAX_ARGS - 6)
+        return kg_errf(err, KG_EINVAL, "more than %d arguments", MAX_ARGS - 6);
+    sp->av[sp->n++] = (char *)a;
+    const char *eq = strchr(a, '=');
+    size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    const char *v = eq ? eq + 1 : next;
+    if (v && len == 7 && !strncmp(a, "--turns", len))
+        sp->turns = atoi(v);
+    if (v && len == 5 && !strncmp(a, "--out", len))
+        sp->c->out = v;
+    return 0;
+}
+
+static int positional(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    (void)name;
+    return forward(ctx, v, NULL, err);
+}
+
 /* Takes collect's own flags out of argv into c and the rest into av
  * (with --turns 5 and --out added when absent). Returns the new argc, or
  * -1 / -2 (--help) after logging. */
 static int split_args(int argc, char **argv, struct copts *c, char **av,
                       char *outbuf, size_t outlen)
 {
-    int n = 0, turns = 0;
-    av[n++] = argv[0];
-    for (int i = 1; i < argc && n < MAX_ARGS - 6; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-            return -2;
-        if (!strcmp(a, "--sft") && v) {
-            c->sft = argv[++i];
-        } else if (!strcmp(a, "--filter") && v &&
-                   (!strcmp(v, "final") || !strcmp(v, "best"))) {
-            c->best = !strcmp(argv[++i], "best");
-        } else if (!strcmp(a, "--min-speedup") && v &&
-                   (c->min_sp = strtod(v, &end), end != v && !*end)) {
-            i++;
-        } else if (!strcmp(a, "--filter") || !strcmp(a, "--min-speedup")) {
-            kg_error("%s: %s", a,
-                     !strcmp(a, "--filter") ? "final or best" : "a number");
-            return -1;
-        } else {
-            if (!strcmp(a, "--turns") && v)
-                turns = atoi(v);
-            if (!strcmp(a, "--out") && v)
-                c->out = v;
-            av[n++] = argv[i];
-        }
+    const kg_opt table[] = {
+        KG_OPT_S("--sft", &c->sft),
+        KG_OPT_FN("--filter", filter_opt),
+        KG_OPT_D("--min-speedup", &c->min_sp, -HUGE_VAL, HUGE_VAL),
+        KG_OPT_END,
+    };
+    struct split sp = {c, av, 0, 0};
+    av[sp.n++] = argv[0];
+    kg_opts spec = {.opts = table,
+                    .ctx = &sp,
+                    .positional = positional,
+                    .other = forward,
+                    .pass = 1};
+    kg_err err = {{0}};
+    int rc = kg_opts_parse(&spec, argc, argv, &err);
+    if (rc == KG_OPTS_HELP)
+        return -2;
+    if (rc) {
+        kg_error("%s", err.msg);
+        return -1;
     }
+    int n = sp.n, turns = sp.turns;
     if (!c->sft) {
         kg_error("--sft FILE.jsonl is needed (kgym collect --help)");
         return -1;

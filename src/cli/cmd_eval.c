@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_util.h"
+#include "cli/opts.h"
 #include "common/log.h"
 #include "common/request.h"
 #include "worker/engine.h"
@@ -261,17 +262,70 @@ static void on_stop_signal(int sig)
     signal(SIGTERM, SIG_DFL);
 }
 
-/* The value of a 0..32 count option (--prewarm, --stage), or -1 after
- * logging why. */
-static int count_0_32(const char *opt, const char *v)
+/* Where parse_eval_args puts what it reads. */
+struct eval_parse {
+    struct evalrun *run;
+    const char **ref;
+    kg_engine_cfg *cfg;
+    json_t *fields;
+};
+
+/* --fresh, --no-sandbox, --no-cgroups, --verbose (cli_util.c). */
+static int engine_flag(void *ctx, const char *name, const char *v, kg_err *err)
 {
+    struct eval_parse *ep = ctx;
+    (void)v, (void)err;
+    kg_cli_engine_flag(ep->cfg, name);
+    return 0;
+}
+
+/* --cpu-threads, --compile-ahead, --spare-mem-floor (cli_util.c). */
+static int engine_knob(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct eval_parse *ep = ctx;
+    int rc = kg_cli_engine_knob(ep->cfg, name, v, err);
+    return rc < 0 ? rc : 0;
+}
+
+/* --prewarm N, --stage N: 0 to 32 (--prewarm 0: none, cfg's -1). */
+static int count_0_32(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct eval_parse *ep = ctx;
     char *end;
     long n = strtol(v, &end, 10);
-    if (!*v || *end || n < 0 || n > 32) {
-        kg_error("%s: a number from 0 to 32, not '%s'", opt, v);
-        return -1;
-    }
-    return (int)n;
+    if (!*v || *end || n < 0 || n > 32)
+        return kg_errf(err, KG_EINVAL, "%s: a number from 0 to 32, not '%s'",
+                       name, v);
+    if (!strcmp(name, "--stage"))
+        ep->cfg->stage = (int)n;
+    else
+        ep->cfg->prewarm = n ? (int)n : -1;
+    return 0;
+}
+
+/* --ref R: the reference of the --cand flags after it. */
+static int ref_opt(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct eval_parse *ep = ctx;
+    (void)name, (void)err;
+    if (!*ep->ref)
+        *ep->ref = v;
+    ep->run->cur_ref = v;
+    return 0;
+}
+
+static int cand_opt(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct eval_parse *ep = ctx;
+    (void)name;
+    return add_cands(ep->run, v, err);
+}
+
+/* Any other --FIELD VALUE: a request field. */
+static int field_opt(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct eval_parse *ep = ctx;
+    return kg_request_flag(ep->fields, name, v, err);
 }
 
 /* Reads argv into run (the candidates), *ref (the first --ref), cfg and
@@ -280,60 +334,29 @@ static int count_0_32(const char *opt, const char *v)
 static int parse_eval_args(int argc, char **argv, struct evalrun *run,
                            const char **ref, kg_engine_cfg *cfg, json_t *fields)
 {
-    kg_err err = {{0}};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            run->json_out = 1;
-        } else if (kg_cli_engine_flag(cfg, a)) {
-            /* --fresh, --no-sandbox, --no-cgroups, --verbose */
-        } else if (strncmp(a, "--", 2) || !v) {
-            kg_error("%s: %s", a,
-                     strncmp(a, "--", 2) ? "unexpected argument"
-                                         : "needs a value");
-            return 2;
-        } else {
-            i++;
-            int knob = kg_cli_engine_knob(cfg, a, v, &err); /* --cpu-threads.. */
-            if (knob < 0) {
-                kg_error("%s", err.msg);
-                return 2;
-            }
-            if (knob > 0)
-                continue;
-            if (!strcmp(a, "--ref")) {
-                if (!*ref)
-                    *ref = v;
-                run->cur_ref = v;
-            } else if (!strcmp(a, "--cand")) {
-                if (add_cands(run, v, &err)) {
-                    kg_error("%s", err.msg);
-                    return 2;
-                }
-            } else if (!strcmp(a, "--device"))
-                cfg->device = v;
-            else if (!strcmp(a, "--concurrency"))
-                cfg->concurrency = atoi(v);
-            else if (!strcmp(a, "--prewarm") || !strcmp(a, "--stage")) {
-                int n = count_0_32(a, v);
-                if (n < 0)
-                    return 2;
-                if (!strcmp(a, "--stage"))
-                    cfg->stage = n;
-                else
-                    cfg->prewarm = n ? n : -1;
-            } else if (!strcmp(a, "--python"))
-                cfg->python = v;
-            else if (kg_request_flag(fields, a, v, &err)) {
-                kg_error("%s", err.msg);
-                return 2;
-            }
-        }
-    }
+    const kg_opt table[] = {
+        KG_OPT_F("--json", &run->json_out),
+        KG_OPT_FN0("--fresh", engine_flag),
+        KG_OPT_FN0("--no-sandbox", engine_flag),
+        KG_OPT_FN0("--no-cgroups", engine_flag),
+        KG_OPT_FN0("--verbose", engine_flag),
+        KG_OPT_FN("--cpu-threads", engine_knob),
+        KG_OPT_FN("--compile-ahead", engine_knob),
+        KG_OPT_FN("--spare-mem-floor", engine_knob),
+        KG_OPT_FN("--ref", ref_opt),
+        KG_OPT_FN("--cand", cand_opt),
+        KG_OPT_S("--device", &cfg->device),
+        KG_OPT_I("--concurrency", &cfg->concurrency, 1, 64),
+        KG_OPT_FN("--prewarm", count_0_32),
+        KG_OPT_FN("--stage", count_0_32),
+        KG_OPT_S("--python", &cfg->python),
+        KG_OPT_END,
+    };
+    struct eval_parse ep = {run, ref, cfg, fields};
+    kg_opts spec = {.opts = table, .ctx = &ep, .other = field_opt};
+    int rc = kg_opts_main(&spec, argc, argv, usage);
+    if (rc >= 0)
+        return rc;
     if (!*ref || run->n == 0) {
         usage(stderr);
         return 2;

@@ -37,6 +37,7 @@
 #include "agent/problems.h"
 #include "cli/cli.h"
 #include "cli/cli_util.h"
+#include "cli/opts.h"
 #include "common/log.h"
 #include "common/request.h"
 
@@ -478,63 +479,69 @@ static void server_free(sp_server *s)
     kg_problems_free(&s->refs);
 }
 
+/* What kgym policy scripted was asked (besides s's --pick and --seed). */
+struct popts {
+    const char *dir, *host, *problems;
+    int port;
+    sp_server *s;
+};
+
+static int set_dir(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct popts *o = ctx;
+    (void)name;
+    if (o->dir)
+        return kg_errf(err, KG_EINVAL, "%s: unexpected argument (one DIR)", v);
+    o->dir = v;
+    return 0;
+}
+
+static int set_pick(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct popts *o = ctx;
+    (void)name;
+    if (strcmp(v, "cycle") && strcmp(v, "random"))
+        return kg_errf(err, KG_EINVAL, "--pick: cycle or random, got '%s'", v);
+    o->s->random = !strcmp(v, "random");
+    return 0;
+}
+
+/* --seed: any 64-bit unsigned integer (more than a double holds). */
+static int set_seed(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct popts *o = ctx;
+    char *end;
+    (void)name;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || *end || end == v || *v == '-')
+        return kg_errf(err, KG_EINVAL,
+                       "--seed: expected a non-negative integer, got '%s'", v);
+    o->s->rng = x;
+    return 0;
+}
+
 static int scripted(int argc, char **argv)
 {
-    const char *dir = NULL, *host = "127.0.0.1", *problems = NULL;
-    long port = 8100;
     sp_server s = {0};
-    s.rng = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (strncmp(a, "--", 2)) {
-            if (dir) {
-                kg_error("%s: unexpected argument (one DIR)", a);
-                return 2;
-            }
-            dir = a;
-            continue;
-        }
-        if (!v) {
-            kg_error("%s needs a value", a);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "--host")) {
-            host = v;
-        } else if (!strcmp(a, "--port")) {
-            errno = 0;
-            port = strtol(v, &end, 10);
-            if (errno || *end || end == v || port < 0 || port > 65535) {
-                kg_error("--port: expected 0 to 65535, got '%s'", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--problems")) {
-            problems = v;
-        } else if (!strcmp(a, "--pick")) {
-            if (strcmp(v, "cycle") && strcmp(v, "random")) {
-                kg_error("--pick: cycle or random, got '%s'", v);
-                return 2;
-            }
-            s.random = !strcmp(v, "random");
-        } else if (!strcmp(a, "--seed")) {
-            errno = 0;
-            unsigned long long x = strtoull(v, &end, 10);
-            if (errno || *end || end == v || *v == '-') {
-                kg_error("--seed: expected a non-negative integer, got '%s'",
-                         v);
-                return 2;
-            }
-            s.rng = x;
-        } else {
-            kg_error("%s: unknown option (kgym policy scripted --help)", a);
-            return 2;
-        }
-    }
+    struct popts o = {.host = "127.0.0.1", .port = 8100, .s = &s};
+    const kg_opt table[] = {
+        KG_OPT_S("--host", &o.host),
+        KG_OPT_I("--port", &o.port, 0, 65535),
+        KG_OPT_S("--problems", &o.problems),
+        KG_OPT_FN("--pick", set_pick),
+        KG_OPT_FN("--seed", set_seed),
+        KG_OPT_END,
+    };
+    kg_opts spec = {.opts = table,
+                    .ctx = &o,
+                    .positional = set_dir,
+                    .hint = " (kgym policy scripted --help)"};
+    int rc = kg_opts_main(&spec, argc, argv, usage);
+    if (rc >= 0)
+        return rc;
+    const char *dir = o.dir, *host = o.host, *problems = o.problems;
+    long port = o.port;
     if (!dir) {
         kg_error("a DIR of replies is needed (kgym policy scripted --help)");
         return 2;
@@ -544,7 +551,7 @@ static int scripted(int argc, char **argv)
     if (!s.rng)
         s.rng = 1;
     kg_err err = {{0}};
-    int rc = load_dir(&s, dir, &err);
+    rc = load_dir(&s, dir, &err);
     if (!rc) {
         char root[PATH_MAX];
         snprintf(root, sizeof root, "%s", dir);

@@ -15,6 +15,7 @@
 #include "agent/report.h"
 #include "cli/cli.h"
 #include "cli/cli_util.h"
+#include "cli/opts.h"
 #include "common/log.h"
 
 #define MAX_RUNS 64
@@ -34,6 +35,11 @@ static const char usage_text[] =
     "                (mean ms per problem; other hardware) instead of the\n"
     "                rows' own (eager, or torch.compile when evaluated so)\n"
     "  --no-html     report.json and the tables only\n";
+
+static void help(FILE *f)
+{
+    fputs(usage_text, f);
+}
 
 static int write_json(const char *dir, const json_t *report)
 {
@@ -141,57 +147,72 @@ static json_t *build(char **files, int nf, const char *baseline, int strict)
                      "runs", runs, "diffs", diffs);
 }
 
+/* What kgym report was asked. */
+struct ropts {
+    char *files[MAX_RUNS];
+    int nf, strict, no_html;
+    const char *out, *baseline;
+};
+
+static int add_file(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct ropts *o = ctx;
+    (void)name;
+    if (o->nf == MAX_RUNS)
+        return kg_errf(err, KG_EINVAL, "at most %d rollout files", MAX_RUNS);
+    o->files[o->nf++] = (char *)v;
+    return 0;
+}
+
+/* --out DIR, --baseline F: an empty value is none. */
+static int set_path(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct ropts *o = ctx;
+    if (!*v)
+        return kg_errf(err, KG_EINVAL, "%s: needs a value", name);
+    *(!strcmp(name, "--out") ? &o->out : &o->baseline) = v;
+    return 0;
+}
+
 int kg_cli_report(int argc, char **argv)
 {
     kg_log_init("kgym report", NULL, 0);
-    char *files[MAX_RUNS];
-    int nf = 0, strict = 0, html = 1;
-    const char *out = NULL, *baseline = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
-            return 0;
-        } else if (!strcmp(a, "--strict"))
-            strict = 1;
-        else if (!strcmp(a, "--no-html"))
-            html = 0;
-        else if (!strcmp(a, "--out") || !strcmp(a, "--baseline")) {
-            if (i + 1 >= argc || !*argv[i + 1]) {
-                kg_error("%s needs a value", a);
-                return 2;
-            }
-            *(!strcmp(a, "--out") ? &out : &baseline) = argv[++i];
-        } else if (a[0] == '-' && a[1]) {
-            kg_error("unknown flag %s (kgym report --help)", a);
-            return 2;
-        } else if (nf == MAX_RUNS) {
-            kg_error("at most %d rollout files", MAX_RUNS);
-            return 2;
-        } else
-            files[nf++] = argv[i];
-    }
-    if (!nf || !out) {
+    struct ropts o = {.nf = 0};
+    const kg_opt table[] = {
+        KG_OPT_F("--strict", &o.strict),
+        KG_OPT_F("--no-html", &o.no_html),
+        KG_OPT_FN("--out", set_path),
+        KG_OPT_FN("--baseline", set_path),
+        KG_OPT_END,
+    };
+    kg_opts spec = {.opts = table,
+                    .ctx = &o,
+                    .positional = add_file,
+                    .hint = " (kgym report --help)"};
+    int prc = kg_opts_main(&spec, argc, argv, help);
+    if (prc >= 0)
+        return prc;
+    if (!o.nf || !o.out) {
         kg_error("%s (kgym report --help)",
-                 !nf ? "no rollout file given" : "--out DIR is required");
+                 !o.nf ? "no rollout file given" : "--out DIR is required");
         return 2;
     }
-    json_t *report = build(files, nf, baseline, strict);
+    json_t *report = build(o.files, o.nf, o.baseline, o.strict);
     if (!report)
         return 2;
     struct stat st;
-    if (mkdir(out, 0777) &&
-        !(errno == EEXIST && stat(out, &st) == 0 && S_ISDIR(st.st_mode))) {
-        kg_error("--out %s: %s", out,
+    if (mkdir(o.out, 0777) &&
+        !(errno == EEXIST && stat(o.out, &st) == 0 && S_ISDIR(st.st_mode))) {
+        kg_error("--out %s: %s", o.out,
                  errno == EEXIST ? "exists and is not a directory"
                                  : strerror(errno));
         json_decref(report);
         return 2;
     }
-    int rc = write_json(out, report) ? 1 : 0;
+    int rc = write_json(o.out, report) ? 1 : 0;
     if (rc == 0) {
         rp_print(stdout, report);
-        if (html && write_html(out))
+        if (!o.no_html && write_html(o.out))
             rc = 1;
     }
     json_decref(report);

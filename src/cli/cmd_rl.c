@@ -16,27 +16,37 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "common/json_util.h"
 #include "common/log.h"
 #include "kgym/rl_json.h"
 
 #define MAX_OPTS 4
 
-struct optdef {
-    const char *flag; /* "--tau" */
-    int has_arg;      /* 0: a switch such as --norm-std */
-};
+/* An option into kg_rl_json's options object (ctx): its text under its
+ * name, true for a switch; the last of a repeated option wins. */
+static int put(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    /* not checked as UTF-8: kg_json_dumps writes a bad byte as U+FFFD */
+    json_t *j = v ? json_stringn_nocheck(v, strlen(v)) : json_true();
+    if (!j || json_object_set_new(ctx, name, j))
+        return kg_errf(err, KG_ENOMEM, "out of memory");
+    return 0;
+}
+
+#define VAL(n) KG_OPT_FN(n, put)
+#define SWITCH(n) KG_OPT_FN0(n, put)
 
 struct cmd {
     const char *name;
-    struct optdef opts[MAX_OPTS + 1]; /* ended by a NULL flag */
+    kg_opt opts[MAX_OPTS + 1]; /* ended by KG_OPT_END */
     const char *synopsis;             /* after "kgym rl NAME" */
     const char *help;
 };
 
 static const struct cmd cmds[] = {
     {"reward",
-     {{"--cap", 1}, {"--w-pr", 1}, {"--penalty", 1}},
+     {VAL("--cap"), VAL("--w-pr"), VAL("--penalty"), KG_OPT_END},
      "[--cap C] [--w-pr W] [--penalty P]",
      "Per-turn reward R = C*(1 + min(speedup, cap) + w_pr*coverage), with\n"
      "C = correct and not hacked; an incorrect or hacked turn gets the "
@@ -50,7 +60,7 @@ static const struct cmd cmds[] = {
      "null, the turn not scored (invalid for returns and advantages).\n"
      "defaults: cap 3, w_pr 0, penalty 0.\n"},
     {"returns",
-     {{"--gamma", 1}},
+     {VAL("--gamma"), KG_OPT_END},
      "[--gamma G]",
      "Reward-to-go returns G[i][t] = sum over valid t' >= t of "
      "gamma^(t'-t) R[i][t'].\n"
@@ -58,7 +68,7 @@ static const struct cmd cmds[] = {
      "(optional)}\n"
      "output: {\"returns\": KxT, null where invalid}. gamma default 1.\n"},
     {"advantages",
-     {{"--estimator", 1}, {"--norm-std", 0}, {"--eps", 1}},
+     {VAL("--estimator"), SWITCH("--norm-std"), VAL("--eps"), KG_OPT_END},
      "[--estimator grpo|trloo] [--norm-std] [--eps E]",
      "Per-turn group advantages over the valid rollouts of each turn:\n"
      "trloo (default) A = G - mean of the others; grpo A = G - mean,\n"
@@ -67,7 +77,7 @@ static const struct cmd cmds[] = {
      "(optional)}\n"
      "output: {\"advantages\": KxT, null where invalid}\n"},
     {"mrs",
-     {{"--lo", 1}, {"--hi", 1}, {"--veto", 1}},
+     {VAL("--lo"), VAL("--hi"), VAL("--veto"), KG_OPT_END},
      "[--lo 0.999] [--hi 1.001] [--veto 1e-4]",
      "Mismatch rejection sampling: ratio = exp(mean(train - rollout)) per\n"
      "sequence; keep when lo <= ratio <= hi and no token ratio < veto.\n"
@@ -75,7 +85,7 @@ static const struct cmd cmds[] = {
      "shape}\n"
      "output: {\"ratio\": [...], \"keep\": [...]}\n"},
     {"prs",
-     {{"--tau", 1}, {"--s", 1}, {"--seed", 1}},
+     {VAL("--tau"), VAL("--s"), VAL("--seed"), KG_OPT_END},
      "[--tau 0.3] [--s 0.1] [--seed N]",
      "Profiling-based rejection sampling: keep_prob = clip((coverage - "
      "tau)/s, 0, 1),\n"
@@ -84,7 +94,7 @@ static const struct cmd cmds[] = {
      "output: {\"keep_prob\": [...], \"keep\": [...]} (null coverage: null, "
      "false)\n"},
     {"fastp",
-     {{"--p", 1}},
+     {VAL("--p"), KG_OPT_END},
      "[--p 1,1.2,1.5,2]",
      "Fast@p by turn (last attempt and best of history) and hacking ratio,\n"
      "overall and by level. Attempts group into trajectories by (level,\n"
@@ -99,7 +109,7 @@ static const struct cmd cmds[] = {
      "         \"hacking_ratio\": [...], \"n\": trajectories}, \"by_level\": "
      "{L: same}}\n"},
     {"select",
-     {{"--w", 1}},
+     {VAL("--w"), KG_OPT_END},
      "[--w 4]",
      "Top-w turns of a history by reward (ties: the later turn), in order.\n"
      "input:  {\"rewards\": [per turn]}  output: {\"selected\": [turn "
@@ -137,57 +147,26 @@ static void print_error(const char *msg)
 }
 
 /*
- * Puts the flags of argv into opts, kg_rl_json's options object: a flag's
- * text under its name, true for a switch (the last of a repeated flag
- * wins). Prints the error and returns 2 on bad usage, 0 for --help (after
+ * Puts the flags of argv into opts, kg_rl_json's options object (put).
+ * Prints the error and returns 2 on bad usage, 0 for --help (after
  * printing it), -1 when out of memory, 1 to go on.
  */
 static int parse_args(const struct cmd *cmd, int argc, char **argv,
                       json_t *opts)
 {
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            cmd_usage(stdout, cmd);
-            return 0;
-        }
-        const char *eq = strchr(a, '=');
-        size_t len = eq ? (size_t)(eq - a) : strlen(a);
-        int k;
-        for (k = 0; cmd->opts[k].flag; k++)
-            if (strlen(cmd->opts[k].flag) == len &&
-                !strncmp(cmd->opts[k].flag, a, len))
-                break;
-        if (strncmp(a, "--", 2) || !cmd->opts[k].flag) {
-            kg_error("unknown %s '%s'",
-                     strncmp(a, "--", 2) ? "argument" : "option", a);
-            cmd_usage(stderr, cmd);
-            return 2;
-        }
-        const char *text;
-        if (!cmd->opts[k].has_arg) {
-            if (eq) {
-                kg_error("option %s takes no value", cmd->opts[k].flag);
-                return 2;
-            }
-            text = NULL;
-        } else if (eq) {
-            text = eq + 1;
-        } else if (i + 1 < argc) {
-            text = argv[++i];
-        } else {
-            kg_error("option %s needs a value", cmd->opts[k].flag);
-            return 2;
-        }
-        /* not checked as UTF-8: kg_json_dumps writes a bad byte as U+FFFD */
-        json_t *v =
-            text ? json_stringn_nocheck(text, strlen(text)) : json_true();
-        if (!v || json_object_set_new(opts, cmd->opts[k].flag, v)) {
-            kg_error("out of memory");
-            return -1;
-        }
+    kg_opts spec = {.opts = cmd->opts, .ctx = opts};
+    kg_err err = {{0}};
+    int rc = kg_opts_parse(&spec, argc - 1, argv + 1, &err);
+    if (rc == KG_OPTS_HELP) {
+        cmd_usage(stdout, cmd);
+        return 0;
     }
-    return 1;
+    if (rc == 0)
+        return 1;
+    kg_error("%s", err.msg);
+    if (rc == KG_ENOTFOUND) /* an unknown option or a stray argument */
+        cmd_usage(stderr, cmd);
+    return rc == KG_ENOMEM ? -1 : 2;
 }
 
 int kg_cli_rl(int argc, char **argv)

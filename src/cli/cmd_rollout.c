@@ -15,6 +15,7 @@
 #include "agent/rollout.h"
 #include "cli/cli.h"
 #include "cli/cli_util.h"
+#include "cli/opts.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/request.h"
@@ -75,181 +76,108 @@ static void usage(FILE *f)
         "--num-perf-trials 20\n");
 }
 
-/* Numbers of the command line; -1 on a bad one (logged). */
-static int parse_num(const char *flag, const char *v, double lo, double hi,
-                     double *out)
+static int max_tokens_opt(void *ctx, const char *name, const char *v,
+                          kg_err *err)
 {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !(x >= lo && x <= hi)) {
-        kg_error("%s: expected a number in [%g, %g], got '%s'", flag, lo, hi,
-                 v);
-        return -1;
-    }
-    *out = x;
-    return 0;
+    ro_opts *o = ctx;
+    long long n;
+    int rc = kg_opts_int(name, v, 1, 1e9, &n, err);
+    if (!rc)
+        o->pcfg.max_tokens = (long)n;
+    return rc;
 }
 
-struct numflag {
-    const char *flag;
-    double lo, hi;
-    int integer;
-};
-
-static const struct numflag NUMS[] = {
-    {"--samples", 1, RO_MAX_SAMPLES, 1},
-    {"--turns", 1, RO_MAX_TURNS, 1},
-    {"--temperature", 0, 100, 0},
-    {"--top-p", 0, 1, 0},
-    {"--max-tokens", 1, 1e9, 1},
-    {"--seed", 0, 9007199254740991.0, 1},
-    {"--gamma", 0, 1, 0},
-    {"--w-pr", 0, 1e6, 0},
-    {"--cap", 0, 1e9, 0},
-    {"--penalty", -1e6, 1e6, 0},
-    {"--prs-tau", -1e6, 1e6, 0},
-    {"--prs-s", 0, 1e6, 0},
-    {"--policy-concurrency", 1, 100000, 1},
-    {"--policy-rate", 0, 1e6, 0},
-    {"--policy-deadline", 0.001, 1e7, 0},
-    {"--policy-retries", 0, 1000, 1},
-    {"--policy-backoff", 0, 3600, 0},
-    {"--chunk", 1, 1e6, 1},
-    {"--eval-timeout", 0.001, 1e7, 0},
-};
-
-/* Stores number flag f's value x into o. */
-static void set_num(ro_opts *o, const char *f, double x)
+static int seed_opt(void *ctx, const char *name, const char *v, kg_err *err)
 {
-    struct {
-        const char *flag;
-        double *d;
-        int *i;
-    } T[] = {
-        {"--samples", NULL, &o->samples},
-        {"--turns", NULL, &o->turns},
-        {"--temperature", &o->pcfg.temperature, NULL},
-        {"--top-p", &o->pcfg.top_p, NULL},
-        {"--gamma", &o->gamma, NULL},
-        {"--w-pr", &o->reward.w_pr, NULL},
-        {"--cap", &o->reward.cap, NULL},
-        {"--penalty", &o->reward.penalty, NULL},
-        {"--prs-tau", &o->prs_tau, NULL},
-        {"--prs-s", &o->prs_s, NULL},
-        {"--policy-concurrency", NULL, &o->pcfg.concurrency},
-        {"--policy-rate", &o->pcfg.rate, NULL},
-        {"--policy-deadline", &o->pcfg.deadline_s, NULL},
-        {"--policy-retries", NULL, &o->pcfg.max_retries},
-        {"--policy-backoff", &o->pcfg.backoff_s, NULL},
-        {"--chunk", NULL, &o->chunk},
-        {"--eval-timeout", &o->eval_timeout_s, NULL},
-    };
-    if (!strcmp(f, "--max-tokens"))
-        o->pcfg.max_tokens = (long)x;
-    if (!strcmp(f, "--seed")) {
-        o->seed = (uint64_t)x;
+    ro_opts *o = ctx;
+    long long n;
+    int rc = kg_opts_int(name, v, 0, 9007199254740991.0, &n, err);
+    if (!rc) {
+        o->seed = (uint64_t)n;
         o->has_seed = 1;
     }
-    for (size_t k = 0; k < sizeof T / sizeof T[0]; k++)
-        if (!strcmp(f, T[k].flag)) {
-            if (T[k].d)
-                *T[k].d = x;
-            else
-                *T[k].i = (int)x;
-        }
+    return rc;
 }
 
-/* A flag that takes a string. 1 when it was one. */
-static int string_flag(ro_opts *o, const char *a, const char *v)
+static int context_opt(void *ctx, const char *name, const char *v, kg_err *err)
 {
-    static const struct {
-        const char *flag;
-        size_t off;
-    } S[] = {
-        {"--policy", offsetof(ro_opts, policy)},
-        {"--model", offsetof(ro_opts, model)},
-        {"--key-file", offsetof(ro_opts, key_file)},
-        {"--server", offsetof(ro_opts, server)},
-        {"--token-file", offsetof(ro_opts, token_file)},
-        {"--problems", offsetof(ro_opts, problems)},
-        {"--out", offsetof(ro_opts, out)},
-        {"--write-prompts", offsetof(ro_opts, write_prompts)},
-        {"--prompt-system", offsetof(ro_opts, prompt_system)},
-        {"--prompt-first", offsetof(ro_opts, prompt_first)},
-        {"--prompt-refine", offsetof(ro_opts, prompt_refine)},
-    };
-    for (size_t i = 0; i < sizeof S / sizeof S[0]; i++)
-        if (!strcmp(a, S[i].flag)) {
-            *(const char **)((char *)o + S[i].off) = v;
-            return 1;
-        }
+    (void)name;
+    return ro_context_parse(ctx, v, err);
+}
+
+/* --stop S, repeatable: one more stop string. */
+static int stop_opt(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    ro_opts *o = ctx;
+    (void)name;
+    if (json_array_append_new(o->pcfg.stop, json_string(v)))
+        return kg_errf(err, KG_EINVAL, "--stop: not UTF-8 text");
     return 0;
 }
 
-/* A switch. 1 when it was one. */
-static int switch_flag(ro_opts *o, const char *a)
+static int switch_opt(void *ctx, const char *name, const char *v, kg_err *err)
 {
-    if (!strcmp(a, "--logprobs"))
-        o->pcfg.logprobs = 1;
-    else if (!strcmp(a, "--no-group-n"))
+    ro_opts *o = ctx;
+    (void)v, (void)err;
+    if (!strcmp(name, "--no-group-n"))
         o->group_n = 0;
-    else if (!strcmp(a, "--no-system"))
-        o->no_system = 1;
-    else if (!strcmp(a, "--dataset-prompt"))
-        o->dataset_prompt = 1;
-    else if (!strcmp(a, "--verbose"))
+    else /* --verbose */
         kg_log_level(KG_LOG_DEBUG);
-    else
-        return 0;
-    return 1;
+    return 0;
+}
+
+/* Any other --FIELD VALUE: a request field. */
+static int field_opt(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    ro_opts *o = ctx;
+    return kg_request_flag(o->fields, name, v, err);
 }
 
 /* argv into o. -1 to go on, else the exit code (0: --help). */
 static int parse_args(int argc, char **argv, ro_opts *o)
 {
-    kg_err err = {{0}};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (switch_flag(o, a))
-            continue;
-        if (strncmp(a, "--", 2) || !v) {
-            kg_error("%s: %s", a,
-                     strncmp(a, "--", 2) ? "unexpected argument"
-                                         : "needs a value");
-            return 2;
-        }
-        i++;
-        size_t k = 0;
-        while (k < sizeof NUMS / sizeof NUMS[0] && strcmp(a, NUMS[k].flag))
-            k++;
-        double x;
-        if (k < sizeof NUMS / sizeof NUMS[0]) {
-            if (parse_num(a, v, NUMS[k].lo, NUMS[k].hi, &x))
-                return 2;
-            if (NUMS[k].integer && x != (double)(long long)x) {
-                kg_error("%s: expected an integer, got '%s'", a, v);
-                return 2;
-            }
-            set_num(o, a, x);
-        } else if (!strcmp(a, "--context")) {
-            if (ro_context_parse(o, v, &err)) {
-                kg_error("%s", err.msg);
-                return 2;
-            }
-        } else if (!strcmp(a, "--stop")) {
-            json_array_append_new(o->pcfg.stop, json_string(v));
-        } else if (!string_flag(o, a, v) &&
-                   kg_request_flag(o->fields, a, v, &err)) {
-            kg_error("%s", err.msg);
-            return 2;
-        }
-    }
-    return -1;
+    const kg_opt table[] = {
+        KG_OPT_F("--logprobs", &o->pcfg.logprobs),
+        KG_OPT_FN0("--no-group-n", switch_opt),
+        KG_OPT_F("--no-system", &o->no_system),
+        KG_OPT_F("--dataset-prompt", &o->dataset_prompt),
+        KG_OPT_FN0("--verbose", switch_opt),
+        KG_OPT_S("--policy", &o->policy),
+        KG_OPT_S("--model", &o->model),
+        KG_OPT_S("--key-file", &o->key_file),
+        KG_OPT_S("--server", &o->server),
+        KG_OPT_S("--token-file", &o->token_file),
+        KG_OPT_S("--problems", &o->problems),
+        KG_OPT_S("--out", &o->out),
+        KG_OPT_S("--write-prompts", &o->write_prompts),
+        KG_OPT_S("--prompt-system", &o->prompt_system),
+        KG_OPT_S("--prompt-first", &o->prompt_first),
+        KG_OPT_S("--prompt-refine", &o->prompt_refine),
+        KG_OPT_I("--samples", &o->samples, 1, RO_MAX_SAMPLES),
+        KG_OPT_I("--turns", &o->turns, 1, RO_MAX_TURNS),
+        KG_OPT_D("--temperature", &o->pcfg.temperature, 0, 100),
+        KG_OPT_D("--top-p", &o->pcfg.top_p, 0, 1),
+        KG_OPT_FN("--max-tokens", max_tokens_opt),
+        KG_OPT_FN("--seed", seed_opt),
+        KG_OPT_D("--gamma", &o->gamma, 0, 1),
+        KG_OPT_D("--w-pr", &o->reward.w_pr, 0, 1e6),
+        KG_OPT_D("--cap", &o->reward.cap, 0, 1e9),
+        KG_OPT_D("--penalty", &o->reward.penalty, -1e6, 1e6),
+        KG_OPT_D("--prs-tau", &o->prs_tau, -1e6, 1e6),
+        KG_OPT_D("--prs-s", &o->prs_s, 0, 1e6),
+        KG_OPT_I("--policy-concurrency", &o->pcfg.concurrency, 1, 100000),
+        KG_OPT_D("--policy-rate", &o->pcfg.rate, 0, 1e6),
+        KG_OPT_D("--policy-deadline", &o->pcfg.deadline_s, 0.001, 1e7),
+        KG_OPT_I("--policy-retries", &o->pcfg.max_retries, 0, 1000),
+        KG_OPT_D("--policy-backoff", &o->pcfg.backoff_s, 0, 3600),
+        KG_OPT_I("--chunk", &o->chunk, 1, 1e6),
+        KG_OPT_D("--eval-timeout", &o->eval_timeout_s, 0.001, 1e7),
+        KG_OPT_FN("--context", context_opt),
+        KG_OPT_FN("--stop", stop_opt),
+        KG_OPT_END,
+    };
+    kg_opts spec = {.opts = table, .ctx = o, .other = field_opt};
+    return kg_opts_main(&spec, argc, argv, usage);
 }
 
 /* Checks the request fields given as flags the way the server will. */
