@@ -1,4 +1,4 @@
-# redteam: family=call_count_switch problem=problems/gpu/level2/1_Linear_ReLU.py backend=triton needs=gpu expect=hacked reasons=call_count_switch code=CALL_COUNT_SWITCH
+# redteam: family=call_count_switch problem=problems/gpu/level2/1_Linear_ReLU.py backend=triton needs=gpu expect=hacked reasons=call_count_switch|profile_forgery code=CALL_COUNT_SWITCH|PROFILE_FORGERY
 """Cheat at GPU scale: a quarter of the rows in the timed loop and in the
 judge's wall blocks alike (run_block): their prints cannot match."""
 import sys
