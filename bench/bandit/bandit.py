@@ -541,7 +541,8 @@ def plot(rows: list[dict], path: str, title: str) -> None:
 
 def figure(rows: list[dict], title: str):
     """One row of panels per (experiment, problem) in the rows, in order of
-    appearance: pi(fused), pi(lazy), pi(hacked) and the mean sample reward
+    appearance: pi(fused), pi(lazy), pi(forged), pi(hacked) (those the
+    rows hold) and the mean sample reward
     (under the run's own w_pr) against the step, one line per run. Each
     y axis names its quantity; the experiment is in the panel's title."""
     import matplotlib
@@ -553,7 +554,9 @@ def figure(rows: list[dict], title: str):
         g = (r.get("experiment", ""), r["problem"])
         if g not in groups:
             groups.append(g)
-    kinds = ("fused", "lazy", "forged", "hacked")
+    # a panel per kind the rows hold (forged arms exist on the GPU only)
+    kinds = tuple(k for k in ("fused", "lazy", "forged", "hacked")
+                  if any(k in r.get("pi", {}) for r in rows))
     fig, axes = plt.subplots(len(groups), len(kinds) + 1,
                              figsize=(4.2 * (len(kinds) + 1), 3.0 * len(groups)), squeeze=False)
     styles = ["-", "--", "-.", ":", (0, (3, 1, 1, 1))]
