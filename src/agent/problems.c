@@ -8,8 +8,9 @@
 #include <sys/stat.h>
 
 #include "agent/problems.h"
-#include "cli/cli_util.h"
+#include "common/code_file.h"
 #include "corpus/kernelbench.h"
+#include "common/code_file.h"
 #include "common/log.h"
 #include "common/request.h"
 
@@ -63,7 +64,7 @@ static int add_file(kg_problems *ps, const char *path, const char *name)
 {
     kg_err err = {{0}};
     size_t len;
-    char *text = kg_cli_read_code(path, "reference_code", &len, &err);
+    char *text = kg_read_code_file(path, "reference_code", &len, &err);
     const char *why = text ? not_reference(text, NULL) : err.msg;
     int rc = 0;
     if (why) {

@@ -13,22 +13,6 @@
 #define KG_CLI_DEFAULT_SERVER "http://127.0.0.1:10907"
 
 /*
- * A code file given to a command, for the request field `field`
- * ("kernel_code" or "reference_code"), read without trusting it: opened
- * non-blocking (a FIFO cannot hang the command) and refused unless it is a
- * regular file (not a FIFO, device, directory or socket); its size checked
- * against the field's limit (KG_MAX_KERNEL_CODE, KG_MAX_REFERENCE_CODE)
- * before reading, and at most limit + 1 bytes read (a file that grows is
- * caught); refused when empty, when it holds a NUL byte or when it is not
- * strict UTF-8 (no overlong forms, surrogates or code points above
- * U+10FFFF), the message giving the byte offset. Returns the text,
- * NUL-terminated, with its length in *len (caller frees), or NULL with
- * "PATH: reason" in err.
- */
-char *kg_cli_read_code(const char *path, const char *field, size_t *len,
-                       kg_err *err);
-
-/*
  * A client for `server` (NULL: $KGYM_SERVER, else the default) with the
  * first token of `token_file` (NULL: $KGYM_TOKEN_FILE, else no token).
  * *out owned by the caller.

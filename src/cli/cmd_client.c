@@ -17,6 +17,7 @@
 #include "cli/opts.h"
 #include "common/clock.h"
 #include "common/http_client.h"
+#include "common/code_file.h"
 #include "common/log.h"
 #include "common/request.h"
 
@@ -515,7 +516,7 @@ static int make_requests(struct submit_opts *so, const struct cand *cs, int n,
 {
     kg_err err = {{0}};
     size_t len;
-    char *ref_text = kg_cli_read_code(so->ref, "reference_code", &len, &err);
+    char *ref_text = kg_read_code_file(so->ref, "reference_code", &len, &err);
     if (!ref_text) {
         kg_error("--ref %s", err.msg);
         return -1;
@@ -529,7 +530,7 @@ static int make_requests(struct submit_opts *so, const struct cand *cs, int n,
     }
     int nreq = 0;
     for (int i = 0; i < n; i++) {
-        char *text = kg_cli_read_code(cs[i].path, "kernel_code", &len, &err);
+        char *text = kg_read_code_file(cs[i].path, "kernel_code", &len, &err);
         json_t *req = json_copy(so->fields);
         if (text)
             json_object_set_new(req, "kernel_code", json_stringn(text, len));

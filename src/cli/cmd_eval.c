@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "cli/cli_util.h"
 #include "cli/opts.h"
+#include "common/code_file.h"
 #include "common/log.h"
 #include "common/request.h"
 #include "worker/engine.h"
@@ -209,13 +210,13 @@ static void print_table(struct evalrun *run)
 }
 
 /* The text of a --ref/--cand file as a JSON string; NULL (logged)
- * when it is refused (kg_cli_read_code: not a regular file, too large,
+ * when it is refused (kg_read_code_file: not a regular file, too large,
  * empty, a NUL byte, not UTF-8) or cannot be read. */
 static json_t *code_string(const char *flag, const char *path)
 {
     kg_err err = {{0}};
     size_t len;
-    char *text = kg_cli_read_code(
+    char *text = kg_read_code_file(
         path, strcmp(flag, "--ref") ? "kernel_code" : "reference_code", &len,
         &err);
     if (!text) {

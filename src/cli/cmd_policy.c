@@ -38,6 +38,7 @@
 #include "cli/cli.h"
 #include "cli/cli_util.h"
 #include "cli/opts.h"
+#include "common/code_file.h"
 #include "common/log.h"
 #include "common/request.h"
 
@@ -132,7 +133,7 @@ static sp_problem *problem_of(sp_server *s, const char *name)
 static char *reply_of(const char *path, kg_err *err)
 {
     size_t len;
-    char *text = kg_cli_read_code(path, "kernel_code", &len, err);
+    char *text = kg_read_code_file(path, "kernel_code", &len, err);
     if (!text || !ends_with(path, ".py"))
         return text;
     const char *nl = len && text[len - 1] == '\n' ? "" : "\n";

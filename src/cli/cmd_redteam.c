@@ -18,6 +18,7 @@
 #include "cli/cli_util.h"
 #include "corpus/redteam_case.h"
 #include "common/clock.h"
+#include "common/code_file.h"
 #include "common/log.h"
 #include "common/request.h"
 #include "worker/engine.h"
@@ -152,7 +153,7 @@ static int walk(struct redteam *rt, const char *dir, const char *rel,
             rc = walk(rt, full, sub, err);
             continue;
         }
-        /* a link to a file is listed, for kg_cli_read_code to refuse by
+        /* a link to a file is listed, for kg_read_code_file to refuse by
          * name (code is read only from regular files); links to
          * directories are not followed (no cycles) */
         if (S_ISLNK(st.st_mode) &&
@@ -182,7 +183,7 @@ static int load_cand(struct redteam *rt, struct cand *c, kg_err *err)
 {
     size_t code_len, ref_len;
     kg_err cerr;
-    char *code = kg_cli_read_code(c->path, "kernel_code", &code_len, &cerr);
+    char *code = kg_read_code_file(c->path, "kernel_code", &code_len, &cerr);
     if (!code) { /* the caller names the file: the reason alone */
         size_t l = strlen(c->path);
         int named = !strncmp(cerr.msg, c->path, l) &&
@@ -207,7 +208,7 @@ static int load_cand(struct redteam *rt, struct cand *c, kg_err *err)
                        prob);
     }
     kg_err ferr;
-    char *ref = kg_cli_read_code(prob, "reference_code", &ref_len, &ferr);
+    char *ref = kg_read_code_file(prob, "reference_code", &ref_len, &ferr);
     if (!ref) {
         free(code);
         return kg_errf(err, KG_EIO, "problem=%s: %s", c->h.problem, ferr.msg);

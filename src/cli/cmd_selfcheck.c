@@ -16,6 +16,7 @@
 #include "cli/cli_util.h"
 #include "corpus/kernelbench.h"
 #include "common/clock.h"
+#include "common/code_file.h"
 #include "common/log.h"
 #include "common/request.h"
 #include "worker/engine.h"
@@ -196,7 +197,7 @@ static json_t *make_task(const struct kbrun *run, const kb_problem *p,
                          const json_t *fields, kg_err *err)
 {
     size_t rlen, clen;
-    char *ref = kg_cli_read_code(p->path, "reference_code", &rlen, err);
+    char *ref = kg_read_code_file(p->path, "reference_code", &rlen, err);
     if (!ref)
         return NULL;
     char *cand = NULL;
@@ -205,7 +206,7 @@ static json_t *make_task(const struct kbrun *run, const kb_problem *p,
         if ((cand = malloc(clen + 1)))
             snprintf(cand, clen + 1, "%s%s", ref, SELF_SUFFIX);
     } else {
-        cand = kg_cli_read_code(p->cand, "kernel_code", &clen, err);
+        cand = kg_read_code_file(p->cand, "kernel_code", &clen, err);
     }
     json_t *task = NULL;
     if (cand) {
@@ -417,7 +418,7 @@ static int seed_footprints(struct kbrun *run, kg_engine *e, int *count)
                 continue;
             kg_err err = {{0}};
             size_t len;
-            char *ref = kg_cli_read_code(p->path, "reference_code", &len, &err);
+            char *ref = kg_read_code_file(p->path, "reference_code", &len, &err);
             if (ref) {
                 kg_engine_note_footprint(e, ref, fp, tot);
                 (*count)++;

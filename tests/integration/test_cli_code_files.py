@@ -1,5 +1,5 @@
 """Code files given to `kgym eval`, `kgym submit` and `kgym redteam` are read
-without trusting them (cli_util.c, kg_cli_read_code): anything that is not
+without trusting them (src/common/code_file.c, kg_read_code_file): anything that is not
 a regular file is refused without being read (a FIFO would block forever,
 /dev/zero grow without end), the size is checked against the field's
 limit before reading, and an empty file, a NUL byte (a C-string reader
