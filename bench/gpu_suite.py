@@ -616,9 +616,9 @@ def unaccounted(res: list[dict]) -> str:
     """What of each task's timings.total (the engine's clock, from hand-over
     to result) no judge phase accounts for: the hand-over, the judge's start
     and end, a task's wait for a spare still warming up (its judge starts
-    when the warm-up ends: most of it at 4-way on the H200, session 15)
+    when the warm-up ends: most of it at 4-way on the H200)
     and, before finish_early, the wait for the pair's exits (CUDA context
-    teardown: ~100 ms a task serial, 200-580 ms at 4-way, session 14); and
+    teardown: ~100 ms a task serial, 200-580 ms at 4-way); and
     a staged task's wait at its gate."""
     gaps, gates = [], []
     for r in res:

@@ -1,14 +1,13 @@
-"""Compile a candidate's Triton kernels ahead of its first call (issue 4).
+"""Compile a candidate's Triton kernels ahead of its first call.
 
 A Triton kernel compiles at its first launch, and the first launch is in
 the first checked call, which runs with the device lock held shared: a
 timing phase elsewhere waits for the compile (under 4-way concurrency on
 the H200 the first call of a fresh source held the lock 424 ms on average
 and was the last shared hold before an exclusive one in 7-8 of 16 tasks,
-the only holder left for 1.6-2.0 s of an 11.4-13.5 s run: bench/results/
-2026-12-01-gpu-h200-s7.txt). Compiling needs no device, only
-the kernel's specialisation: the
-argument dtypes, the pointers' alignment and the integer values, which one
+the only holder left for 1.6-2.0 s of an 11.4-13.5 s run; docs/worker.md
+has the run). Compiling needs no device, only the kernel's specialisation:
+the argument dtypes, the pointers' alignment and the integer values, which one
 forward on meta tensors of the problem's input shapes reproduces.
 
 So at load, before the candidate has any lock, compile_ahead() forks the
@@ -29,7 +28,7 @@ symbolic shapes, sympy and torch._dynamo at first use (meta torch.randn,
 a scalar product on meta tensors: 1.6-3.3 s per load there), so the
 zygote runs warm_meta() first when compile ahead is on, after which
 RowSoftmax's dry run took 37 ms and imported nothing
-(bench/results/2026-12-01-gpu-h200-s8.txt); through the worker a load
+(docs/worker.md has the run); through the worker a load
 that compiles takes 0.2-0.3 s (0.6-0.9 s for Linear+ReLU), the compile
 outside the first call, which would otherwise hold the device lock
 shared for it while every timing phase waits (distinct candidates,

@@ -178,7 +178,7 @@ def _common_ops(dev: Any, made: list | None = None) -> dict[str, tuple[Callable[
 # same lock), nor the usual reference operations (_common_ops): with them
 # and cuBLAS, 19 families under the lock, a spare held the device 1.0-1.7 s
 # in all and 4-way throughput did not improve (H200:
-# bench/results/2026-12-01-gpu-h200-s6-concurrency.txt).
+# docs/worker.md has the run).
 SPARE_FAMILIES = ("arith", "compare", "logic", "unary", "where", "reduce", "shape", "fill",
                   "copy", "index", "arange", "random")
 
@@ -268,10 +268,10 @@ def preload(device: str, names: Any = None, took: dict | None = None) -> dict:
     private pool from the driver (cudaMalloc, 80 per process, kept to its
     exit), and the 78 units take 296-422 ms run against 520-1240 ms
     captured (H200, alone and 8 processes at once:
-    bench/results/2026-12-01-gpu-h200-s11.txt). Loading a module is device
+    docs/worker.md has the run). Loading a module is device
     activity: with another process's timing phase running it made 4 of 4
     honest Linear+ReLU evaluations side_stream (H200:
-    bench/results/2026-12-01-gpu-h200-s6-concurrency.txt), so a spare runs
+    docs/worker.md has the run), so a spare runs
     it under the device lock, one unit per hold. Returns what failed, by
     unit; took gets the time (ms)."""
     t0 = time.perf_counter()

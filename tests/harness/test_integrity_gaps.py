@@ -1,4 +1,4 @@
-"""Reward integrity beyond the guarded call (issue 5): spot checks of
+"""Reward integrity beyond the guarded call: spot checks of
 timed outputs (call_count_switch), the ablation forward (no_custom_kernel
 when custom kernels run but contribute nothing), the rounding fingerprint
 and direct evidence of fp16/bf16 compute (precision_downgrade), and the

@@ -156,8 +156,7 @@ def raise_persisting_l2():
     """Raise the persisting-L2 limit to the device's maximum, once, like
     the corpus's l2_persist cheat. A small value is no raise: on the H200
     the default limit is 11796480 bytes and asking for 1 MiB sets it to
-    3932160, below that, so the first run of this test saw none, rightly
-    (bench/results/2026-12-01-integrity-gpu-h200-s4.txt)."""
+    3932160, below that, so the first run of this test saw none, rightly."""
     if _RAISED:
         return
     lib = _cudart()

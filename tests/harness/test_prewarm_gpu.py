@@ -63,7 +63,7 @@ def test_preload_loads_without_running_and_first_calls_are_then_cheap():
     # a graph capture per unit would take a 2 MiB segment each (80 in all)
     assert out["segments"] <= 4, out
     # without it each first use costs 15-25 ms
-    # (bench/results/2026-12-01-gpu-h200-s6-concurrency.txt)
+    # (docs/worker.md has the run)
     assert all(v < 10.0 for v in out["ms"].values()), out["ms"]
     # and what the harness computes afterwards is what it computes without it
     from kgym_harness import guards

@@ -43,7 +43,7 @@ def test_lead_is_short_for_a_fast_launch_and_samples_match_the_fixed_lead(monkey
         leads.append((r["lead_us"], ceiling, r["lead_short"]))
         adaptive.append(statistics.median(r["samples_ms"]))
     # 2 x the host time of a call + 20 us: 140-155 us for a GELU on the
-    # H200 (bench/results/2026-12-01-*-s6-*), against the ~220 us ceiling
+    # H200 (docs/worker.md has the runs), against the ~220 us ceiling
     clean = [(lead, ceil) for lead, ceil, short in leads if short == 0]
     assert clean and all(lead < 0.85 * ceil for lead, ceil in clean), leads
     a, f = statistics.median(adaptive), statistics.median(fixed)

@@ -212,7 +212,7 @@ def test_usage_errors(tmp_path):
 
 # ---- the corpus through the engine ---------------------------------------------
 
-# Cheats kgym does not catch yet, each with why (issue 5's open items).
+# Cheats kgym does not catch yet, each with why.
 # Exactly these may MISS: a new miss fails the test, and so does a gap that
 # starts being caught (then it leaves this list). Empty: the timed-output
 # spot checks, the ablation forward and the rounding fingerprint catch

@@ -1,10 +1,10 @@
 """kgym serve's HTTP hardening (src/server/http.c, src/server/auth.c), on a
 real `kgym serve` over SQLite on loopback, with raw sockets where a client
 library would tidy the request up: clients trusted by address range
-(--trust-clients-from, issue 30), routing on the raw path and refusing
-NULs and control characters in the request head, duplicate Content-Length
-(issue 31 items 2-3), bounded batch error replies, half-closing clients
-and slow senders (issue 31 items 1 and 4). docs/api.md (Authentication,
+(--trust-clients-from), routing on the raw path and refusing
+NULs and control characters in the request head, duplicate
+Content-Length, bounded batch error replies, half-closing clients and
+slow senders. docs/api.md (Authentication,
 Limits) is the contract. Standard library only."""
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ def status_of(s: Server, tid: str) -> str | None:
     return body["status"] if code == 200 else None
 
 
-# ---- issue 30: clients trusted by address range ----------------------------
+# ---- clients trusted by address range ----------------------------
 
 def test_trusted_range_needs_no_client_token(tmp):
     cf_, wf = write_tokens(tmp)
@@ -249,7 +249,7 @@ def test_trust_needs_a_token_file(tmp):
     assert p.returncode == 2, p.stderr
 
 
-# ---- issue 31 item 3: route on the raw path; no NUL or control bytes --------
+# ---- route on the raw path; no NUL or control bytes --------
 
 def submit(s: Server) -> str:
     tid = uid("ack")
@@ -347,7 +347,7 @@ def test_duplicate_content_length_is_400(srv):
     assert code in ACCEPTED, reply
 
 
-# ---- issue 31 item 3: bounded batch error replies ---------------------------
+# ---- bounded batch error replies ---------------------------
 
 def test_batch_error_reply_is_bounded(srv):
     s = srv
@@ -377,7 +377,7 @@ def test_batch_error_reply_is_bounded(srv):
     assert "message" in reply["tasks"][2]["error"]
 
 
-# ---- issue 31 item 4: half-closing clients ----------------------------------
+# ---- half-closing clients ----------------------------------
 
 def half_close_submissions(s: Server, clients: int = 8, each: int = 40) -> tuple[list, list]:
     """clients threads, each sending `each` POST /evaluate on fresh
@@ -422,7 +422,7 @@ def test_half_closed_clients_get_every_reply(server):
     assert code == 200 and reply["status"] == "cancelled", reply
 
 
-# ---- issue 31 items 1-2: slow senders, connection caps ----------------------
+# ---- slow senders, connection caps ----------------------
 
 class Crowd:
     """n connections from source address src, each sending the start of a
