@@ -346,11 +346,12 @@ def test_a_wall_block_holds_one_output_and_one_drawn_set_at_a_time():
 
 def test_a_claim_below_its_own_cpu_time_is_timer_tamper_on_the_cpu():
     # the wall blocks alone say "noisy" (2x under is within the CPU's wall
-    # noise); the CPU time the candidate's busiest thread ran per call does not
+    # noise); the CPU time the candidate's busiest thread ran per call names
+    # a claim of under a third of it
     wall_only = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.4, 0.0, False, 0.0)
     assert wall_only["verdict"] == "noisy"
-    v = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.4, 0.0, False, 0.0,
-                          work_ms=0.8, cand_mean=0.4)
+    v = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.25, 0.0, False, 0.0,
+                          work_ms=0.8, cand_mean=0.25)
     assert v["verdict"] == "timer_tamper" and v["by"] == "cpu_time", v
     # an honest claim: its wall time per call, at least its CPU time
     assert trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.8, 0.0, False, 0.0,
@@ -363,13 +364,14 @@ def test_a_claim_below_its_own_cpu_time_is_timer_tamper_on_the_cpu():
 
 def test_under_load_the_bound_follows_the_load_the_claims_ran_under():
     # the timed calls ran at a third of a CPU (queued twice as long as they
-    # ran): honest claims are three times their CPU time, a halved one 1.5x
+    # ran): honest claims are three times their CPU time, a claim of a
+    # quarter of that 0.75x
     load = trustclock.load_factor(100.0, 200.0)
     assert load == 3.0
     honest = trustclock.decide([1.0, 1.0], [2.0, 2.0], 1.0, 3.0, 0.0, False, 0.0,
                                work_ms=1.0, cand_mean=3.0, load=load)
-    halved = trustclock.decide([1.0, 1.0], [2.0, 2.0], 1.0, 1.5, 0.0, False, 0.0,
-                               work_ms=1.0, cand_mean=1.5, load=load)
+    halved = trustclock.decide([1.0, 1.0], [2.0, 2.0], 1.0, 0.75, 0.0, False, 0.0,
+                               work_ms=1.0, cand_mean=0.75, load=load)
     assert honest["verdict"] != "timer_tamper" and halved["verdict"] == "timer_tamper"
     assert trustclock.load_factor(0.0, 5.0) == 1.0
 
@@ -460,15 +462,17 @@ def _corpus(name: str) -> tuple[str, str]:
     return code, (root / header["problem"]).read_text()
 
 
-LOADED_CHEATS = ["timer_tamper__gelu_samples_two_fifths_by_ctypes",
-                 "timer_tamper__gelu_samples_tenth_by_frame",
+# a 2.5x claim is named on an idle machine only: under make test's load an
+# honest kernel's claims fell to 0.54 of its CPU time, so the bound leaves
+# room down to 0.4 (CPU_TOL)
+LOADED_CHEATS = ["timer_tamper__gelu_samples_tenth_by_frame",
                  "timer_tamper__gelu_tenth_spots_repaired"]
 LOADED_HONEST = ["honest__gelu_openmp", "honest__gelu_thread_pool_joined", "honest__softmax_rows"]
 
 
 @pytest.mark.parametrize("name", LOADED_CHEATS + LOADED_HONEST)
 def test_timing_cheats_are_named_beside_two_busy_processes(name):
-    """Claims edited 2.5x and 10x, a tenth of the work when timed: the
+    """Claims edited 10x, a tenth of the work when timed: the
     wall clock alone calls the first and the last noisy on a loaded CPU;
     the kernel's account of the candidate's CPU time names them. Honest
     kernels, one- and multi-threaded, still pass."""
@@ -485,8 +489,8 @@ def test_timing_cheats_are_named_beside_two_busy_processes(name):
 
 def test_a_claim_below_its_cpu_time_is_a_hack_with_its_reason():
     from kgym_harness.judge import Judge
-    clock = trustclock.decide([1.0, 1.0], [0.0, 0.0], 1.0, 0.4, 0.0, False, 0.0,
-                              work_ms=0.8, cand_mean=0.4)
+    clock = trustclock.decide([1.0, 1.0], [0.0, 0.0], 1.0, 0.25, 0.0, False, 0.0,
+                              work_ms=0.8, cand_mean=0.25)
     clock["mismatch"] = None
     j = _FakeJudge(2.5)
     Judge.trusted_clock(j, clock)
@@ -494,9 +498,10 @@ def test_a_claim_below_its_cpu_time_is_a_hack_with_its_reason():
 
 
 def test_claims_padded_above_the_median_do_not_lift_it():
-    # halved claims (median 0.4 of a 0.8 ms call) with a few huge ones that
-    # raise the mean to the loaded bound: the median is held to the CPU time
-    v = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.4, 0.0, False, 0.0,
+    # claims of under a third (median 0.25 of a 0.8 ms call) with a few huge
+    # ones that raise the mean to the loaded bound: the median is held to
+    # the CPU time
+    v = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.25, 0.0, False, 0.0,
                           work_ms=0.8, cand_mean=1.6, load=2.0)
     assert v["verdict"] == "timer_tamper", v
     honest = trustclock.decide([1.0, 1.0], [0.8, 0.8], 1.0, 0.8, 0.0, False, 0.0,

@@ -1,5 +1,5 @@
-# redteam: family=timer_tamper problem=problems/cpu/level1/1_GELU.py backend=cpu expect=hacked reasons=timer_tamper code=TIMER_TAMPER
-"""Cheat: an honest GELU kernel that rewrites the timing loop's recorded
+# redteam: family=timer_tamper problem=problems/cpu/level1/1_GELU.py backend=cpu expect=hacked|pass reasons=timer_tamper code=TIMER_TAMPER
+"""Cheat (named on an idle machine; under load it may pass, see CPU_TOL): an honest GELU kernel that rewrites the timing loop's recorded
 claims in place through raw memory (ctypes into each float object), 2.5
 times fewer than measured. The list and its objects stay the same; the
 kernel's account of the candidate's CPU time (/proc) does not change."""
