@@ -129,11 +129,17 @@ static sp_problem *problem_of(sp_server *s, const char *name)
     return p;
 }
 
-/* The reply a file makes: a .py wrapped in a fence, else its text. */
+/* The reply a file makes: a .py wrapped in a fence, else its text. A
+ * folder's entry may be a link to a solution kept elsewhere: it is
+ * resolved first (kg_read_code_file refuses links unread). */
 static char *reply_of(const char *path, kg_err *err)
 {
     size_t len;
-    char *text = kg_read_code_file(path, "kernel_code", &len, err);
+    char real[PATH_MAX];
+    if (!realpath(path, real))
+        return kg_errf(err, KG_ENOTFOUND, "%s: %s", path, strerror(errno)),
+               NULL;
+    char *text = kg_read_code_file(real, "kernel_code", &len, err);
     if (!text || !ends_with(path, ".py"))
         return text;
     const char *nl = len && text[len - 1] == '\n' ? "" : "\n";
