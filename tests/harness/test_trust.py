@@ -24,6 +24,7 @@ SCANNER = textwrap.dedent('''\
     import sys
 
     import numpy as np
+    import numpy.ma  # noqa: F401  its masked singleton is in every scan, as in a long run
 
 
     def _blobs(obj):
@@ -44,7 +45,12 @@ SCANNER = textwrap.dedent('''\
             except Exception:
                 return []
         if isinstance(obj, np.ndarray):
-            return [obj.tobytes()]
+            # The base method: subclasses such as numpy.ma's masked singleton
+            # override tobytes and raise from it.
+            try:
+                return [np.ndarray.tobytes(obj)]
+            except Exception:
+                return []
         return []
 
 
