@@ -1,7 +1,7 @@
 """The judge's reading of what a checked call did besides its output.
 
 Each function returns findings, (reason, code, message) triples the judge
-turns into hack reasons (judge.Judge.report). The judge trusts its own
+turns into hack reasons (stages/integrity.py, report). The judge trusts its own
 observations (what it sent, what it received, what the reference did, what
 /proc says about the candidate's process); the candidate's guard report can
 only add findings, and a candidate that stops sending it breaks the

@@ -357,7 +357,7 @@ LEAD_MAX_MS = timing.LEAD_MAX_NS / 1e6  # the most host time a timed call's lead
 
 
 def check_phase(judge: Any, run: dict, call: Callable) -> dict:
-    """The wall blocks of one timing pass (run: Judge._time_blocks) and the
+    """The wall blocks of one timing pass (run: stages/timing.py, _time_blocks) and the
     decision on its claims: checks.trusted_clock."""
     ref_med = timing.stats(run["ref"]["samples_ms"])["median"]
     cand_med = timing.stats(run["cand"])["median"]

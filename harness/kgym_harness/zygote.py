@@ -69,7 +69,7 @@ def _send(sock: socket.socket, obj: dict[str, Any]) -> None:
 def _run_role(req: dict[str, Any], fds: dict[str, int]) -> int:
     role = req["role"]
     if role == "judge" and "task" not in req and "task" in fds:
-        from kgym_harness.judge import run_warm_judge  # a spare: its task comes later
+        from kgym_harness.spare import run_warm_judge  # a spare: its task comes later
         run_warm_judge(fds["task"], fds["chan"], fds["result"], req.get("device_lock"))
     elif role == "judge":
         from kgym_harness.judge import run_judge
@@ -243,7 +243,7 @@ def _preimport() -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - triton is optional on cpu
         info["triton"] = None
         info["triton_error"] = str(e)[:200]
-    for mod in ("kgym_harness.judge", "kgym_harness.candidate"):
+    for mod in ("kgym_harness.spare", "kgym_harness.candidate"):  # spare imports the judge
         try:
             __import__(mod)
         except Exception as e:  # noqa: BLE001

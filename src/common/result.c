@@ -199,7 +199,7 @@ int kg_result_check(const json_t *r, kg_err *err)
     double sp = json_is_number(v) ? json_number_value(v) : NAN;
     /*
      * The judge reports reference median / kernel median, or less when its
-     * own clock caps it (judge.py, trusted_clock), never more. Both sides
+     * own clock caps it (stages/timing.py, trusted_clock), never more. Both sides
      * are IEEE doubles sent as shortest round-trip text, so the quotient
      * recomputed here is the same double; 1e-9 relative covers a producer
      * that prints 15 significant digits.

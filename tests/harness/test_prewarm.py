@@ -43,13 +43,13 @@ def test_warm_device_runs_every_part_on_cpu():
 
 def test_preload_pair_holds_the_lock_once_per_unit_and_the_candidate_answers(tmp_path,
                                                                             monkeypatch):
-    """judge._preload_pair against a real candidate process: one shared hold
+    """spare._preload_pair against a real candidate process: one shared hold
     of the device lock per preload unit, one operation each (the trace says
     so), each with a warm command the candidate answers; on the CPU nothing
     is loaded and nothing fails. The device side is on the H200
     (test_prewarm_gpu.py, make test-gpu)."""
     import socket
-    from kgym_harness import judge, prewarm
+    from kgym_harness import prewarm, spare
     from kgym_harness.channel import Channel
     from kgym_harness.devlock import DeviceLock
     monkeypatch.setenv("KGYM_LOCK_TRACE", "1")
@@ -64,7 +64,7 @@ def test_preload_pair_holds_the_lock_once_per_unit_and_the_candidate_answers(tmp
         chan = Channel(a.detach())
         lock = DeviceLock(str(tmp_path / "lock"))
         out: dict = {}
-        judge._preload_pair(chan, out, lock, "cpu")
+        spare._preload_pair(chan, out, lock, "cpu")
         assert "preload_error" not in out, out
         units = prewarm.units()
         assert len(units) > len(prewarm.SPARE_FAMILIES)  # one operation per unit

@@ -1,4 +1,4 @@
-"""The warm spares' profiler start (judge.spare_profiles): off unless
+"""The warm spares' profiler start (spare.spare_profiles): off unless
 asked, so that CUPTI is not attached to a candidate through its timing."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ def test_spares_leave_the_profiler_to_the_profiling_phase(monkeypatch):
     """A warm spare does not start the CUDA profiler in its candidate
     unless asked (KGYM_SPARE_PROFILER=1): CUPTI, once started, stays on the
     candidate's launches through its timing, and not on the judge's."""
-    from kgym_harness import judge
+    from kgym_harness import spare
     monkeypatch.delenv("KGYM_SPARE_PROFILER", raising=False)
     monkeypatch.setenv("KGYM_WARM_PROFILER", "1")
-    assert judge.spare_profiles() is False
+    assert spare.spare_profiles() is False
     monkeypatch.setenv("KGYM_SPARE_PROFILER", "1")
-    assert judge.spare_profiles() is True
+    assert spare.spare_profiles() is True

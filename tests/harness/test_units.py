@@ -540,7 +540,7 @@ def test_infra_claims_only_from_the_load_reply():
 
 
 def test_warm_spare_errors_are_kept_bounded():
-    from kgym_harness.judge import _note_warm_error
+    from kgym_harness.spare import _note_warm_error
     out: dict = {}
     _note_warm_error(out, "device_error", {"ok": True, "warm_error": "x" * 1000})
     _note_warm_error(out, "profiler_error", {"ok": True, "ms": 3.0})

@@ -1,5 +1,5 @@
 """A warm spare whose warm-up failed is never handed a task as if it were
-fit (judge.run_warm_judge): with no task yet it ends, so the worker drops
+fit (spare.run_warm_judge): with no task yet it ends, so the worker drops
 it and forks another; a task already handed to it gets infra_error, never
 a verdict against the candidate. And a part of our own that fails mid-way
 still reads the candidate's reply, so no stale reply is left to answer the
@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from kgym_harness import judge
+from kgym_harness import spare
 from kgym_harness.channel import Channel
 from kgym_harness.frame import decode_result
 
@@ -41,7 +41,7 @@ def test_a_failing_part_of_ours_still_reads_the_reply() -> None:
         def boom() -> None:
             raise RuntimeError("CUDA error: out of memory")
         with pytest.raises(RuntimeError, match="out of memory"):
-            judge._warm_part(ours, out, "prep", boom)
+            spare._warm_part(ours, out, "prep", boom)
         # the next exchange gets its own reply, not the one left from prep
         ours.send({"cmd": "warm", "part": "device"})
         reply, _ = ours.recv()
@@ -61,13 +61,13 @@ def test_a_failing_part_of_ours_still_reads_the_reply() -> None:
     ({"device_ms": 3.0}, False),
 ])
 def test_which_warm_ups_leave_a_spare_unfit(warm: dict, unfit: bool) -> None:
-    assert (judge.spare_unfit(warm) is not None) == unfit
+    assert (spare.spare_unfit(warm) is not None) == unfit
 
 
 def _run_spare(monkeypatch, hand_over: bool) -> tuple[bytes, bool]:
     """run_warm_judge with a warm-up that failed; returns what it wrote on
     the result pipe and whether it left the task's go byte unread."""
-    monkeypatch.setattr(judge, "_warm_pair",
+    monkeypatch.setattr(spare, "_warm_pair",
                         lambda chan, lock, task_fd=None: {"error": "RuntimeError: CUDA error: out of memory"})
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     tr, tw = os.pipe()
@@ -77,7 +77,7 @@ def _run_spare(monkeypatch, hand_over: bool) -> tuple[bytes, bool]:
     done = threading.Event()
 
     def run() -> None:
-        judge.run_warm_judge(tr, ours.detach(), rw, None)
+        spare.run_warm_judge(tr, ours.detach(), rw, None)
         done.set()
     th = threading.Thread(target=run, daemon=True)
     th.start()
@@ -132,7 +132,7 @@ def test_a_spare_whose_task_came_cuts_its_preload() -> None:
         def waits() -> bool:
             asked.append(1)
             return True
-        judge._preload_pair(ours, out, DeviceLock(None), "cpu", waits)
+        spare._preload_pair(ours, out, DeviceLock(None), "cpu", waits)
         assert out["preload_cut"] == prewarm.units()[0] and asked == [1], out
         theirs.sock.setblocking(False)
         with pytest.raises(BlockingIOError):
