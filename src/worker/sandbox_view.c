@@ -160,6 +160,44 @@ static int by_length(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* C compilers a candidate's build may run (Triton's driver stub, torch's
+ * extensions): each reads and runs files of its own installation (gcc:
+ * libexec/gcc/.../cc1, lib/gcc/.../crtbegin.o), not only its bin. */
+static const char *const compilers[] = {"gcc", "cc", "g++", "c++", "clang",
+                                        "clang++", "nvcc", NULL};
+
+/* The installation prefix of an executable file: the directory above the
+ * bin directory that holds it, links resolved; nothing if it is no bin. */
+static void add_prefix_of(struct cands *c, const char *file)
+{
+    char real[PATH_MAX];
+    if (!realpath(file, real) || access(real, X_OK) < 0)
+        return;
+    char *slash = strrchr(real, '/');
+    if (!slash)
+        return;
+    *slash = 0; /* its directory */
+    size_t n = strlen(real);
+    if (n <= 4 || strcmp(real + n - 4, "/bin"))
+        return;
+    real[n - 4] = 0; /* the prefix: /opt/gcc for /opt/gcc/bin/gcc */
+    add(c, real, strlen(real));
+}
+
+/* The prefix of every compiler found on the ':'-separated path. */
+static void add_compiler_prefixes(struct cands *c, const char *path)
+{
+    while (path && *path) {
+        size_t len = strcspn(path, ":");
+        for (int i = 0; compilers[i] && len && len < PATH_MAX - 16; i++) {
+            char f[PATH_MAX];
+            snprintf(f, sizeof f, "%.*s/%s", (int)len, path, compilers[i]);
+            add_prefix_of(c, f);
+        }
+        path += len + (path[len] == ':');
+    }
+}
+
 int kg_sandbox_view_collect(const char *python, const char *const *extra,
                             kg_sandbox_view *out, kg_err *err)
 {
@@ -172,6 +210,13 @@ int kg_sandbox_view_collect(const char *python, const char *const *extra,
                                        "TRITON_PTXAS_PATH", "CC", "CXX", NULL};
     for (int i = 0; vars[i]; i++)
         add_env(&c, vars[i]);
+    add_compiler_prefixes(&c, getenv("PATH"));
+    static const char *const named[] = {"CC", "CXX", NULL};
+    for (int i = 0; named[i]; i++) { /* a compiler named by its path */
+        const char *v = getenv(named[i]);
+        if (v && strchr(v, '/'))
+            add_prefix_of(&c, v);
+    }
     for (int i = 0; extra && extra[i]; i++)
         add(&c, extra[i], strlen(extra[i]));
     /* shortest first: a path inside one already kept is dropped */

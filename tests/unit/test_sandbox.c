@@ -1821,6 +1821,66 @@ static void test_torch_smoke_new_root(void **state)
     assert_exit0(&c);
 }
 
+/*
+ * A compiler outside the system's part (a gcc in /opt/NAME/bin on PATH, or
+ * named by CC) brings its whole installation into the view: gcc runs cc1
+ * from libexec and links crt files from lib there, so its bin alone made
+ * every build exit 1. A bin without a compiler brings only itself.
+ */
+static void test_view_compiler_prefix(void **state)
+{
+    (void)state;
+    char top[64], bin[96], gcc[128], plain[64], plainbin[96], cc[128];
+    char *old_path = getenv("PATH"), saved[4096], path[4600];
+    int me = (int)getpid();
+    snprintf(top, sizeof top, "/opt/kgym-test-cc-%d", me);
+    snprintf(bin, sizeof bin, "%s/bin", top);
+    snprintf(gcc, sizeof gcc, "%s/gcc", bin);
+    snprintf(plain, sizeof plain, "/opt/kgym-test-plain-%d", me);
+    snprintf(plainbin, sizeof plainbin, "%s/bin", plain);
+    snprintf(cc, sizeof cc, "%s/tool", plainbin);
+    if (mkdir(top, 0755) < 0 || mkdir(bin, 0755) < 0 || mkdir(plain, 0755) < 0 ||
+        mkdir(plainbin, 0755) < 0) {
+        printf("    skipped: cannot make dirs in /opt\n");
+        skip();
+    }
+    int fd = open(gcc, O_CREAT | O_WRONLY, 0755);
+    assert_true(fd >= 0);
+    close(fd);
+    fd = open(cc, O_CREAT | O_WRONLY, 0755); /* executable, but no compiler's name */
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(saved, sizeof saved, "%s", old_path ? old_path : "");
+    snprintf(path, sizeof path, "%s:%s:%s", bin, plainbin, saved);
+    setenv("PATH", path, 1);
+    static kg_sandbox_view view;
+    kg_err e = {{0}};
+    const char *py = "/usr/bin/python3";
+    int rc = kg_sandbox_view_collect(py, NULL, &view, &e);
+    int has_top = 0, has_plain = 0, has_plainbin = 0;
+    for (int i = 0; !rc && i < view.n; i++) {
+        has_top |= !strcmp(view.path[i], top);
+        has_plain |= !strcmp(view.path[i], plain);
+        has_plainbin |= !strcmp(view.path[i], plainbin);
+    }
+    /* CC names it by path, with PATH back as it was */
+    setenv("PATH", saved, 1);
+    setenv("CC", gcc, 1);
+    static kg_sandbox_view view2;
+    int rc2 = kg_sandbox_view_collect(py, NULL, &view2, &e);
+    unsetenv("CC");
+    int cc_top = 0;
+    for (int i = 0; !rc2 && i < view2.n; i++)
+        cc_top |= !strcmp(view2.path[i], top);
+    unlink(gcc), unlink(cc), rmdir(bin), rmdir(plainbin), rmdir(top), rmdir(plain);
+    assert_int_equal(rc, 0);
+    assert_int_equal(rc2, 0);
+    assert_true(has_top);       /* /opt/kgym-test-cc-PID, not only its bin */
+    assert_false(has_plain);    /* no compiler there: its bin only */
+    assert_true(has_plainbin);
+    assert_true(cc_top);
+}
+
 #define T(f) cmocka_unit_test_teardown(f, teardown)
 
 int main(void)
@@ -1857,6 +1917,7 @@ int main(void)
         T(test_cgroup_catches_escapee),
         T(test_torch_smoke),
         T(test_torch_smoke_new_root),
+        T(test_view_compiler_prefix),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
