@@ -41,7 +41,7 @@ call is settled as failed (ray stand-in) and the run reports what it has.
 
     .venv/bin/python bench/kernelgym_client/run_drkernel.py \\
         --kgym build/kgym --workers 2 --label after --append \\
-        --out bench/results/2026-12-02-drkernel-client-cpu.txt
+        --out bench/results/DATE-drkernel-client-cpu.txt
 
 Without --client the client is extracted from --mirror (default
 /work/.mirror/hkust-nlp+KernelGYM/repo, HEAD) into .device/drkernel/.

@@ -48,7 +48,7 @@ def set_seed(seed: int) -> None:
     (the CPU's and every CUDA device's), plus Python's and numpy's. Not
     torch.manual_seed itself: it also seeds XPU and MTIA lazily, and on a
     machine without them each lazy seed formats a stack trace (two per
-    call, ~0.16 ms of a 0.32 ms input draw on the H200, 2026-12-01). CUDA
+    call, ~0.16 ms of a 0.32 ms input draw on the H200). CUDA
     not yet initialised is seeded the lazy way, as torch.manual_seed does,
     only where a CUDA device exists."""
     seed = int(seed)

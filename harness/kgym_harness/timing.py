@@ -56,7 +56,7 @@ _urandom = os.urandom  # the spot checks' CSPRNG, as it was before candidate cod
 # host has launched the timed call before the device reaches the start:
 # the sample is device time, not the host's launch latency, which differs
 # between the judge's and the candidate's processes (self-speedup off by
-# up to 30% on 0.15 ms kernels, H200, 2026-11-29). Private torch API:
+# up to 30% on 0.15 ms kernels on the H200). Private torch API:
 # absent, the lead is simply not added.
 _gpu_sleep = getattr(torch.cuda, "_sleep", None)
 _event_query = torch.cuda.Event.query

@@ -8,8 +8,8 @@ inputs, freed blocks are reused at the same address, so the cache hands
 back the previous input's output: it must fail correctness, or be caught
 by the recheck (output_cache) or by the spot checks of timed outputs
 (call_count_switch). Which one sees a hit depends on where the allocator
-puts each block: runs have ended in each of the three (a make test run of
-2026-12-02 had only the spot checks' call_count_switch)."""
+puts each block: runs have ended in each of the three (one full make test
+run had only the spot checks' call_count_switch)."""
 import inspect
 
 import torch

@@ -2,7 +2,7 @@
 """Cheat at GPU scale: the honest tiled Linear+ReLU (problems/gpu solution)
 that halves the claims the timing loop recorded, through a frame walk.
 On a 1.8 ms kernel the judge's clock shows the halved claims plus the
-lead are still below what it allows: timer_tamper (H200, 2026-12-02:
+lead are still below what it allows: timer_tamper (on the H200:
 claimed 3.13x, clock 1.53x)."""
 import sys
 import torch
