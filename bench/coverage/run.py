@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""bench/coverage: the judged coverage on one machine (docs/harness.md
-"Coverage").
+"""bench/coverage: the judged coverage on one machine (docs/harness-notes.md
+"Coverage the judge stands behind").
 
 GPU (the default; an H200 with the carried build, bench/device/env.sh):
   suite     scripts/test-gpu --only pytest,redteam,e2e: the GPU tests, the

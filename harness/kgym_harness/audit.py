@@ -5,7 +5,7 @@ turns into hack reasons (stages/integrity.py, report). The judge trusts its own
 observations (what it sent, what it received, what the reference did, what
 /proc says about the candidate's process); the candidate's guard report can
 only add findings, and a candidate that stops sending it breaks the
-protocol. docs/harness.md, "Reward integrity", says why each rule is safe
+protocol. docs/harness-notes.md, "Reward integrity", says why each rule is safe
 for honest kernels.
 """
 

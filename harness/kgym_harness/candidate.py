@@ -30,7 +30,7 @@ With guard (run_hack_checks), a checked call runs on poisoned allocator
 memory, its output is copied right after the return (that copy is what the
 judge gets), and the reply says which outputs share storage with an input,
 the digest of every input after the call, and whether work went on after
-the return (quiet.CallWatch); see docs/harness.md, "Reward integrity".
+the return (quiet.CallWatch); see docs/harness-notes.md, "Reward integrity".
 """
 
 from __future__ import annotations

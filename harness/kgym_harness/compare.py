@@ -51,7 +51,7 @@ def _within_fast(exp: torch.Tensor, got: torch.Tensor, atol: float, rtol: float)
     margin covers this path's roundings, so the outcome never depends on
     which path decided it. The float64 path writes 8 bytes per element
     into each of its temporaries: 2.1 ms per 256 MB fp32 output on the
-    H200, in every trial (docs/harness.md has the run). Integer,
+    H200, in every trial (docs/harness-notes.md has the run). Integer,
     boolean and complex outputs, and a tolerance below the type's smallest
     normal number (an exact comparison, atol 0), take the exact path."""
     wide = _FAST_TYPES.get(exp.dtype)

@@ -1,5 +1,6 @@
 """The judged coverage: which profile rows are custom, and how much custom
-time the judge's own clock allows (judge side; docs/harness.md "Coverage").
+time the judge's own clock allows (judge side; docs/harness-notes.md
+"Coverage the judge stands behind").
 
 The profile comes from the candidate's process (profiling.py), so its rows
 are claims. The judge keeps from them only what it can stand behind:

@@ -18,7 +18,7 @@ checked against the driver's own account of the allocation
 (cuMemGetAddressRange) before anything is read from it, so a peer cannot
 make us read past what it exported; the mapping stays valid when the
 exporter frees or dies (the driver counts references: seen on the H200,
-docs/harness.md has the run).
+docs/harness-notes.md, "The channel", has the run).
 
 Every call returns None/False on failure instead of raising: the channel
 then keeps using shared memory (channel.py negotiates before use).

@@ -1,7 +1,7 @@
 """Output checks of the hacking families that a comparison alone misses.
 
-Pure functions on tensors, used by both roles (docs/harness.md, "Reward
-integrity"). The candidate side calls output_problem, poison_allocator,
+Pure functions on tensors, used by both roles (docs/harness-notes.md,
+"Reward integrity"). The candidate side calls output_problem, poison_allocator,
 storage_aliases and digest on its own objects and reports the results; the
 judge trusts none of that report for a pass: it recomputes digest on its own
 inputs, looks for the poison pattern and for copies of its inputs in what it

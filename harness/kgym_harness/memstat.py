@@ -1,4 +1,4 @@
-"""Peak memory of this process, for each result's `memory` (docs/harness.md
+"""Peak memory of this process, for each result's `memory` (docs/harness-notes.md
 "Memory"): the host's peak resident set (getrusage's ru_maxrss, which on
 Linux is in KiB and counts the process since its fork, the warm-up and
 the zygote's pages included) and, on CUDA, torch's peak of allocated

@@ -1,6 +1,6 @@
 """precision_downgrade by measurement: the judge's float64 reference.
 
-Judge-only (docs/harness.md, "precision_downgrade"). On a full-precision
+Judge-only (docs/harness-notes.md, "precision_downgrade"). On a full-precision
 problem the judge evaluates the reference once more in float64 (trial 0)
 and compares two errors it computes itself: the float32 reference's own,
 e_ref = ||expected - ref64||, and the candidate's, e_c = ||got - ref64||
@@ -26,7 +26,7 @@ from . import compare
 # e_c > KAPPA * e_ref and e_c > FLOOR * ||ref64||: precision_downgrade.
 # Measured relative errors (||y - ref64|| / ||ref64||) of a 128x256x192
 # Linear on the CPU: fp32 2.0e-7, TF32-rounded operands 2.9e-4, fp16
-# operands 3.6e-4, bf16 2.4e-3 to 2.9e-3 (docs/harness.md has the H200's).
+# operands 3.6e-4, bf16 2.4e-3 to 2.9e-3 (docs/harness-notes.md has the H200's).
 # An honest fp32 kernel with another summation order stays within a few x
 # of e_ref and orders of magnitude under FLOOR; TF32 (unit roundoff 2^-11)
 # lies about 10x above FLOOR and 1000x above an fp32 e_ref.

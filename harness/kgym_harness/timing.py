@@ -284,7 +284,7 @@ def side_stream_found(wide: int, n: int) -> bool:
     device work outside the lock (a CUDA context made or torn down) delays
     a sample's device-wide end too, and with n = 1 one such sample was the
     whole phase (3 of 48 honest evaluations flagged at --concurrency 4 on
-    the H200, docs/harness.md has the run). Work a kernel
+    the H200, docs/harness-notes.md has the run). Work a kernel
     leaves on another stream is there on every call."""
     return n > 0 and wide * 2 > n
 

@@ -1,6 +1,6 @@
 """The judge's side of the trusted clock (wallclock.py): wall blocks of
 both sides inside the exclusive timing section, and the decision on the
-candidate's claimed times (docs/harness.md "The trusted clock").
+candidate's claimed times (docs/harness-notes.md "The trusted clock").
 
 Figures, all on the judge's clock (a wall block draws each call's inputs
 right before it, calls, prints: wallclock.run_block):

@@ -1,5 +1,5 @@
 """The trusted clock: the judge's own wall clock over blocks of
-back-to-back forward calls (docs/harness.md, "The trusted clock").
+back-to-back forward calls (docs/harness-notes.md, "The trusted clock").
 
 A wall block makes k calls back to back, each on an input set drawn right
 before it, each output reduced right away to a print (below), and

@@ -175,8 +175,8 @@ static void cand_cgroup(kg_engine *e, struct child *c)
  * (chan, result, task, log: those >= 0, in that order into fds[]) and, for
  * a judge, its task (which names the device lock) or, for a warm spare's
  * judge, which has none yet, the device lock on its own: the judge's start
- * message is the one place it learns the lock from (docs/harness.md, "The
- * device lock"). New reference. */
+ * message is the one place it learns the lock from (docs/harness-notes.md,
+ * "The device lock"). New reference. */
 static json_t *spawn_request(kg_engine *e, struct slot *sl, const char *role,
                              struct child *c, const int in_fds[4], int *fds,
                              int *nfds)
@@ -193,7 +193,8 @@ static json_t *spawn_request(kg_engine *e, struct slot *sl, const char *role,
      * _start_profiler_early). Only with KGYM_SPARE_PROFILER=1, the spares'
      * switch for the same trade: once started, CUPTI stays attached and
      * every launch of the candidate's timed calls pays its callbacks, which
-     * the reference in the judge does not (docs/harness.md, fairness) */
+     * the reference in the judge does not (docs/harness-notes.md,
+     * "Environment", KGYM_SPARE_PROFILER) */
     const char *early = getenv("KGYM_SPARE_PROFILER");
     if (!strcmp(role, "candidate") && sl->task && sl->prof &&
         !strncmp(e->cfg.device, "cuda", 4) && early && !strcmp(early, "1"))

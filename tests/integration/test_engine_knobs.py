@@ -4,12 +4,12 @@ command that makes an engine: `kgym eval`, `kgym worker` and `kgym serve
 old KGYM_CPU_THREADS, KGYM_COMPILE_AHEAD and KGYM_SPARE_MEM_FLOOR are read
 when a flag is not given); a bad value is one line and exit status 2. And
 the device lock reaches a warm spare's task from the spare's start message
-(docs/harness.md, "The device lock").
+(docs/harness-notes.md, "The device lock").
 
 A probe candidate reports what its process sees, in the error its import
 raises: torch's CPU threads, KGYM_CPU_THREADS, and whether the zygote it
 was forked from imported what compile ahead's dry runs need (ahead.warm_meta
-runs there only with compile ahead on: docs/harness.md)."""
+runs there only with compile ahead on: docs/harness-notes.md)."""
 from __future__ import annotations
 
 import os

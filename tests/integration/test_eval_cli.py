@@ -155,7 +155,7 @@ def test_each_candidate_is_checked_against_the_ref_before_it():
 
 def test_judge_opt_ins_reach_the_judge_through_the_worker():
     """Regression: the worker gives its children a clean environment, and
-    KGYM_REFTIME_CACHE (documented in docs/harness.md) never reached the
+    KGYM_REFTIME_CACHE (documented in docs/harness-notes.md) never reached the
     judge, so the reference-time cache could not be turned on outside the
     in-process tests. The worker now passes the judge's opt-ins on: the
     cache (second candidate: reference time from the cache) and the
@@ -184,7 +184,7 @@ def test_judge_opt_ins_reach_the_judge_through_the_worker():
 
 
 def test_spare_preload_switch_reaches_the_warm_judge():
-    """KGYM_SPARE_PRELOAD=0 (docs/harness.md) reaches a warm spare's judge
+    """KGYM_SPARE_PRELOAD=0 (docs/harness-notes.md) reaches a warm spare's judge
     through the worker's clean environment: the spare says its preload
     was switched off (timings.warm_spare.preload_off), and its task
     still passes; unset, no spare says so."""
@@ -202,7 +202,7 @@ def test_spare_preload_switch_reaches_the_warm_judge():
 
 
 def test_cuda_ipc_switch_reaches_both_children(tmp_path):
-    """Regression: KGYM_CUDA_IPC=0 (docs/harness.md: the channel keeps to
+    """Regression: KGYM_CUDA_IPC=0 (docs/harness-notes.md: the channel keeps to
     shared memory) never reached the children through the worker's clean
     environment. A candidate that refuses to load without it passes only
     when the worker passes it on."""
