@@ -1,4 +1,4 @@
-"""What a warm spare's candidate does before its task (judge.run_warm_judge
+"""What a warm spare's candidate does before its task (spare.run_warm_judge
 drives it; docs/worker.md): everything a first evaluation in a fresh
 process pays once and that does not depend on the task. On a GPU: the CUDA
 context and cuBLAS handle, Triton's driver and launcher start-up (one tiny
