@@ -11,29 +11,21 @@
 
 int kg_json_read_all(FILE *f, char **buf, size_t *len, kg_err *err)
 {
-    size_t cap = 1 << 16, n = 0;
-    char *p = malloc(cap);
+    kg_dynbuf b;
+    kg_dynbuf_init(&b, 0);
+    char tmp[1 << 16];
     *buf = NULL;
     *len = 0;
-    if (!p)
-        return kg_errf(err, KG_ENOMEM, "out of memory");
     for (;;) {
-        if (cap - n < 2) {
-            char *q = cap > SIZE_MAX / 2 ? NULL : realloc(p, cap * 2);
-            if (!q) {
-                free(p);
-                return kg_errf(err, KG_ENOMEM, "input: out of memory");
-            }
-            p = q;
-            cap *= 2;
+        size_t got = fread(tmp, 1, sizeof tmp, f);
+        if (kg_dynbuf_put(&b, tmp, got)) {
+            kg_dynbuf_free(&b);
+            return kg_errf(err, KG_ENOMEM, "input: out of memory");
         }
-        size_t want = cap - n - 1;
-        size_t got = fread(p + n, 1, want, f);
-        n += got;
-        if (got < want) {
+        if (got < sizeof tmp) {
             if (ferror(f)) {
                 int e = errno;
-                free(p);
+                kg_dynbuf_free(&b);
                 return kg_errf(err, KG_EIO, "input: read error: %s",
                                strerror(e));
             }
@@ -41,9 +33,8 @@ int kg_json_read_all(FILE *f, char **buf, size_t *len, kg_err *err)
                 break;
         }
     }
-    p[n] = '\0';
-    *buf = p;
-    *len = n;
+    if (!(*buf = kg_dynbuf_take(&b, len)))
+        return kg_errf(err, KG_ENOMEM, "input: out of memory");
     return 0;
 }
 
