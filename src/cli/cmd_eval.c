@@ -416,8 +416,11 @@ static int run_tasks(struct evalrun *run, const kg_engine_cfg *cfg,
 
 int kg_cli_eval(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) /* a KernelBench tree: cmd_selfcheck.c */
-        if (!strcmp(argv[i], "--kernelbench"))
+    /* a KernelBench tree (cmd_selfcheck.c): its options are another
+     * table, so the one switch is looked for before either parses */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--kernelbench") ||
+            !strncmp(argv[i], "--kernelbench=", 14))
             return kg_cli_eval_kernelbench(argc, argv);
     static struct evalrun run;
     static json_t *tasks[MAX_CANDS];

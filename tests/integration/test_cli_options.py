@@ -83,6 +83,7 @@ REFUSED = [
     (["selfcheck", "--ref", "r.py"], "--ref: not with selfcheck"),
     (["eval", "--kernelbench", "d", "--candidates"], "--candidates: needs a value"),
     (["eval", "--kernelbench", "d", "--cand", "c.py"], "--cand: not with --kernelbench"),
+    (["eval", "--kernelbench=d", "--cand", "c.py"], "--cand: not with --kernelbench"),
     (["redteam", "-x"], "unknown flag -x"),
     (["redteam", "stray"], "stray: unexpected argument (kgym redteam --help)"),
     (["redteam", "--dir"], "--dir: needs a value"),
