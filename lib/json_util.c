@@ -11,29 +11,21 @@
 
 int kg_json_read_all(FILE *f, char **buf, size_t *len, kg_err *err)
 {
-    size_t cap = 1 << 16, n = 0;
-    char *p = malloc(cap);
+    kg_dynbuf b;
+    kg_dynbuf_init(&b, 0);
+    char tmp[1 << 16];
     *buf = NULL;
     *len = 0;
-    if (!p)
-        return kg_errf(err, KG_ENOMEM, "out of memory");
     for (;;) {
-        if (cap - n < 2) {
-            char *q = cap > SIZE_MAX / 2 ? NULL : realloc(p, cap * 2);
-            if (!q) {
-                free(p);
-                return kg_errf(err, KG_ENOMEM, "input: out of memory");
-            }
-            p = q;
-            cap *= 2;
+        size_t got = fread(tmp, 1, sizeof tmp, f);
+        if (kg_dynbuf_put(&b, tmp, got)) {
+            kg_dynbuf_free(&b);
+            return kg_errf(err, KG_ENOMEM, "input: out of memory");
         }
-        size_t want = cap - n - 1;
-        size_t got = fread(p + n, 1, want, f);
-        n += got;
-        if (got < want) {
+        if (got < sizeof tmp) {
             if (ferror(f)) {
                 int e = errno;
-                free(p);
+                kg_dynbuf_free(&b);
                 return kg_errf(err, KG_EIO, "input: read error: %s",
                                strerror(e));
             }
@@ -41,9 +33,8 @@ int kg_json_read_all(FILE *f, char **buf, size_t *len, kg_err *err)
                 break;
         }
     }
-    p[n] = '\0';
-    *buf = p;
-    *len = n;
+    if (!(*buf = kg_dynbuf_take(&b, len)))
+        return kg_errf(err, KG_ENOMEM, "input: out of memory");
     return 0;
 }
 
@@ -718,15 +709,11 @@ static void put(kg_dynbuf *b, const char *s, size_t n)
     kg_dynbuf_put(b, s, n);
 }
 
-static void puts_(kg_dynbuf *b, const char *s)
-{
-    put(b, s, strlen(s));
-}
-
 static void put_u16(kg_dynbuf *b, unsigned u)
 {
-    char esc[8];
-    snprintf(esc, sizeof esc, "\\u%04x", u & 0xffff);
+    static const char hex[] = "0123456789abcdef";
+    char esc[6] = {'\\', 'u', hex[(u >> 12) & 15], hex[(u >> 8) & 15],
+                   hex[(u >> 4) & 15], hex[u & 15]};
     put(b, esc, 6);
 }
 
@@ -748,13 +735,26 @@ static unsigned utf8_next(const unsigned char *s, size_t n, size_t *used)
     return cp > 0x10ffff ? 0xfffd : cp;
 }
 
-/* A JSON string as json.dumps writes it (ensure_ascii). */
-static void put_string(kg_dynbuf *b, const char *s, size_t n)
+/* A JSON string: runs that need no escape are copied whole; KG_JSON_PY
+ * escapes non-ASCII (ensure_ascii) and writes \b and \f short, as
+ * json.dumps does. */
+static void put_string(kg_dynbuf *b, const char *s, size_t n,
+                       kg_json_style style)
 {
     const unsigned char *u = (const unsigned char *)s;
+    int py = style == KG_JSON_PY;
+    size_t run = 0; /* bytes that need no escape, not yet copied */
     put(b, "\"", 1);
     for (size_t i = 0; i < n;) {
         unsigned c = u[i];
+        if (c >= 0x20 && c != '"' && c != '\\' && (c < 0x80 || !py)) {
+            run++;
+            i++;
+            continue;
+        }
+        put(b, s + i - run, run);
+        run = 0;
+        size_t used = 1;
         if (c == '"' || c == '\\') {
             char e[2] = {'\\', (char)c};
             put(b, e, 2);
@@ -764,16 +764,13 @@ static void put_string(kg_dynbuf *b, const char *s, size_t n)
             put(b, "\\r", 2);
         } else if (c == '\t') {
             put(b, "\\t", 2);
-        } else if (c == '\b') {
+        } else if (py && c == '\b') {
             put(b, "\\b", 2);
-        } else if (c == '\f') {
+        } else if (py && c == '\f') {
             put(b, "\\f", 2);
         } else if (c < 0x20) {
             put_u16(b, c);
-        } else if (c < 0x80) {
-            put(b, s + i, 1);
         } else {
-            size_t used;
             unsigned cp = utf8_next(u + i, n - i, &used);
             if (cp >= 0x10000) {
                 cp -= 0x10000;
@@ -782,17 +779,81 @@ static void put_string(kg_dynbuf *b, const char *s, size_t n)
             } else {
                 put_u16(b, cp);
             }
-            i += used;
-            continue;
         }
-        i++;
+        i += used;
     }
+    put(b, s + n - run, run);
     put(b, "\"", 1);
 }
 
-static void dump(kg_dynbuf *b, const json_t *v)
+static void put_int(kg_dynbuf *b, long long v)
 {
-    char num[48];
+    char t[24];
+    int i = sizeof t;
+    unsigned long long u =
+        v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        t[--i] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        t[--i] = '-';
+    put(b, t + i, sizeof t - (size_t)i);
+}
+
+/* d as the shortest of "m.f" (up to 6 decimals, |d| < 1e15) that reads
+   back as d; 0 when there is none (the caller uses %.17g). */
+static int short_real(double d, char *out, size_t size)
+{
+    static const double p10[] = {1, 10, 100, 1e3, 1e4, 1e5, 1e6};
+    if (!(d > -1e15 && d < 1e15) || (d == 0 && signbit(d)))
+        return 0;
+    for (int k = 0; k <= 6; k++) {
+        double m = d * p10[k];
+        if (!(m > -9e18 && m < 9e18))
+            return 0; /* past long long: no short form */
+        if (m != (double)(long long)m)
+            continue;
+        long long i = (long long)m;
+        unsigned long long u =
+            i < 0 ? 0ull - (unsigned long long)i : (unsigned long long)i;
+        unsigned long long ip = u / (unsigned long long)p10[k];
+        unsigned long long fp = u % (unsigned long long)p10[k];
+        int n = k == 0 ? snprintf(out, size, "%s%llu.0", i < 0 ? "-" : "", ip)
+                       : snprintf(out, size, "%s%llu.%0*llu", i < 0 ? "-" : "",
+                                  ip, k, fp);
+        if (n <= 0 || (size_t)n >= size)
+            return 0;
+        return strtod(out, NULL) == d ? n : 0;
+    }
+    return 0;
+}
+
+/* A real: KG_JSON_PY as kg_json_format_real (jansson holds no NaN or
+ * infinity, so it cannot fail); KG_JSON_COMPACT as its short decimal when
+ * it has one, else "%.17g", which a real costs one printf (a ".0" keeps an
+ * integral one a real when read back). */
+static void put_real(kg_dynbuf *b, double d, kg_json_style style)
+{
+    char t[48];
+    int n = style == KG_JSON_PY ? kg_json_format_real(t, sizeof t, d)
+                                : short_real(d, t, sizeof t);
+    if (n < 0) {
+        n = 4;
+        memcpy(t, "null", 5);
+    } else if (n == 0) {
+        n = snprintf(t, sizeof t, "%.17g", d);
+        if (n > 0 && (size_t)n < sizeof t - 2 && !strpbrk(t, ".eEn")) {
+            memcpy(t + n, ".0", 3);
+            n += 2;
+        }
+    }
+    put(b, t, (size_t)n);
+}
+
+void kg_json_write(kg_dynbuf *b, const json_t *v, kg_json_style style)
+{
+    int py = style == KG_JSON_PY;
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
         const char *key;
@@ -802,58 +863,57 @@ static void dump(kg_dynbuf *b, const json_t *v)
         json_object_foreach((json_t *)v, key, val)
         {
             if (!first)
-                put(b, ", ", 2);
+                put(b, py ? ", " : ",", py ? 2 : 1);
             first = 0;
-            put_string(b, key, strlen(key));
-            put(b, ": ", 2);
-            dump(b, val);
+            put_string(b, key, strlen(key), style);
+            put(b, py ? ": " : ":", py ? 2 : 1);
+            kg_json_write(b, val, style);
         }
         put(b, "}", 1);
-        break;
+        return;
     }
     case JSON_ARRAY:
         put(b, "[", 1);
         for (size_t i = 0; i < json_array_size(v); i++) {
             if (i)
-                put(b, ", ", 2);
-            dump(b, json_array_get(v, i));
+                put(b, py ? ", " : ",", py ? 2 : 1);
+            kg_json_write(b, json_array_get(v, i), style);
         }
         put(b, "]", 1);
-        break;
+        return;
     case JSON_STRING:
-        put_string(b, json_string_value(v), json_string_length(v));
-        break;
+        put_string(b, json_string_value(v), json_string_length(v), style);
+        return;
     case JSON_INTEGER:
-        snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT,
-                 json_integer_value(v));
-        puts_(b, num);
-        break;
+        put_int(b, (long long)json_integer_value(v));
+        return;
     case JSON_REAL:
-        /* jansson holds no NaN or infinity, so this cannot fail. */
-        if (kg_json_format_real(num, sizeof num, json_real_value(v)) < 0)
-            strcpy(num, "null");
-        puts_(b, num);
-        break;
+        put_real(b, json_real_value(v), style);
+        return;
     case JSON_TRUE:
-        puts_(b, "true");
-        break;
+        put(b, "true", 4);
+        return;
     case JSON_FALSE:
-        puts_(b, "false");
-        break;
-    case JSON_NULL:
-        puts_(b, "null");
-        break;
+        put(b, "false", 5);
+        return;
+    default:
+        put(b, "null", 4);
     }
 }
 
-char *kg_json_dumps(const json_t *v)
+char *kg_json_text(const json_t *v, kg_json_style style)
 {
     kg_dynbuf b;
     kg_dynbuf_init(&b, 0);
-    dump(&b, v);
+    kg_json_write(&b, v, style);
     if (!b.len) {
         kg_dynbuf_free(&b);
         return NULL;
     }
     return kg_dynbuf_take(&b, NULL);
+}
+
+char *kg_json_dumps(const json_t *v)
+{
+    return kg_json_text(v, KG_JSON_PY);
 }

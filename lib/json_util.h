@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kgym/dynbuf.h"
 #include "kgym/kgym.h"
 
 /* Reads all of f into a NUL-terminated buffer (caller frees *buf). */
@@ -128,12 +129,27 @@ json_t *kg_json_int_array(const int *v, size_t n);
  */
 int kg_json_format_real(char *buf, size_t size, double x);
 
-/*
- * v as one line, separators ", " and ": " (json.dumps's defaults), reals
- * as kg_json_format_real, object keys in insertion order, non-ASCII
- * escaped. Returns a malloc'd string (caller frees) or NULL if out of
- * memory.
- */
+/* The two ways kgym writes JSON, both on one line with object keys in
+ * insertion order; every value reads back equal. */
+typedef enum {
+    /* as Python's json.dumps: separators ", " and ": ", non-ASCII escaped
+     * (ensure_ascii), reals as kg_json_format_real (HTTP replies, the RL
+     * layer's output) */
+    KG_JSON_PY,
+    /* "," and ":", strings as UTF-8 with only what JSON requires escaped,
+     * a real as its short decimal (up to 6 places) when one reads back
+     * equal, else "%.17g": the quick form of the store's stored text */
+    KG_JSON_COMPACT,
+} kg_json_style;
+
+/* Appends v to b in style; a failed append leaves b failed (dynbuf.h). */
+void kg_json_write(kg_dynbuf *b, const json_t *v, kg_json_style style);
+
+/* v in style as a malloc'd string (caller frees), or NULL if out of
+ * memory. */
+char *kg_json_text(const json_t *v, kg_json_style style);
+
+/* kg_json_text(v, KG_JSON_PY). */
 char *kg_json_dumps(const json_t *v);
 
 #endif

@@ -106,19 +106,9 @@ size_t kg_policy_on_data(char *d, size_t sz, size_t nm, void *ud)
 {
     struct kg_policy_slot *s = ud;
     size_t n = sz * nm;
-    if (s->len + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 16384;
-        while (cap < s->len + n + 1)
-            cap *= 2;
-        char *b = (long)cap > MAX_REPLY ? NULL : realloc(s->buf, cap);
-        if (!b)
-            return 0; /* too large: the transfer fails */
-        s->buf = b;
-        s->cap = cap;
-    }
-    memcpy(s->buf + s->len, d, n);
-    s->len += n;
-    s->buf[s->len] = 0;
+    if (n > (size_t)MAX_REPLY - 1 - s->reply.len ||
+        kg_dynbuf_put(&s->reply, d, n))
+        return 0; /* too large, or out of memory: the transfer fails */
     return n;
 }
 
@@ -152,7 +142,7 @@ int kg_policy_health(kg_policy *p, kg_err *err)
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(e);
     curl_slist_free_all(h);
-    free(s.buf);
+    kg_dynbuf_free(&s.reply);
     if (rc != CURLE_OK)
         return kg_errf(err, KG_EUNAVAIL, "policy %s unreachable: %s", p->url,
                        ebuf[0] ? ebuf : curl_easy_strerror(rc));

@@ -6,6 +6,7 @@
 #include <curl/curl.h>
 
 #include "agent/policy.h"
+#include "kgym/dynbuf.h"
 
 struct kg_policy {
     kg_policy_cfg cfg; /* its strings point at the copies below */
@@ -22,8 +23,7 @@ struct kg_policy_slot {
     CURL *easy;
     struct curl_slist *headers;
     char *body; /* the request's JSON text, kept across attempts */
-    char *buf;  /* the reply so far */
-    size_t len, cap;
+    kg_dynbuf reply; /* the reply so far (at most MAX_REPLY, policy.c) */
     long retry_after_s;    /* from a Retry-After header, -1: none */
     double t0_ms, next_ms; /* first attempt; earliest next attempt */
     int state;             /* WAITING, IN_FLIGHT, DONE (policy_run.c) */

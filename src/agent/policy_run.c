@@ -36,8 +36,8 @@ static void end_slot(kg_policy *p, struct kg_policy_slot *s, const char *why)
     }
     s->r->seconds = (kg_now_ms() - s->t0_ms) / 1e3;
     free(s->body);
-    free(s->buf);
-    s->body = s->buf = NULL;
+    kg_dynbuf_free(&s->reply);
+    s->body = NULL;
     s->state = DONE;
 }
 
@@ -72,7 +72,7 @@ static int start_slot(kg_policy *p, struct kg_policy_slot *s, double now)
         end_slot(p, s, "out of memory");
         return -1;
     }
-    s->len = 0;
+    kg_dynbuf_free(&s->reply); /* this attempt's reply */
     s->retry_after_s = -1;
     s->errbuf[0] = 0;
     CURL *e = s->easy;
@@ -135,7 +135,8 @@ static void retry_slot(kg_policy *p, struct kg_policy_slot *s, const char *what)
  * or the body's start. */
 static void refusal(const struct kg_policy_slot *s, long status, char *out, size_t n)
 {
-    json_t *j = json_loadb(s->buf ? s->buf : "", s->len, JSON_ALLOW_NUL, NULL);
+    json_t *j = json_loadb(s->reply.p ? s->reply.p : "", s->reply.len,
+                           JSON_ALLOW_NUL, NULL);
     json_t *e = json_object_get(j, "error");
     const char *m = json_string_value(json_object_get(e, "message"));
     if (!m)
@@ -145,7 +146,7 @@ static void refusal(const struct kg_policy_slot *s, long status, char *out, size
                  status, m);
     else
         snprintf(out, n, "policy refused the request: HTTP %ld: %.120s",
-                 status, s->buf ? s->buf : "");
+                 status, s->reply.p ? s->reply.p : "");
     for (char *c = out; *c; c++)
         if (*c == '\n' || *c == '\r')
             *c = ' ';
@@ -175,7 +176,8 @@ static void finish_slot(kg_policy *p, struct kg_policy_slot *s, CURLcode rc)
     } else {
         kg_err err = {{0}};
         kg_policy_req_clear(s->r);
-        if (kg_policy_parse(s->r, s->buf ? s->buf : "", s->len, &err))
+        if (kg_policy_parse(s->r, s->reply.p ? s->reply.p : "", s->reply.len,
+                            &err))
             end_slot(p, s, err.msg);
         else
             end_slot(p, s, NULL);

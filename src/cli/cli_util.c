@@ -69,20 +69,13 @@ const char *kg_cli_root(char *buf, size_t n)
     return buf;
 }
 
-int kg_cli_engine_flag(kg_engine_cfg *cfg, const char *a)
+int kg_cli_verbose_opt(void *cfg, const char *name, const char *v,
+                       kg_err *err)
 {
-    if (!strcmp(a, "--fresh"))
-        cfg->fresh = 1;
-    else if (!strcmp(a, "--no-sandbox"))
-        cfg->no_sandbox = 1;
-    else if (!strcmp(a, "--no-cgroups"))
-        cfg->no_cgroups = 1;
-    else if (!strcmp(a, "--verbose")) {
-        cfg->verbose = 1;
-        kg_log_level(KG_LOG_DEBUG);
-    } else
-        return 0;
-    return 1;
+    (void)name, (void)v, (void)err;
+    ((kg_engine_cfg *)cfg)->verbose = 1;
+    kg_log_level(KG_LOG_DEBUG);
+    return 0;
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -200,6 +193,28 @@ int kg_cli_engine_knob(kg_engine_cfg *cfg, const char *a, const char *v,
         return kg_errf(err, KG_EINVAL, "%s must be %s, not '%s'", a, k->want,
                        v ? v : "");
     return 1;
+}
+
+int kg_cli_knob_opt(void *cfg, const char *name, const char *v, kg_err *err)
+{
+    int rc = kg_cli_engine_knob(cfg, name, v, err);
+    return rc < 0 ? rc : rc ? 0 : kg_errf(err, KG_ENOTFOUND, "%s: not a knob",
+                                            name);
+}
+
+int kg_cli_count_opt(void *cfg, const char *name, const char *v, kg_err *err)
+{
+    kg_engine_cfg *c = cfg;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (!*v || *end || n < 0 || n > 32)
+        return kg_errf(err, KG_EINVAL, "%s: a number from 0 to 32, not '%s'",
+                       name, v);
+    if (!strcmp(name, "--stage"))
+        c->stage = (int)n;
+    else
+        c->prewarm = n ? (int)n : -1;
+    return 0;
 }
 
 void kg_cli_engine_knobs_env(kg_engine_cfg *cfg)

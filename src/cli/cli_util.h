@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 
+#include "cli/opts.h"
 #include "common/http_client.h"
 #include "kgym/kgym.h"
 #include "worker/engine.h"
@@ -32,11 +33,34 @@ int kg_cli_exe_path(char *buf, size_t n);
 const char *kg_cli_root(char *buf, size_t n);
 
 /*
- * The engine's on/off flags that `kgym eval` and `kgym selfcheck` share:
- * --fresh, --no-sandbox, --no-cgroups, --verbose (which also lowers the log
- * level). Returns 1 when `a` is one of them (applied to cfg), else 0.
+ * The engine's options as option-table entries on cfg (a kg_engine_cfg *),
+ * shared by kgym eval, worker and selfcheck: the switches --fresh,
+ * --no-sandbox, --no-cgroups and --verbose (which also lowers the log
+ * level), and the tuning knobs (kg_cli_engine_knob).
  */
-int kg_cli_engine_flag(kg_engine_cfg *cfg, const char *a);
+int kg_cli_verbose_opt(void *cfg, const char *name, const char *v,
+                       kg_err *err);
+int kg_cli_knob_opt(void *cfg, const char *name, const char *v, kg_err *err);
+#define KG_CLI_ENGINE_SWITCHES(cfg)                                            \
+    KG_OPT_F("--fresh", &(cfg)->fresh),                                        \
+        KG_OPT_F("--no-sandbox", &(cfg)->no_sandbox),                          \
+        KG_OPT_F("--no-cgroups", &(cfg)->no_cgroups),                          \
+        KG_OPT_FN0_ON("--verbose", kg_cli_verbose_opt, (cfg))
+#define KG_CLI_ENGINE_KNOBS(cfg)                                               \
+    KG_OPT_FN_ON("--cpu-threads", kg_cli_knob_opt, (cfg)),                     \
+        KG_OPT_FN_ON("--compile-ahead", kg_cli_knob_opt, (cfg)),               \
+        KG_OPT_FN_ON("--spare-mem-floor", kg_cli_knob_opt, (cfg))
+
+/* The engine's options that kgym eval and selfcheck (an engine of their
+ * own, no server) share: --device, --concurrency 1..64, --prewarm and
+ * --stage 0..32 (kg_cli_count_opt; --prewarm 0: none, cfg's -1), --python. */
+int kg_cli_count_opt(void *cfg, const char *name, const char *v, kg_err *err);
+#define KG_CLI_ENGINE_LOCAL(cfg)                                               \
+    KG_OPT_S("--device", &(cfg)->device),                                      \
+        KG_OPT_I("--concurrency", &(cfg)->concurrency, 1, 64),                 \
+        KG_OPT_FN_ON("--prewarm", kg_cli_count_opt, (cfg)),                    \
+        KG_OPT_FN_ON("--stage", kg_cli_count_opt, (cfg)),                      \
+        KG_OPT_S("--python", &(cfg)->python)
 
 /*
  * The *.py files of directory dir, sorted by name, as malloc'd paths

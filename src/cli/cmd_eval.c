@@ -271,39 +271,6 @@ struct eval_parse {
     json_t *fields;
 };
 
-/* --fresh, --no-sandbox, --no-cgroups, --verbose (cli_util.c). */
-static int engine_flag(void *ctx, const char *name, const char *v, kg_err *err)
-{
-    struct eval_parse *ep = ctx;
-    (void)v, (void)err;
-    kg_cli_engine_flag(ep->cfg, name);
-    return 0;
-}
-
-/* --cpu-threads, --compile-ahead, --spare-mem-floor (cli_util.c). */
-static int engine_knob(void *ctx, const char *name, const char *v, kg_err *err)
-{
-    struct eval_parse *ep = ctx;
-    int rc = kg_cli_engine_knob(ep->cfg, name, v, err);
-    return rc < 0 ? rc : 0;
-}
-
-/* --prewarm N, --stage N: 0 to 32 (--prewarm 0: none, cfg's -1). */
-static int count_0_32(void *ctx, const char *name, const char *v, kg_err *err)
-{
-    struct eval_parse *ep = ctx;
-    char *end;
-    long n = strtol(v, &end, 10);
-    if (!*v || *end || n < 0 || n > 32)
-        return kg_errf(err, KG_EINVAL, "%s: a number from 0 to 32, not '%s'",
-                       name, v);
-    if (!strcmp(name, "--stage"))
-        ep->cfg->stage = (int)n;
-    else
-        ep->cfg->prewarm = n ? (int)n : -1;
-    return 0;
-}
-
 /* --ref R: the reference of the --cand flags after it. */
 static int ref_opt(void *ctx, const char *name, const char *v, kg_err *err)
 {
@@ -337,20 +304,11 @@ static int parse_eval_args(int argc, char **argv, struct evalrun *run,
 {
     const kg_opt table[] = {
         KG_OPT_F("--json", &run->json_out),
-        KG_OPT_FN0("--fresh", engine_flag),
-        KG_OPT_FN0("--no-sandbox", engine_flag),
-        KG_OPT_FN0("--no-cgroups", engine_flag),
-        KG_OPT_FN0("--verbose", engine_flag),
-        KG_OPT_FN("--cpu-threads", engine_knob),
-        KG_OPT_FN("--compile-ahead", engine_knob),
-        KG_OPT_FN("--spare-mem-floor", engine_knob),
+        KG_CLI_ENGINE_SWITCHES(cfg),
+        KG_CLI_ENGINE_KNOBS(cfg),
         KG_OPT_FN("--ref", ref_opt),
         KG_OPT_FN("--cand", cand_opt),
-        KG_OPT_S("--device", &cfg->device),
-        KG_OPT_I("--concurrency", &cfg->concurrency, 1, 64),
-        KG_OPT_FN("--prewarm", count_0_32),
-        KG_OPT_FN("--stage", count_0_32),
-        KG_OPT_S("--python", &cfg->python),
+        KG_CLI_ENGINE_LOCAL(cfg),
         KG_OPT_END,
     };
     struct eval_parse ep = {run, ref, cfg, fields};
@@ -458,8 +416,11 @@ static int run_tasks(struct evalrun *run, const kg_engine_cfg *cfg,
 
 int kg_cli_eval(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) /* a KernelBench tree: cmd_selfcheck.c */
-        if (!strcmp(argv[i], "--kernelbench"))
+    /* a KernelBench tree (cmd_selfcheck.c): its options are another
+     * table, so the one switch is looked for before either parses */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--kernelbench") ||
+            !strncmp(argv[i], "--kernelbench=", 14))
             return kg_cli_eval_kernelbench(argc, argv);
     static struct evalrun run;
     static json_t *tasks[MAX_CANDS];

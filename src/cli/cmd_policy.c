@@ -41,6 +41,7 @@
 #include "common/code_file.h"
 #include "common/log.h"
 #include "common/request.h"
+#include "kgym/dynbuf.h"
 
 #define SP_MAX_BODY (64u << 20)
 #define SP_MAX_FILES 100000
@@ -255,8 +256,7 @@ static int read_replies(sp_server *s, const char *root, kg_err *err)
 /* --- answering -------------------------------------------------------- */
 
 struct conn {
-    char *body;
-    size_t len;
+    kg_dynbuf body; /* calloc'd: empty; on_request checks SP_MAX_BODY */
     int too_large;
 };
 
@@ -346,8 +346,8 @@ static enum MHD_Result chat(sp_server *s, struct MHD_Connection *mc,
                             struct conn *c)
 {
     json_error_t je;
-    json_t *req = json_loadb(c->body ? c->body : "", c->len, JSON_ALLOW_NUL,
-                             &je);
+    json_t *req = json_loadb(c->body.p ? c->body.p : "", c->body.len,
+                             JSON_ALLOW_NUL, &je);
     json_t *messages = json_object_get(req, "messages");
     json_t *nj = json_object_get(req, "n");
     if (!json_is_object(req) || !json_is_array(messages)) {
@@ -424,17 +424,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc,
         return MHD_YES;
     }
     if (*size) {
-        if (c->len + *size > SP_MAX_BODY) {
+        if (c->too_large || *size > SP_MAX_BODY - c->body.len)
             c->too_large = 1;
-        } else {
-            char *nb = realloc(c->body, c->len + *size + 1);
-            if (!nb)
-                return MHD_NO;
-            memcpy(nb + c->len, data, *size);
-            c->body = nb;
-            c->len += *size;
-            c->body[c->len] = 0;
-        }
+        else if (kg_dynbuf_put(&c->body, data, *size))
+            return MHD_NO;
         *size = 0;
         return MHD_YES;
     }
@@ -467,7 +460,7 @@ static void on_done(void *cls, struct MHD_Connection *mc, void **ptr,
     (void)cls, (void)mc, (void)why;
     struct conn *c = *ptr;
     if (c)
-        free(c->body);
+        kg_dynbuf_free(&c->body);
     free(c);
     *ptr = NULL;
 }

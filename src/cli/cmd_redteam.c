@@ -16,6 +16,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_util.h"
+#include "cli/opts.h"
 #include "corpus/redteam_case.h"
 #include "common/clock.h"
 #include "common/code_file.h"
@@ -587,61 +588,54 @@ static int check_defaults(json_t *defaults)
     return rc;
 }
 
+/* What the options' callbacks write to. */
+struct rt_parse {
+    struct redteam *rt;
+    const char *backend; /* --backend as given (NULL: the default) */
+};
+
+static int stray_arg(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    (void)ctx, (void)name;
+    return kg_errf(err, KG_ENOTFOUND, "%s: unexpected argument (kgym "
+                   "redteam --help)", v);
+}
+
+/* --FIELD VALUE: a request field for every candidate. */
+static int field_opt(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct rt_parse *rp = ctx;
+    kg_err ferr;
+    if (!strcmp(name, "--reference-code") || !strcmp(name, "--kernel-code"))
+        return kg_errf(err, KG_EINVAL, "%s: the code comes from the corpus "
+                       "(problem= and the candidate file)", name);
+    int rc = kg_request_flag(rp->rt->defaults, name, v, &ferr);
+    return rc ? kg_errf(err, rc, "%s: %s", name, ferr.msg) : 0;
+}
+
 /* Reads the command line into rt and cfg: 0, -1 after --help, or 2 (the
  * message logged). */
 static int parse_args(struct redteam *rt, kg_engine_cfg *cfg, int argc,
                       char **argv)
 {
-    const char *backend_arg = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return -1;
-        } else if (!strcmp(a, "--json")) {
-            rt->json_out = 1;
-        } else if (!strcmp(a, "--verbose")) {
-            cfg->verbose = 1;
-            kg_log_level(KG_LOG_DEBUG);
-        } else if (strncmp(a, "--", 2) || !a[2] || !v) {
-            kg_error("%s: %s (kgym redteam --help)", a,
-                     strncmp(a, "--", 2) || !a[2] ? "unexpected argument"
-                                                  : "needs a value");
-            return 2;
-        } else if (i++, !strcmp(a, "--backend")) {
-            backend_arg = v;
-        } else if (!strcmp(a, "--dir")) {
-            rt->dir = v;
-        } else if (!strcmp(a, "--filter")) {
-            rt->filter = v;
-        } else if (!strcmp(a, "--device")) {
-            rt->gpu_device = v;
-        } else if (!strcmp(a, "--python")) {
-            cfg->python = v;
-        } else if (!strcmp(a, "--jobs")) {
-            char *end;
-            long j = strtol(v, &end, 10);
-            if (*end || j < 1 || j > 64) {
-                kg_error("--jobs %s: a number from 1 to 64", v);
-                return 2;
-            }
-            cfg->concurrency = (int)j;
-        } else {
-            /* --FIELD VALUE: a request field for every candidate */
-            kg_err ferr;
-            if (!strcmp(a, "--reference-code") || !strcmp(a, "--kernel-code")) {
-                kg_error("%s: the code comes from the corpus (problem= and the "
-                         "candidate file)",
-                         a);
-                return 2;
-            }
-            if (kg_request_flag(rt->defaults, a, v, &ferr)) {
-                kg_error("%s: %s", a, ferr.msg);
-                return 2;
-            }
-        }
-    }
+    struct rt_parse rp = {rt, NULL};
+    const kg_opt table[] = {
+        KG_OPT_F("--json", &rt->json_out),
+        KG_OPT_FN0_ON("--verbose", kg_cli_verbose_opt, cfg),
+        KG_OPT_S("--backend", &rp.backend),
+        KG_OPT_S("--dir", &rt->dir),
+        KG_OPT_S("--filter", &rt->filter),
+        KG_OPT_S("--device", &rt->gpu_device),
+        KG_OPT_S("--python", &cfg->python),
+        KG_OPT_I("--jobs", &cfg->concurrency, 1, 64),
+        KG_OPT_END,
+    };
+    kg_opts spec = {.opts = table, .ctx = &rp, .positional = stray_arg,
+                    .other = field_opt};
+    int rc = kg_opts_main(&spec, argc, argv, usage);
+    if (rc >= 0)
+        return rc ? rc : -1;
+    const char *backend_arg = rp.backend;
     if (check_defaults(rt->defaults))
         return 2;
     if (strncmp(rt->gpu_device, "cuda:", 5) || !rt->gpu_device[5]) {

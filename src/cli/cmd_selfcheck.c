@@ -14,6 +14,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_util.h"
+#include "cli/opts.h"
 #include "corpus/kernelbench.h"
 #include "common/clock.h"
 #include "common/code_file.h"
@@ -89,97 +90,83 @@ static void usage(FILE *f, int self)
             "  and --FIELD VALUE (request fields) as for kgym eval\n");
 }
 
-/* A count option's value in lo..hi, or -1 after logging why. */
-static int count_opt(const char *opt, const char *v, int lo, int hi)
+static void usage_self(FILE *f)
 {
-    char *end;
-    long n = strtol(v, &end, 10);
-    if (!*v || *end || n < lo || n > hi) {
-        kg_error("%s: a number from %d to %d, not '%s'", opt, lo, hi, v);
-        return -1;
-    }
-    return (int)n;
+    usage(f, 1);
 }
 
-/* An option with a value: the run's, the engine's or a request field.
- * 0, or 2 after logging why. */
-static int value_opt(struct kbrun *run, kg_engine_cfg *cfg, json_t *fields,
-                     const char *a, const char *v)
+static void usage_eval(FILE *f)
 {
-    kg_err err = {{0}};
-    int n = kg_cli_engine_knob(cfg, a, v, &err); /* --cpu-threads.. */
-    if (n != 0) {
-        if (n < 0)
-            kg_error("%s", err.msg);
-        return n < 0 ? 2 : 0;
-    }
-    if (!strcmp(a, "--kernelbench"))
-        run->dir = v;
-    else if (!strcmp(a, "--candidates") && !run->self)
+    usage(f, 0);
+}
+
+/* What the options' callbacks write to. */
+struct kb_parse {
+    struct kbrun *run;
+    json_t *fields;
+};
+
+static int no_progress(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    (void)name, (void)v, (void)err;
+    ((struct kb_parse *)ctx)->run->progress = 0;
+    return 0;
+}
+
+static int level_opt(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    (void)name;
+    return kb_parse_levels(v, &((struct kb_parse *)ctx)->run->levels, err);
+}
+
+/* --candidates (kgym eval --kernelbench's), --ref and --cand (kgym
+ * eval's): refused where they do not belong. */
+static int cand_opt(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct kbrun *run = ((struct kb_parse *)ctx)->run;
+    if (!strcmp(name, "--candidates") && !run->self) {
         run->canddir = v;
-    else if (!strcmp(a, "--level")) {
-        if (kb_parse_levels(v, &run->levels, &err))
-            n = -1;
-    } else if (!strcmp(a, "--problems"))
-        run->globs = v;
-    else if (!strcmp(a, "--out"))
-        run->out = v;
-    else if (!strcmp(a, "--footprints"))
-        run->footprints = v;
-    else if (!strcmp(a, "--device"))
-        cfg->device = v;
-    else if (!strcmp(a, "--concurrency")) {
-        if ((n = count_opt(a, v, 1, 64)) > 0)
-            cfg->concurrency = n;
-    } else if (!strcmp(a, "--prewarm")) {
-        if ((n = count_opt(a, v, 0, 32)) >= 0)
-            cfg->prewarm = n > 0 ? n : -1;
-    } else if (!strcmp(a, "--stage")) {
-        if ((n = count_opt(a, v, 0, 32)) >= 0)
-            cfg->stage = n;
-    } else if (!strcmp(a, "--python"))
-        cfg->python = v;
-    else if (!strcmp(a, "--candidates") || !strcmp(a, "--ref") ||
-             !strcmp(a, "--cand")) {
-        kg_error("%s: not with %s", a,
-                 run->self ? "selfcheck" : "--kernelbench");
-        return 2;
-    } else if (kg_request_flag(fields, a, v, &err))
-        n = -1;
-    if (n < 0 && err.msg[0])
-        kg_error("%s", err.msg);
-    return n < 0 ? 2 : 0;
+        return 0;
+    }
+    return kg_errf(err, KG_EINVAL, "%s: not with %s", name,
+                   run->self ? "selfcheck" : "--kernelbench");
+}
+
+/* Any other --FIELD VALUE: a request field. */
+static int field_opt(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    return kg_request_flag(((struct kb_parse *)ctx)->fields, name, v, err);
 }
 
 /* Reads argv into run, cfg and fields. -1 to go on, else the exit code. */
 static int parse_args(int argc, char **argv, struct kbrun *run,
                       kg_engine_cfg *cfg, json_t *fields)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout, run->self);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            /* kgym eval's: the lines are JSON here anyway */
-        } else if (!strcmp(a, "--resume")) {
-            run->resume = 1;
-        } else if (!strcmp(a, "--progress")) {
-            run->progress = 1;
-        } else if (!strcmp(a, "--no-progress")) {
-            run->progress = 0;
-        } else if (kg_cli_engine_flag(cfg, a)) {
-            /* --fresh, --no-sandbox, --no-cgroups, --verbose */
-        } else if (strncmp(a, "--", 2) || !v) {
-            kg_error("%s: %s", a,
-                     strncmp(a, "--", 2) ? "unexpected argument"
-                                         : "needs a value");
-            return 2;
-        } else if (value_opt(run, cfg, fields, a, argv[++i])) {
-            return 2;
-        }
-    }
+    int json_lines; /* kgym eval's --json: the lines are JSON here anyway */
+    const kg_opt table[] = {
+        KG_OPT_F("--json", &json_lines),
+        KG_OPT_F("--resume", &run->resume),
+        KG_OPT_F("--progress", &run->progress),
+        KG_OPT_FN0("--no-progress", no_progress),
+        KG_CLI_ENGINE_SWITCHES(cfg),
+        KG_CLI_ENGINE_KNOBS(cfg),
+        KG_CLI_ENGINE_LOCAL(cfg),
+        KG_OPT_S("--kernelbench", &run->dir),
+        KG_OPT_FN("--candidates", cand_opt),
+        KG_OPT_FN("--ref", cand_opt),
+        KG_OPT_FN("--cand", cand_opt),
+        KG_OPT_FN("--level", level_opt),
+        KG_OPT_S("--problems", &run->globs),
+        KG_OPT_S("--out", &run->out),
+        KG_OPT_S("--footprints", &run->footprints),
+        KG_OPT_END,
+    };
+    struct kb_parse kp = {run, fields};
+    kg_opts spec = {.opts = table, .ctx = &kp, .other = field_opt};
+    int rc = kg_opts_main(&spec, argc, argv,
+                          run->self ? usage_self : usage_eval);
+    if (rc >= 0)
+        return rc;
     const char *missing = !run->dir                       ? "--kernelbench DIR"
                           : !run->self && !run->canddir   ? "--candidates DIR"
                           : run->resume && !run->out      ? "--out (--resume)"

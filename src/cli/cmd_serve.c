@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_util.h"
+#include "cli/opts.h"
 #include "common/log.h"
 #include "server/api.h"
 #include "server/auth.h"
@@ -85,19 +86,6 @@ static void usage(FILE *f)
             "                           the local workers' engine settings, "
             "as kgym worker's\n"
             "                           (kgym worker --help; with --workers)\n");
-}
-
-static int parse_pos(const char *opt, const char *v, long max, long *out)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < 1 || x > max) {
-        kg_error("%s: expected an integer in 1..%ld", opt, max);
-        return -1;
-    }
-    *out = x;
-    return 0;
 }
 
 /* mkdir -p with mode 0700 for the directories it creates. */
@@ -271,8 +259,8 @@ struct serve_opts {
     char wconc_buf[16]; /* what it resolves to, on their command line */
     const char *wargs[KG_SUPER_MAX_ARGS]; /* the knobs, for their command line */
     int nwargs;
-    long threads, lease_s, ttl_s, max_attempts, grace_s;
-    long max_conns, per_client, request_s;
+    int threads, lease_s, ttl_s, max_attempts, grace_s;
+    int max_conns, per_client, request_s;
     const char *trust[16];
     int ntrust;
     char devices[KG_SUPER_MAX][KG_SUPER_DEVICE];
@@ -280,91 +268,63 @@ struct serve_opts {
     char dflt_dir[PATH_MAX], dflt_store[PATH_MAX + 16];
 };
 
+/* --cpu-threads, --compile-ahead, --spare-mem-floor: checked here, and
+ * handed to each local worker on its command line. */
+static int knob_opt(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct serve_opts *o = ctx;
+    kg_engine_cfg scratch;
+    memset(&scratch, 0, sizeof scratch);
+    int rc = kg_cli_knob_opt(&scratch, name, v, err);
+    if (rc)
+        return rc;
+    if (o->nwargs + 2 > KG_SUPER_MAX_ARGS)
+        return kg_errf(err, KG_EINVAL, "%s: too many flags for the local "
+                       "workers", name);
+    o->knob = name;
+    o->wargs[o->nwargs++] = name;
+    o->wargs[o->nwargs++] = v;
+    return 0;
+}
+
+static int trust_opt(void *ctx, const char *name, const char *v, kg_err *err)
+{
+    struct serve_opts *o = ctx;
+    (void)name;
+    if (o->ntrust == (int)(sizeof o->trust / sizeof o->trust[0]))
+        return kg_errf(err, KG_EINVAL, "--trust-clients-from given too often "
+                       "(list the ranges with commas)");
+    o->trust[o->ntrust++] = v;
+    return 0;
+}
+
 /* Reads argv into o. Returns -1 to go on, else the exit code (0: --help). */
 static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            kg_error("unknown option or missing value: %s", a);
-            usage(stderr);
-            return 2;
-        }
-        const char *v = argv[++i];
-        kg_err err = {{0}};
-        kg_engine_cfg scratch; /* checked here, applied by each worker */
-        memset(&scratch, 0, sizeof scratch);
-        int knob = kg_cli_engine_knob(&scratch, a, v, &err); /* --cpu-threads.. */
-        if (knob < 0) {
-            kg_error("%s", err.msg);
-            return 2;
-        }
-        if (knob > 0) {
-            if (o->nwargs + 2 > KG_SUPER_MAX_ARGS) {
-                kg_error("%s: too many flags for the local workers", a);
-                return 2;
-            }
-            o->knob = a;
-            o->wargs[o->nwargs++] = a;
-            o->wargs[o->nwargs++] = v;
-            continue;
-        }
-        if (!strcmp(a, "--listen"))
-            o->listen = v;
-        else if (!strcmp(a, "--store"))
-            o->store_url = v;
-        else if (!strcmp(a, "--token-file"))
-            o->token_file = v;
-        else if (!strcmp(a, "--worker-token-file"))
-            o->worker_token_file = v;
-        else if (!strcmp(a, "--data-dir"))
-            o->data_dir = v;
-        else if (!strcmp(a, "--workers"))
-            o->workers = v;
-        else if (!strcmp(a, "--worker-concurrency"))
-            o->wconc = v;
-        else if (!strcmp(a, "--trust-clients-from")) {
-            if (o->ntrust == (int)(sizeof o->trust / sizeof o->trust[0])) {
-                kg_error("--trust-clients-from given too often (list the "
-                         "ranges with commas)");
-                return 2;
-            }
-            o->trust[o->ntrust++] = v;
-        } else if (!strcmp(a, "--threads")) {
-            if (parse_pos(a, v, 1024, &o->threads))
-                return 2;
-        } else if (!strcmp(a, "--max-connections")) {
-            if (parse_pos(a, v, 1000000, &o->max_conns))
-                return 2;
-        } else if (!strcmp(a, "--max-connections-per-client")) {
-            if (parse_pos(a, v, 1000000, &o->per_client))
-                return 2;
-        } else if (!strcmp(a, "--request-timeout-s")) {
-            if (parse_pos(a, v, 3600, &o->request_s))
-                return 2;
-        } else if (!strcmp(a, "--lease-s")) {
-            if (parse_pos(a, v, 86400, &o->lease_s))
-                return 2;
-        } else if (!strcmp(a, "--worker-ttl-s")) {
-            if (parse_pos(a, v, 86400, &o->ttl_s))
-                return 2;
-        } else if (!strcmp(a, "--max-attempts")) {
-            if (parse_pos(a, v, 1000, &o->max_attempts))
-                return 2;
-        } else if (!strcmp(a, "--worker-grace-s")) {
-            if (parse_pos(a, v, 3600, &o->grace_s))
-                return 2;
-        } else {
-            kg_error("unknown option %s", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    return -1;
+    const kg_opt table[] = {
+        KG_OPT_FN("--cpu-threads", knob_opt),
+        KG_OPT_FN("--compile-ahead", knob_opt),
+        KG_OPT_FN("--spare-mem-floor", knob_opt),
+        KG_OPT_S("--listen", &o->listen),
+        KG_OPT_S("--store", &o->store_url),
+        KG_OPT_S("--token-file", &o->token_file),
+        KG_OPT_S("--worker-token-file", &o->worker_token_file),
+        KG_OPT_S("--data-dir", &o->data_dir),
+        KG_OPT_S("--workers", &o->workers),
+        KG_OPT_S("--worker-concurrency", &o->wconc),
+        KG_OPT_FN("--trust-clients-from", trust_opt),
+        KG_OPT_I("--threads", &o->threads, 1, 1024),
+        KG_OPT_I("--max-connections", &o->max_conns, 1, 1000000),
+        KG_OPT_I("--max-connections-per-client", &o->per_client, 1, 1000000),
+        KG_OPT_I("--request-timeout-s", &o->request_s, 1, 3600),
+        KG_OPT_I("--lease-s", &o->lease_s, 1, 86400),
+        KG_OPT_I("--worker-ttl-s", &o->ttl_s, 1, 86400),
+        KG_OPT_I("--max-attempts", &o->max_attempts, 1, 1000),
+        KG_OPT_I("--worker-grace-s", &o->grace_s, 1, 3600),
+        KG_OPT_END,
+    };
+    kg_opts spec = {.opts = table, .ctx = o};
+    return kg_opts_main(&spec, argc, argv, usage);
 }
 
 /* Checks the options together and resolves the devices and the default
@@ -506,7 +466,7 @@ static int server_start(struct server *s, struct serve_opts *o, kg_auth *auth,
     kg_sched_policy sp;
     kg_sched_policy_default(&sp);
     if (o->max_attempts)
-        sp.max_attempts = (int)o->max_attempts;
+        sp.max_attempts = o->max_attempts;
 
     if (kg_store_open(&s->store, o->store_url, &so, &err)) {
         kg_error("--store %s: %s", o->store_url, err.msg);
@@ -528,15 +488,15 @@ static int server_start(struct server *s, struct serve_opts *o, kg_auth *auth,
     s->lc.store = s->store;
     if (o->ndev > 0 && new_workers(&s->lc, &s->super, o->devices, o->ndev,
                                    local_token[0] ? local_token : NULL,
-                                   o->worker_token_file, (int)o->grace_s,
+                                   o->worker_token_file, o->grace_s,
                                    o->wargs, o->nwargs))
         return -1;
     kg_api_set_supervisor(s->api, s->super);
     kg_http_config hc = {.listen = o->listen,
-                         .threads = (int)o->threads,
-                         .conn_limit = (int)o->max_conns,
-                         .per_ip_limit = (int)o->per_client,
-                         .request_timeout_s = (int)o->request_s,
+                         .threads = o->threads,
+                         .conn_limit = o->max_conns,
+                         .per_ip_limit = o->per_client,
+                         .request_timeout_s = o->request_s,
                          .allow_remote = kg_auth_enabled(auth)};
     kg_http_handler handler = kg_api_handler(s->api);
     if (kg_http_start(&hc, &handler, auth, s->metrics, &s->http, &err)) {

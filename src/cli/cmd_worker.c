@@ -13,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_util.h"
+#include "cli/opts.h"
 #include "common/clock.h"
 #include "common/http_client.h"
 #include "common/log.h"
@@ -508,20 +509,6 @@ static int connect_fd(kg_client **out, const char *server, int fd,
     return rc;
 }
 
-static int parse_int(const char *opt, const char *v, long lo, long hi,
-                     long *out)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) {
-        kg_error("%s: expected an integer in %ld..%ld", opt, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 /*
  * The worker's loop. Each turn: (re)register, heartbeat when due, post
  * waiting results, lease while a slot is free (a long poll when idle, a
@@ -596,7 +583,8 @@ static int run(struct worker *w, double drain_s)
 struct worker_opts {
     const char *server, *token_file, *wid;
     const char *conc_s; /* --concurrency as given: resolved with the device */
-    long conc, drain_s, token_fd;
+    long conc;
+    int drain_s, token_fd;
 };
 
 /* Reads argv into o, w->device and cfg. Returns -1 to go on, else the
@@ -604,57 +592,21 @@ struct worker_opts {
 static int parse_worker_args(int argc, char **argv, struct worker_opts *o,
                              struct worker *w, kg_engine_cfg *cfg)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (kg_cli_engine_flag(cfg, a)) {
-            /* --fresh, --no-sandbox, --no-cgroups, --verbose */
-        } else if (!v || strncmp(a, "--", 2)) {
-            kg_error("%s: %s", a,
-                     strncmp(a, "--", 2) ? "unexpected argument"
-                                         : "needs a value");
-            usage(stderr);
-            return 2;
-        } else {
-            i++;
-            kg_err err = {{0}};
-            int knob =
-                kg_cli_engine_knob(cfg, a, v, &err); /* --cpu-threads.. */
-            if (knob < 0) {
-                kg_error("%s", err.msg);
-                return 2;
-            }
-            if (knob > 0)
-                continue;
-            if (!strcmp(a, "--server"))
-                o->server = v;
-            else if (!strcmp(a, "--token-file"))
-                o->token_file = v;
-            else if (!strcmp(a, "--token-fd")) {
-                if (parse_int(a, v, 0, 1 << 20, &o->token_fd))
-                    return 2;
-            } else if (!strcmp(a, "--device"))
-                w->device = v;
-            else if (!strcmp(a, "--worker-id"))
-                o->wid = v;
-            else if (!strcmp(a, "--python"))
-                cfg->python = v;
-            else if (!strcmp(a, "--concurrency"))
-                o->conc_s = v;
-            else if (!strcmp(a, "--drain-timeout")) {
-                if (parse_int(a, v, 0, 86400, &o->drain_s))
-                    return 2;
-            } else {
-                kg_error("unknown option %s", a);
-                usage(stderr);
-                return 2;
-            }
-        }
-    }
-    return -1;
+    const kg_opt table[] = {
+        KG_CLI_ENGINE_SWITCHES(cfg),
+        KG_CLI_ENGINE_KNOBS(cfg),
+        KG_OPT_S("--server", &o->server),
+        KG_OPT_S("--token-file", &o->token_file),
+        KG_OPT_I("--token-fd", &o->token_fd, 0, 1 << 20),
+        KG_OPT_S("--device", &w->device),
+        KG_OPT_S("--worker-id", &o->wid),
+        KG_OPT_S("--python", &cfg->python),
+        KG_OPT_S("--concurrency", &o->conc_s),
+        KG_OPT_I("--drain-timeout", &o->drain_s, 0, 86400),
+        KG_OPT_END,
+    };
+    kg_opts spec = {.opts = table};
+    return kg_opts_main(&spec, argc, argv, usage);
 }
 
 /* Checks the options together and gives w its engine device, host, id and
@@ -735,7 +687,7 @@ int kg_cli_worker(int argc, char **argv)
 
     kg_err err = {{0}};
     if (o.token_fd >= 0
-            ? connect_fd(&w.http, o.server, (int)o.token_fd, &err)
+            ? connect_fd(&w.http, o.server, o.token_fd, &err)
             : kg_cli_connect(&w.http, o.server, o.token_file, &err)) {
         kg_error("%s", err.msg);
         return 2;

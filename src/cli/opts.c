@@ -12,11 +12,11 @@
 static void range_text(double lo, double hi, char *buf, size_t n)
 {
     if (isfinite(lo) && isfinite(hi))
-        snprintf(buf, n, " from %g to %g", lo, hi);
+        snprintf(buf, n, " from %.10g to %.10g", lo, hi);
     else if (isfinite(lo))
-        snprintf(buf, n, " of at least %g", lo);
+        snprintf(buf, n, " of at least %.10g", lo);
     else if (isfinite(hi))
-        snprintf(buf, n, " of at most %g", hi);
+        snprintf(buf, n, " of at most %.10g", hi);
     else
         buf[0] = 0;
 }
@@ -88,7 +88,7 @@ static int apply(const kg_opts *s, const kg_opt *o, const char *v, kg_err *err)
                               err);
     case KG_OPT_CALL:
     case KG_OPT_CALL0:
-        return o->fn(s->ctx, o->name, v, err);
+        return o->fn(o->target ? o->target : s->ctx, o->name, v, err);
     }
     return kg_errf(err, KG_EINVAL, "%s: bad option table", o->name);
 }

@@ -30,7 +30,8 @@ typedef int (*kg_opt_fn)(void *ctx, const char *name, const char *value,
 typedef struct {
     const char *name; /* "--ref"; NULL ends the table */
     kg_opt_kind kind;
-    void *target;     /* FLAG, STR, INT, DOUBLE */
+    void *target;     /* FLAG, STR, INT, DOUBLE; CALL, CALL0: the ctx
+                         its fn gets when set (else the spec's ctx) */
     double lo, hi;    /* INT, DOUBLE: the accepted range */
     kg_opt_fn fn;     /* CALL, CALL0 */
 } kg_opt;
@@ -59,6 +60,9 @@ typedef struct {
 #define KG_OPT_D(n, p, lo, hi) {n, KG_OPT_DOUBLE, p, lo, hi, NULL}
 #define KG_OPT_FN(n, f) {n, KG_OPT_CALL, NULL, 0, 0, f}
 #define KG_OPT_FN0(n, f) {n, KG_OPT_CALL0, NULL, 0, 0, f}
+/* A callback on a ctx of its own: entries that several commands share. */
+#define KG_OPT_FN_ON(n, f, c) {n, KG_OPT_CALL, c, 0, 0, f}
+#define KG_OPT_FN0_ON(n, f, c) {n, KG_OPT_CALL0, c, 0, 0, f}
 #define KG_OPT_END {NULL, 0, NULL, 0, 0, NULL}
 
 #define KG_OPTS_HELP 1

@@ -10,6 +10,7 @@
 
 #include "common/code_file.h"
 #include "common/request.h"
+#include "kgym/dynbuf.h"
 
 /* What a file that is not a regular file is, for a message. */
 static const char *file_kind(mode_t m)
@@ -96,29 +97,19 @@ static size_t utf8_bad(const unsigned char *s, size_t n, const char **why)
 
 /*
  * Reads fd to its end or want bytes, whichever comes first, into a malloc'd
- * buffer with room for a NUL after them (*n bytes; *rerr an errno when a
- * read failed). size is what fstat said: the first guess, plus one byte, so
- * a file that grows shows it (files such as /proc's say 0). NULL when out
- * of memory.
+ * NUL-terminated buffer (*n bytes; *rerr an errno when a read failed). size
+ * is what fstat said: the first guess, plus one byte, so a file that grows
+ * shows it (files such as /proc's say 0). NULL when out of memory.
  */
 static char *read_up_to(int fd, size_t size, size_t want, size_t *n, int *rerr)
 {
-    size_t cap = size + 1;
-    if (cap < 4096)
-        cap = 4096 < want ? 4096 : want;
-    char *b = malloc(cap + 1);
-    while (b && *n < want) {
-        if (*n == cap) {
-            size_t nc = cap * 2 < want ? cap * 2 : want;
-            char *nb = realloc(b, nc + 1);
-            if (!nb) {
-                free(b);
-                return NULL;
-            }
-            b = nb;
-            cap = nc;
-        }
-        ssize_t r = read(fd, b + *n, cap - *n);
+    kg_dynbuf b;
+    kg_dynbuf_init(&b, want);
+    kg_dynbuf_reserve(&b, size < want ? size + 1 : want);
+    char tmp[65536];
+    while (!b.failed && b.len < want) {
+        size_t k = want - b.len < sizeof tmp ? want - b.len : sizeof tmp;
+        ssize_t r = read(fd, tmp, k);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
@@ -127,9 +118,9 @@ static char *read_up_to(int fd, size_t size, size_t want, size_t *n, int *rerr)
         }
         if (r == 0)
             break;
-        *n += (size_t)r;
+        kg_dynbuf_put(&b, tmp, (size_t)r);
     }
-    return b;
+    return kg_dynbuf_take(&b, n);
 }
 
 char *kg_read_code_file(const char *path, const char *field, size_t *len,

@@ -373,27 +373,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc,
         *upload_size = 0;
         if (c->answered || c->too_big)
             return MHD_YES;
-        if (n > KG_HTTP_MAX_BODY - c->len) {
+        if (n > KG_HTTP_MAX_BODY - c->body.len) {
             c->too_big = 1;
-            free(c->body);
-            c->body = NULL;
-            c->len = c->cap = 0;
+            kg_dynbuf_free(&c->body);
             return MHD_YES;
         }
-        if (c->len + n + 1 > c->cap) {
-            size_t cap = c->cap ? c->cap : 4096;
-            while (cap < c->len + n + 1)
-                cap *= 2;
-            char *b = realloc(c->body, cap);
-            if (!b)
-                return MHD_NO;
-            c->body = b;
-            c->cap = cap;
-        }
-        memcpy(c->body + c->len, upload, n);
-        c->len += n;
-        c->body[c->len] = 0;
-        return MHD_YES;
+        return kg_dynbuf_put(&c->body, upload, n) ? MHD_NO : MHD_YES;
     }
     if (c->answered)
         return MHD_YES;

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <sys/socket.h>
 
+#include "kgym/dynbuf.h"
 #include "server/auth.h"
 #include "server/http.h"
 #include "server/metrics.h"
@@ -43,8 +44,8 @@ struct conn {
     const char *method; /* MHD's, valid until the request completes */
     kg_http_reply rep;  /* a store thread's answer, until sent */
     const char *param;
-    char *body;
-    size_t len, cap;
+    kg_dynbuf body; /* the request's body (calloc'd: empty, no cap; the
+                       KG_HTTP_MAX_BODY check is on_request's) */
     double slot; /* kg_http_req.slot */
     char peer[INET6_ADDRSTRLEN];
     double park_until;

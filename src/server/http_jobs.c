@@ -110,9 +110,11 @@ int kg_http_defer_start(kg_http *h)
  * which knows nothing of them. */
 static void add_http_metrics(kg_http *h, kg_http_reply *rep)
 {
-    char buf[1536];
-    int n = snprintf(
-        buf, sizeof buf,
+    kg_dynbuf b;
+    kg_dynbuf_init(&b, 0);
+    kg_dynbuf_put(&b, rep->text, rep->text_len);
+    kg_dynbuf_printf(
+        &b,
         "# HELP kgym_http_connections Open client connections.\n"
         "# TYPE kgym_http_connections gauge\n"
         "kgym_http_connections %d\n"
@@ -128,19 +130,20 @@ static void add_http_metrics(kg_http *h, kg_http_reply *rep)
         __atomic_load_n(&h->refused_total, __ATOMIC_RELAXED),
         __atomic_load_n(&h->cut_total, __ATOMIC_RELAXED));
     if (kg_auth_trusted(h->auth, NULL) > 0)
-        n += snprintf(
-            buf + n, sizeof buf - (size_t)n,
+        kg_dynbuf_printf(
+            &b,
             "# HELP kgym_http_trusted_requests_total Requests let in without "
             "a token from a --trust-clients-from range.\n"
             "# TYPE kgym_http_trusted_requests_total counter\n"
             "kgym_http_trusted_requests_total %lld\n",
             __atomic_load_n(&h->trusted_total, __ATOMIC_RELAXED));
-    char *t = realloc(rep->text, rep->text_len + (size_t)n + 1);
+    size_t len;
+    char *t = kg_dynbuf_take(&b, &len);
     if (!t)
-        return;
-    memcpy(t + rep->text_len, buf, (size_t)n + 1);
+        return; /* out of memory: the registry's text alone */
+    free(rep->text);
     rep->text = t;
-    rep->text_len += (size_t)n;
+    rep->text_len = len;
 }
 
 void kg_http_run_handler(kg_http *h, struct conn *c, kg_http_reply *rep)
@@ -149,8 +152,8 @@ void kg_http_run_handler(kg_http *h, struct conn *c, kg_http_reply *rep)
         .method = c->method,
         .path = c->path,
         .param = c->param,
-        .body = c->body ? c->body : "",
-        .body_len = c->len,
+        .body = c->body.p ? c->body.p : "",
+        .body_len = c->body.len,
         .peer = c->peer,
         .route = c->route,
         .resumed = c->resumed,

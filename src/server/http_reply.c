@@ -352,6 +352,6 @@ void kg_http_on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     if (c->undo && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         c->undo(h->handler.ctx, c->undo_arg);
     json_decref(c->undo_arg);
-    free(c->body);
+    kg_dynbuf_free(&c->body);
     free(c);
 }

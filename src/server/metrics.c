@@ -87,144 +87,159 @@ void kg_metrics_result_refused(kg_metrics *m)
                                   memory_order_relaxed);
 }
 
-/* The page is written into a kg_dynbuf (kgym/dynbuf.h); a failed append
- * stops the rest and the render returns NULL. */
-#define bprintf kg_dynbuf_printf
-
-/* The store's counts (when it answered the scrape). */
+/* The store's counts (when it answered the scrape). The page is written
+ * into a kg_dynbuf (kgym/dynbuf.h): a failed append stops the rest and the
+ * render returns NULL. */
 static void render_store(kg_dynbuf *b, const kg_metrics_snapshot *s)
 {
     const kg_store_counts *k = &s->counts;
-    bprintf(b,
-            "# HELP kgym_store_up 1 when the task store answered the "
-            "scrape\n# TYPE kgym_store_up gauge\nkgym_store_up %d\n",
-            s->store_up ? 1 : 0);
+    kg_dynbuf_printf(b,
+                     "# HELP kgym_store_up 1 when the task store answered the "
+                     "scrape\n# TYPE kgym_store_up gauge\nkgym_store_up %d\n",
+                     s->store_up ? 1 : 0);
     if (!s->store_up)
         return;
-    bprintf(b, "# HELP kgym_queue_depth Tasks waiting for a worker, by "
-               "priority\n# TYPE kgym_queue_depth gauge\n");
+    kg_dynbuf_printf(
+        b,
+        "# HELP kgym_queue_depth Tasks waiting for a worker, by "
+        "priority\n# TYPE kgym_queue_depth gauge\n");
     for (int i = 0; i < KG_NPRIO; i++)
-        bprintf(b, "kgym_queue_depth{priority=\"%s\"} %lld\n",
-                kg_priority_name(i), k->pending[i]);
-    bprintf(b, "# HELP kgym_tasks Tasks in the store, by status\n"
-               "# TYPE kgym_tasks gauge\n");
+        kg_dynbuf_printf(b, "kgym_queue_depth{priority=\"%s\"} %lld\n",
+                         kg_priority_name(i), k->pending[i]);
+    kg_dynbuf_printf(b, "# HELP kgym_tasks Tasks in the store, by status\n"
+                        "# TYPE kgym_tasks gauge\n");
     for (int i = 0; i < KG_NSTATUS; i++)
-        bprintf(b, "kgym_tasks{status=\"%s\"} %lld\n", kg_task_status_name(i),
-                k->by_status[i]);
-    bprintf(b, "# HELP kgym_tasks_by_verdict Finished tasks in the "
-               "store, by verdict\n# TYPE kgym_tasks_by_verdict gauge\n");
+        kg_dynbuf_printf(
+            b,
+            "kgym_tasks{status=\"%s\"} %lld\n", kg_task_status_name(i),
+            k->by_status[i]);
+    kg_dynbuf_printf(
+        b,
+        "# HELP kgym_tasks_by_verdict Finished tasks in the "
+        "store, by verdict\n# TYPE kgym_tasks_by_verdict gauge\n");
     for (int i = 0; i < KG_NVERDICT; i++)
-        bprintf(b, "kgym_tasks_by_verdict{verdict=\"%s\"} %lld\n",
-                kg_verdict_name(i), k->by_verdict[i]);
-    bprintf(b,
-            "# HELP kgym_workers Registered workers, by liveness\n"
-            "# TYPE kgym_workers gauge\n"
-            "kgym_workers{state=\"alive\"} %lld\n"
-            "kgym_workers{state=\"dead\"} %lld\n",
-            k->workers_alive, k->workers_dead);
-    bprintf(b,
-            "# HELP kgym_lease_expiries_total Leases that expired (or "
-            "whose holder died) and were requeued or failed\n"
-            "# TYPE kgym_lease_expiries_total counter\n"
-            "kgym_lease_expiries_total %lld\n",
-            k->lease_expiries);
+        kg_dynbuf_printf(b, "kgym_tasks_by_verdict{verdict=\"%s\"} %lld\n",
+                         kg_verdict_name(i), k->by_verdict[i]);
+    kg_dynbuf_printf(b,
+                     "# HELP kgym_workers Registered workers, by liveness\n"
+                     "# TYPE kgym_workers gauge\n"
+                     "kgym_workers{state=\"alive\"} %lld\n"
+                     "kgym_workers{state=\"dead\"} %lld\n",
+                     k->workers_alive, k->workers_dead);
+    kg_dynbuf_printf(b,
+                     "# HELP kgym_lease_expiries_total Leases that expired (or "
+                     "whose holder died) and were requeued or failed\n"
+                     "# TYPE kgym_lease_expiries_total counter\n"
+                     "kgym_lease_expiries_total %lld\n",
+                     k->lease_expiries);
 }
 
 /* This server's own: cache hits, parked polls, local workers. */
 static void render_server(kg_dynbuf *b, kg_metrics *m,
                           const kg_metrics_snapshot *s)
 {
-    bprintf(b,
-            "# HELP kgym_cache_hits_total Submissions answered from the "
-            "result cache by this server\n"
-            "# TYPE kgym_cache_hits_total counter\n"
-            "kgym_cache_hits_total %llu\n",
-            atomic_load_explicit(&m->cache_hits, memory_order_relaxed));
-    bprintf(b,
-            "# HELP kgym_results_refused_total Worker results refused for "
-            "breaking the result contract\n"
-            "# TYPE kgym_results_refused_total counter\n"
-            "kgym_results_refused_total %llu\n",
-            atomic_load_explicit(&m->results_refused, memory_order_relaxed));
+    kg_dynbuf_printf(
+        b,
+        "# HELP kgym_cache_hits_total Submissions answered from the "
+        "result cache by this server\n"
+        "# TYPE kgym_cache_hits_total counter\n"
+        "kgym_cache_hits_total %llu\n",
+        atomic_load_explicit(&m->cache_hits, memory_order_relaxed));
+    kg_dynbuf_printf(
+        b,
+        "# HELP kgym_results_refused_total Worker results refused for "
+        "breaking the result contract\n"
+        "# TYPE kgym_results_refused_total counter\n"
+        "kgym_results_refused_total %llu\n",
+        atomic_load_explicit(&m->results_refused, memory_order_relaxed));
     if (s->parked_polls >= 0)
-        bprintf(b,
-                "# HELP kgym_long_polls_waiting Worker lease requests "
-                "parked waiting for work\n"
-                "# TYPE kgym_long_polls_waiting gauge\n"
-                "kgym_long_polls_waiting %lld\n",
-                s->parked_polls);
+        kg_dynbuf_printf(b,
+                         "# HELP kgym_long_polls_waiting Worker lease requests "
+                         "parked waiting for work\n"
+                         "# TYPE kgym_long_polls_waiting gauge\n"
+                         "kgym_long_polls_waiting %lld\n",
+                         s->parked_polls);
     if (s->parked_results >= 0)
-        bprintf(b,
-                "# HELP kgym_result_polls_waiting Result requests (POST "
-                "/results/batch) parked waiting for a task to finish\n"
-                "# TYPE kgym_result_polls_waiting gauge\n"
-                "kgym_result_polls_waiting %lld\n",
-                s->parked_results);
+        kg_dynbuf_printf(
+            b,
+            "# HELP kgym_result_polls_waiting Result requests (POST "
+            "/results/batch) parked waiting for a task to finish\n"
+            "# TYPE kgym_result_polls_waiting gauge\n"
+            "kgym_result_polls_waiting %lld\n",
+            s->parked_results);
 
     if (s->local.present)
-        bprintf(b,
-                "# HELP kgym_local_workers Workers started by this server "
-                "(--workers), by state\n"
-                "# TYPE kgym_local_workers gauge\n"
-                "kgym_local_workers{state=\"configured\"} %d\n"
-                "kgym_local_workers{state=\"running\"} %d\n"
-                "kgym_local_workers{state=\"given_up\"} %d\n"
-                "# HELP kgym_local_worker_restarts_total Local workers "
-                "restarted after they died\n"
-                "# TYPE kgym_local_worker_restarts_total counter\n"
-                "kgym_local_worker_restarts_total %lld\n",
-                s->local.configured, s->local.running, s->local.given_up,
-                s->local.restarts);
+        kg_dynbuf_printf(
+            b,
+            "# HELP kgym_local_workers Workers started by this server "
+            "(--workers), by state\n"
+            "# TYPE kgym_local_workers gauge\n"
+            "kgym_local_workers{state=\"configured\"} %d\n"
+            "kgym_local_workers{state=\"running\"} %d\n"
+            "kgym_local_workers{state=\"given_up\"} %d\n"
+            "# HELP kgym_local_worker_restarts_total Local workers "
+            "restarted after they died\n"
+            "# TYPE kgym_local_worker_restarts_total counter\n"
+            "kgym_local_worker_restarts_total %lld\n",
+            s->local.configured, s->local.running, s->local.given_up,
+            s->local.restarts);
 }
 
 /* Requests counted by route and status. */
 static void render_requests(kg_dynbuf *b, kg_metrics *m)
 {
-    bprintf(b, "# HELP kgym_http_requests_total HTTP requests by route and "
-               "status\n# TYPE kgym_http_requests_total counter\n");
+    kg_dynbuf_printf(
+        b,
+        "# HELP kgym_http_requests_total HTTP requests by route and "
+        "status\n# TYPE kgym_http_requests_total counter\n");
     for (int r = 0; r < KG_ROUTE_COUNT; r++)
         for (int c = 100; c < 600; c++) {
             unsigned long long v =
                 atomic_load_explicit(&m->r[r].by_code[c], memory_order_relaxed);
             if (v)
-                bprintf(b,
-                        "kgym_http_requests_total{route=\"%s\",code=\"%d\"} "
-                        "%llu\n",
-                        ROUTES[r], c, v);
+                kg_dynbuf_printf(
+                    b,
+                    "kgym_http_requests_total{route=\"%s\",code=\"%d\"} "
+                    "%llu\n",
+                    ROUTES[r], c, v);
         }
 }
 
 /* The latency histograms, by route. */
 static void render_durations(kg_dynbuf *b, kg_metrics *m)
 {
-    bprintf(b, "# HELP kgym_http_request_duration_seconds Time from the "
-               "request's first byte to the reply's last, by route\n"
-               "# TYPE kgym_http_request_duration_seconds histogram\n");
+    kg_dynbuf_printf(
+        b,
+        "# HELP kgym_http_request_duration_seconds Time from the "
+        "request's first byte to the reply's last, by route\n"
+        "# TYPE kgym_http_request_duration_seconds histogram\n");
     for (int r = 0; r < KG_ROUTE_COUNT; r++) {
         struct route_stats *rs = &m->r[r];
         unsigned long long cum = 0;
         for (size_t i = 0; i <= NBUCKETS; i++) {
             cum += atomic_load_explicit(&rs->bucket[i], memory_order_relaxed);
             if (i < NBUCKETS)
-                bprintf(b,
-                        "kgym_http_request_duration_seconds_bucket{route=\"%"
-                        "s\",le=\"%g\"} %llu\n",
-                        ROUTES[r], BUCKETS[i], cum);
+                kg_dynbuf_printf(
+                    b,
+                    "kgym_http_request_duration_seconds_bucket{route=\"%"
+                    "s\",le=\"%g\"} %llu\n",
+                    ROUTES[r], BUCKETS[i], cum);
             else
-                bprintf(b,
-                        "kgym_http_request_duration_seconds_bucket{route=\"%"
-                        "s\",le=\"+Inf\"} %llu\n",
-                        ROUTES[r], cum);
+                kg_dynbuf_printf(
+                    b,
+                    "kgym_http_request_duration_seconds_bucket{route=\"%"
+                    "s\",le=\"+Inf\"} %llu\n",
+                    ROUTES[r], cum);
         }
         /* _count is the +Inf bucket, so the two always agree */
-        bprintf(
+        kg_dynbuf_printf(
             b,
             "kgym_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n"
             "kgym_http_request_duration_seconds_count{route=\"%s\"} "
             "%llu\n",
             ROUTES[r],
             (double)atomic_load_explicit(&rs->sum_us, memory_order_relaxed) /
-                1e6,
+            1e6,
             ROUTES[r], cum);
     }
 }

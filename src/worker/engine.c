@@ -192,7 +192,7 @@ static void decide(kg_engine *e, struct slot *sl, double t,
                    kg_engine_done_fn done, void *ctx)
 {
     if ((sl->state == S_STAGED || sl->state == S_RUNNING) && sl->res_fd < 0 &&
-        sl->t_judge_done && sl->res.n > 0) {
+        sl->t_judge_done && sl->res.d.len > 0) {
         eng_release_children(sl);
         if (!(sl->judge.exited && sl->cand.exited) &&
             eng_finish_early(e, sl, done, ctx))

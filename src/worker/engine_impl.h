@@ -28,6 +28,7 @@
 #include <sys/types.h>
 
 #include "common/log.h"
+#include "kgym/dynbuf.h"
 #include "worker/engine.h"
 #include "worker/sandbox.h"
 #include "worker/zygote.h"
@@ -93,8 +94,7 @@ enum slot_state {
 _Static_assert(S_FREE == 0, "a zeroed slot is free");
 
 struct buf {
-    char *p;
-    size_t n, cap;
+    kg_dynbuf d;    /* zeroed: empty; its cap is buf_add's (engine_io.c) */
     size_t dropped; /* log bytes dropped from the front */
 };
 

@@ -21,8 +21,8 @@ void eng_close_fd(int *fd)
 
 void eng_buf_free(struct buf *b)
 {
-    free(b->p);
-    memset(b, 0, sizeof *b);
+    kg_dynbuf_free(&b->d);
+    b->dropped = 0;
 }
 
 /* Appends, keeping at most cap bytes: with keep_tail the newest bytes stay,
@@ -30,43 +30,34 @@ void eng_buf_free(struct buf *b)
 static int buf_add(struct buf *b, const char *s, size_t n, size_t cap,
                    int keep_tail)
 {
-    if (b->n + n > cap) {
+    kg_dynbuf *d = &b->d;
+    if (d->len + n > cap) {
         if (!keep_tail)
             return -1;
         if (n >= cap) {
-            b->dropped += b->n + (n - cap);
+            b->dropped += d->len + (n - cap);
             s += n - cap;
             n = cap;
-            b->n = 0;
+            d->len = 0;
         } else {
-            size_t drop = b->n + n - cap;
-            memmove(b->p, b->p + drop, b->n - drop);
-            b->n -= drop;
+            size_t drop = d->len + n - cap;
+            memmove(d->p, d->p + drop, d->len - drop);
+            d->len -= drop;
             b->dropped += drop;
         }
     }
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 4096;
-        while (nc < b->n + n + 1)
-            nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np)
-            return -1;
-        b->p = np, b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    assert(b->n <= cap);
+    if (kg_dynbuf_put(d, s, n))
+        return -1;
+    assert(d->len <= cap);
     return 0;
 }
 
 /* The last max bytes of b (borrowed), "" when empty. */
 const char *eng_tail_of(const struct buf *b, size_t max)
 {
-    if (!b->p)
+    if (!b->d.p)
         return "";
-    return b->n > max ? b->p + b->n - max : b->p;
+    return b->d.len > max ? b->d.p + b->d.len - max : b->d.p;
 }
 
 /* Reads whatever is ready on a child's log pipe. With --verbose it is also

@@ -147,8 +147,8 @@ static json_t *build_result(struct slot *sl)
     }
     kg_err ferr = {{0}};
     json_t *r = NULL;
-    if (sl->res.n > 0)
-        r = kg_frame_parse(sl->res.p, sl->res.n, &ferr);
+    if (sl->res.d.len > 0)
+        r = kg_frame_parse(sl->res.d.p, sl->res.d.len, &ferr);
     else
         snprintf(ferr.msg, sizeof ferr.msg, "no result frame");
     if (!r && (r = problem_verdict(sl, js)))

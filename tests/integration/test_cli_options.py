@@ -25,7 +25,8 @@ def kgym(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("cmd", [
     ["status"], ["result"], ["cancel"], ["wait"], ["submit"], ["eval"], ["rollout"],
-    ["collect"], ["report"], ["policy", "scripted"], ["rl", "prs"],
+    ["collect"], ["report"], ["policy", "scripted"], ["rl", "prs"], ["serve"], ["worker"],
+    ["selfcheck"], ["eval", "--kernelbench", "d"], ["redteam"],
 ])
 def test_help_exits_zero(cmd):
     for flag in ("-h", "--help"):
@@ -59,6 +60,36 @@ REFUSED = [
      "--port: expected an integer from 0 to 65535, got '70000'"),
     (["policy", "scripted", "d", "e"], "e: unexpected argument (one DIR)"),
     (["rl", "prs", "--tau"], "--tau: needs a value"),
+    (["serve", "--frob", "x"], "unknown flag --frob"),
+    (["serve", "stray"], "stray: unexpected argument"),
+    (["serve", "--listen"], "--listen: needs a value"),
+    (["serve", "--threads", "0"], "--threads: expected an integer from 1 to 1024, got '0'"),
+    (["serve", "--lease-s=1.5"], "--lease-s: expected an integer from 1 to 86400, got '1.5'"),
+    (["serve", "--max-attempts", "x"], "--max-attempts: expected an integer from 1 to 1000"),
+    (["serve", "--cpu-threads", "0"], "--cpu-threads must be a number from 1 to 1024, or auto"),
+    (["worker", "--frob", "x"], "unknown flag --frob"),
+    (["worker", "stray"], "stray: unexpected argument"),
+    (["worker", "--device"], "--device: needs a value"),
+    (["worker", "--fresh=1"], "--fresh: takes no value"),
+    (["worker", "--drain-timeout", "-1"],
+     "--drain-timeout: expected an integer from 0 to 86400, got '-1'"),
+    (["worker", "--token-fd", "x"], "--token-fd: expected an integer from 0 to 1048576"),
+    (["selfcheck", "-x"], "unknown flag -x"),
+    (["selfcheck", "stray"], "stray: unexpected argument"),
+    (["selfcheck", "--kernelbench"], "--kernelbench: needs a value"),
+    (["selfcheck", "--num-perf-trials"], "--num-perf-trials: needs a value"),
+    (["selfcheck", "--prewarm", "33"], "--prewarm: a number from 0 to 32, not '33'"),
+    (["selfcheck", "--concurrency", "0"], "--concurrency: expected an integer from 1 to 64"),
+    (["selfcheck", "--ref", "r.py"], "--ref: not with selfcheck"),
+    (["eval", "--kernelbench", "d", "--candidates"], "--candidates: needs a value"),
+    (["eval", "--kernelbench", "d", "--cand", "c.py"], "--cand: not with --kernelbench"),
+    (["eval", "--kernelbench=d", "--cand", "c.py"], "--cand: not with --kernelbench"),
+    (["redteam", "-x"], "unknown flag -x"),
+    (["redteam", "stray"], "stray: unexpected argument (kgym redteam --help)"),
+    (["redteam", "--dir"], "--dir: needs a value"),
+    (["redteam", "--jobs", "65"], "--jobs: expected an integer from 1 to 64, got '65'"),
+    (["redteam", "--json=1"], "--json: takes no value"),
+    (["redteam", "--kernel-code", "x"], "--kernel-code: the code comes from the corpus"),
 ]
 
 

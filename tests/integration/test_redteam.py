@@ -193,7 +193,7 @@ def test_usage_errors(tmp_path):
         (["--dir", str(tmp_path / "missing")], r"--dir .*missing: No such file or directory"),
         (["--dir", str(tmp_path)], r"no candidates \(\*\.py\) under"),
         (["--backend", "rocm"], r"--backend rocm: cpu, triton, cuda, all"),
-        (["--jobs", "0"], r"--jobs 0: a number from 1 to 64"),
+        (["--jobs", "0"], r"--jobs: expected an integer from 1 to 64, got '0'"),
         (["--num-widgets", "3"], r"--num_widgets: unknown request field"),
         (["--num-perf-trials", "0"], r"num_perf_trials"),
         (["--device", "gpu0"], r"--device gpu0: must be cuda:N"),

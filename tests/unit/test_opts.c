@@ -226,6 +226,29 @@ static void test_number_helpers(void **state)
     assert_string_equal(err.msg, "--x: expected a number, got 'abc'");
 }
 
+/* An entry with a ctx of its own (KG_OPT_FN_ON) calls its fn on it, not
+ * on the spec's: the entries several commands share. */
+static void test_an_entry_may_carry_its_ctx(void **state)
+{
+    (void)state;
+    struct seen own, spec_ctx;
+    memset(&own, 0, sizeof own);
+    memset(&spec_ctx, 0, sizeof spec_ctx);
+    const kg_opt opts[] = {
+        KG_OPT_FN_ON("--cand", add_cand, &own),
+        KG_OPT_FN("--other", add_cand),
+        KG_OPT_END,
+    };
+    char *argv[] = {"kgym", "--cand", "a.py", "--other", "b.py"};
+    kg_opts spec = {.opts = opts, .ctx = &spec_ctx};
+    kg_err err = {{0}};
+    assert_int_equal(kg_opts_parse(&spec, 5, argv, &err), 0);
+    assert_int_equal(own.n, 1);
+    assert_string_equal(own.cands[0], "a.py");
+    assert_int_equal(spec_ctx.n, 1);
+    assert_string_equal(spec_ctx.cands[0], "b.py");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -236,6 +259,7 @@ int main(void)
         cmocka_unit_test(test_positionals_and_fallback),
         cmocka_unit_test(test_pass_leaves_the_next_argument),
         cmocka_unit_test(test_number_helpers),
+        cmocka_unit_test(test_an_entry_may_carry_its_ctx),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "kgym/rl_json.h"
+#include "../../lib/json_util.h"
 
 /* Runs sub on input with options (may be NULL) and checks the output. */
 static void ok(const char *sub, const char *input, const char *options,
@@ -245,6 +246,33 @@ static void test_errors(void **state)
           "end of file");
 }
 
+/* The one JSON writer in its two styles: Python's json.dumps (HTTP
+ * replies, this layer's output) and the store's compact text. */
+static void test_json_styles(void **state)
+{
+    (void)state;
+    json_t *v = json_pack("{s:s, s:[f, f, f, f, I], s:b, s:n}", "s",
+                          "q\" b\\ \n\t\r\b\f\x01 \xc3\xa9 \xf0\x9f\x98\x80",
+                          "n", 0.1, 1e-5, 3.0, 1.0 / 3, (json_int_t)-42,
+                          "t", 1, "z");
+    char *py = kg_json_text(v, KG_JSON_PY);
+    char *dumps = kg_json_dumps(v);
+    char *compact = kg_json_text(v, KG_JSON_COMPACT);
+    assert_string_equal(
+        py, "{\"s\": \"q\\\" b\\\\ \\n\\t\\r\\b\\f\\u0001 \\u00e9 "
+            "\\ud83d\\ude00\", \"n\": [0.1, 1e-05, 3.0, 0.3333333333333333, "
+            "-42], \"t\": true, \"z\": null}");
+    assert_string_equal(dumps, py);
+    assert_string_equal(
+        compact, "{\"s\":\"q\\\" b\\\\ \\n\\t\\r\\u0008\\u000c\\u0001 "
+                 "\xc3\xa9 \xf0\x9f\x98\x80\",\"n\":[0.1,0.00001,3.0,"
+                 "0.33333333333333331,-42],\"t\":true,\"z\":null}");
+    free(py);
+    free(dumps);
+    free(compact);
+    json_decref(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -255,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_seed),
         cmocka_unit_test(test_option_ranges),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_json_styles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
