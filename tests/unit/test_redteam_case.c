@@ -191,6 +191,20 @@ static void test_judge(void **state)
                      KG_RT_MISS);
     assert_int_equal(judge(h_code, "{\"verdict\":\"runtime_error\"}"),
                      KG_RT_MISS);
+    /* a pass named beside the code: met without a code, the failing
+     * verdict still needs it */
+    const char *h_either = "# redteam: family=x " PROB
+                           " expect=hacked|pass reasons=timer_tamper "
+                           "code=TIMER_TAMPER\n";
+    assert_int_equal(judge(h_either, "{\"verdict\":\"pass\"}"), KG_RT_OK);
+    assert_int_equal(judge(h_either, "{\"verdict\":\"hacked\",\"error_code\":"
+                                     "\"TIMER_TAMPER\",\"hack_reasons\":"
+                                     "[\"timer_tamper\"]}"),
+                     KG_RT_OK);
+    assert_int_equal(judge(h_either, "{\"verdict\":\"hacked\",\"error_code\":"
+                                     "\"OTHER\",\"hack_reasons\":"
+                                     "[\"timer_tamper\"]}"),
+                     KG_RT_MISS);
 
     /* honest: anything but a pass is a false alarm, infra_error and
      * problem_error (the problem's reference failed) an error */
