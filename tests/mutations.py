@@ -410,9 +410,14 @@ MUTATIONS = [
              [f"{TRUSTED} -k chunks"]),
     Mutation("worker-admit-ignores-memory", "tasks start only while their memory fits",
              "src/worker/engine_admit.c",
-             "    if (running == 0 || held + need <= budget)",
-             "    if (running == 0 || held >= 0)",
+             "    if (running == 0 || held + need <= fits)",
+             "    if (running == 0 || held >= 0 || fits < 0)",
              ["unit:test_engine_admission"]),
+    Mutation("worker-first-task-ungated", "a problem's first task needs an equal share of "
+             "the device, not nothing", "src/worker/engine_admit.c",
+             "    return eng_equal_share(e->dev_total, MEM_SHARE, e->nslots);",
+             "    return 0;", ["unit:test_engine_admission",
+                          "tests/integration/test_kernelbench_cli.py -k first_task"]),
     # ---- the judged coverage (coverage.py) --------------------------------
     Mutation("coverage-library-prefixes", "a row with a library kernel's name is never custom",
              "harness/kgym_harness/coverage.py",

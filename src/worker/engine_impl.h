@@ -215,12 +215,15 @@ int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
  * to the running tasks (running of them), on a device of total bytes.
  * ADMIT_GO: start it (an unknown need or total, 0, always starts; so does
  * any task that fits when it would run alone). ADMIT_WAIT: not while the
- * others hold theirs. ADMIT_NEVER: more than share x total even alone. */
+ * others hold theirs. ADMIT_NEVER: more than share x total even alone.
+ * A problem's first task needs an equal share (eng_equal_share). */
 enum { ADMIT_GO, ADMIT_WAIT, ADMIT_NEVER };
 int eng_mem_admit(double need, double held, int running, double total,
                   double share);
 double eng_mem_held(const struct slot *slots, int n, int *running);
+double eng_equal_share(double total, double share, int slots);
 uint64_t eng_problem_key(const json_t *task);
+double eng_task_footprint(const kg_engine *e, const json_t *task);
 double eng_task_need(const kg_engine *e, const json_t *task);
 void eng_note_footprint(kg_engine *e, const struct slot *sl, const json_t *r);
 
