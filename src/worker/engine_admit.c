@@ -103,6 +103,9 @@ int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
     sl->task = p->task;
     sl->user = p->user;
     sl->t_submit = p->t_submit;
+    sl->alone = p->alone;
+    sl->rerun = p->rerun; /* the slot owns it from here */
+    p->rerun = NULL;
     sl->need = eng_task_need(e, p->task);
     sl->t_start = kg_now_ms();
     slot_set_state(sl, staged && sl->warm ? S_STAGED : S_RUNNING);
