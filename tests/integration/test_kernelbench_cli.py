@@ -100,6 +100,7 @@ def test_selfcheck_writes_a_line_per_problem_and_a_summary(tree, tmp_path):
         # why the speedup is what it is: the judge's clock on the claims
         assert r["trusted_clock"]["verdict"] in ("agree", "capped", "noisy", "unresolved"), r
         assert "timing_lead" in r and isinstance(r["warnings"], list)
+        assert "rerun" in r and r["rerun"] is None  # run once: no rerun
     broken = got["3_Broken"]
     assert broken["verdict"] == "problem_error" and broken["speedup"] is None
     assert "not_a_module_kgym_test" in broken["error"]
