@@ -154,8 +154,9 @@ static void name_sizes(const kg_engine *e, const struct slot *sl, json_t *r)
         snprintf(dev, sizeof dev, "; the device %.1f GiB",
                  e->dev_total / GIB);
     if (sl->company > 0)
-        snprintf(text, sizeof text, " [beside %d other pair%s on the device%s%s]",
-                 sl->company, sl->company == 1 ? "" : "s", fp, dev);
+        snprintf(text, sizeof text,
+                 " [beside %d other pair%s on the device%s%s]", sl->company,
+                 sl->company == 1 ? "" : "s", fp, dev);
     else
         snprintf(text, sizeof text, " [it ran alone on the device%s%s]", fp,
                  dev);
