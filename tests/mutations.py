@@ -30,6 +30,7 @@ CODE_FILES = "tests/integration/test_cli_code_files.py"
 TRUSTED = "tests/harness/test_trusted_clock.py"
 ROLLOUT = "tests/integration/test_rollout.py"
 COVERAGE = "tests/harness/test_coverage.py"
+OOM_RERUN = "tests/integration/test_oom_rerun.py"
 
 MUTATIONS = [
     # ---- RL math (libkgym) ----------------------------------------------
@@ -410,9 +411,41 @@ MUTATIONS = [
              [f"{TRUSTED} -k chunks"]),
     Mutation("worker-admit-ignores-memory", "tasks start only while their memory fits",
              "src/worker/engine_admit.c",
-             "    if (running == 0 || held + need <= budget)",
-             "    if (running == 0 || held >= 0)",
+             "    if (running == 0 || held + need <= fits)",
+             "    if (running == 0 || held >= 0 || fits < 0)",
              ["unit:test_engine_admission"]),
+    Mutation("worker-first-task-ungated", "a problem's first task needs an equal share of "
+             "the device, not nothing", "src/worker/engine_admit.c",
+             "    return eng_equal_share(e->dev_total, MEM_SHARE, e->nslots);",
+             "    return 0;", ["unit:test_engine_admission",
+                          "tests/integration/test_kernelbench_cli.py -k first_task"]),
+    Mutation("worker-oom-rerun-skipped", "a judge's or reference's out of memory beside "
+             "others runs once more, alone", "src/worker/engine_rerun.c",
+             "    if (eng_rerun_wanted(r, sl->company, sl->alone) && queue_alone(e, sl, r)) {",
+             "    if (0 && eng_rerun_wanted(r, sl->company, sl->alone) && queue_alone(e, sl, r)) {",
+             ["unit:test_engine_rerun", OOM_RERUN]),
+    Mutation("worker-oom-rerun-candidates", "a candidate's out of memory is its verdict, "
+             "never rerun", "src/worker/engine_rerun.c",
+             "    if (!judges_own(r))\n        return 0;\n", "    (void)judges_own;\n",
+             ["unit:test_engine_rerun", OOM_RERUN]),
+    Mutation("worker-oom-rerun-twice", "a task is rerun alone at most once",
+             "src/worker/engine_rerun.c",
+             "    return !reran && others > 0 && eng_oom_not_candidates(r);",
+             "    return (void)reran, others > 0 && eng_oom_not_candidates(r);",
+             ["unit:test_engine_rerun"]),
+    Mutation("worker-oom-rerun-when-alone", "an out of memory alone is reported, not rerun",
+             "src/worker/engine_rerun.c",
+             "    return !reran && others > 0 && eng_oom_not_candidates(r);",
+             "    return (void)others, !reran && eng_oom_not_candidates(r);",
+             ["unit:test_engine_rerun", OOM_RERUN]),
+    Mutation("worker-oom-rerun-gate-open", "nothing starts, and no spare is kept, beside a "
+             "rerun alone", "src/worker/engine_rerun.c",
+             "        if (sl->alone)\n            return GATE_SHUT;",
+             "        if (sl->alone && 0)\n            return GATE_SHUT;",
+             ["unit:test_engine_rerun", OOM_RERUN]),
+    Mutation("worker-oom-company-unseen", "the pairs beside a task are counted while it runs",
+             "src/worker/engine.c", "    eng_note_company(e);\n", "",
+             [OOM_RERUN]),
     # ---- the judged coverage (coverage.py) --------------------------------
     Mutation("coverage-library-prefixes", "a row with a library kernel's name is never custom",
              "harness/kgym_harness/coverage.py",

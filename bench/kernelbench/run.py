@@ -11,9 +11,13 @@ of each run, their logs, report.txt) go to
 $OUT/kernelbench-<time>/ ($OUT: bench/results when unset).
 
 GPU (default): the problems named in GPU_PROBLEMS plus the first 20 of
-level 2, about 6 minutes on one H200 (each phase capped, see CAPS; a
-capped phase keeps the lines it finished). --dry: the CPU, a few small
-level-1 problems, tiny trials (tested on the CPU)."""
+level 2, about 6 minutes on one H200 (each phase capped, see CAPS, or
+--cap PHASE=S: at its cap a phase starts no more problems, its tasks in
+flight are stopped, and the report says how many it reached). Results
+that were run again alone after an out of memory beside other tasks
+(checks.rerun, docs/worker.md) are counted and named per phase. --dry:
+the CPU, a few small level-1 problems, tiny trials (tested on the CPU:
+tests/python/test_bench_kernelbench.py)."""
 from __future__ import annotations
 
 import argparse
@@ -60,6 +64,8 @@ def resolve(kbroot: str, globs: list[str]) -> list[str]:
     for g in globs:
         level, pat = g.split("/", 1)
         d = os.path.join(kbroot, "KernelBench", level)
+        if not os.path.isdir(d):
+            continue  # a tree without that level
         for f in sorted(os.listdir(d), key=lambda x: (len(x), x)):
             if f.endswith(".py") and fnmatch.fnmatch(f[:-3], pat):
                 name = f"{level}/{f[:-3]}"
@@ -68,10 +74,32 @@ def resolve(kbroot: str, globs: list[str]) -> list[str]:
     return out
 
 
-def run_phase(name: str, cmd: list[str], cap: float, outdir: str) -> float:
+def parse_caps(items: list[str], caps: dict) -> dict:
+    """caps with each PHASE=SECONDS of items (--cap) put in; ValueError
+    naming what is wrong."""
+    out = dict(caps)
+    for item in items:
+        phase, eq, sec = item.partition("=")
+        if phase not in CAPS or not eq:
+            raise ValueError(f"--cap {item!r}: PHASE=SECONDS with PHASE one of "
+                             f"{', '.join(CAPS)}")
+        try:
+            v = float(sec)
+        except ValueError:
+            v = -1.0
+        if not 0 < v < 1e6:
+            raise ValueError(f"--cap {item!r}: seconds must be a number above 0")
+        out[phase] = v
+    return out
+
+
+def run_phase(name: str, cmd: list[str], cap: float, outdir: str) -> tuple[float, bool]:
     """Runs cmd with its output in outdir/<name>.log; SIGINT at cap (a
-    selfcheck keeps its finished lines), SIGKILL 15 s later. Seconds taken."""
+    selfcheck starts nothing more, stops its tasks in flight and keeps its
+    finished lines), SIGKILL 15 s later. Seconds taken, and whether the cap
+    stopped it."""
     t0 = time.monotonic()
+    hit = False
     with open(os.path.join(outdir, f"{name}.log"), "w") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
@@ -81,6 +109,7 @@ def run_phase(name: str, cmd: list[str], cap: float, outdir: str) -> float:
             p.wait(timeout=cap)
         except subprocess.TimeoutExpired:
             print(f"[{name}] cap of {cap:.0f} s reached: interrupted", flush=True)
+            hit = True
             os.killpg(p.pid, signal.SIGINT)
             try:
                 p.wait(timeout=15)
@@ -89,7 +118,7 @@ def run_phase(name: str, cmd: list[str], cap: float, outdir: str) -> float:
                 p.wait()
     el = time.monotonic() - t0
     print(f"[{name}] exit {p.returncode} after {el:.0f} s", flush=True)
-    return el
+    return el, hit
 
 
 def load(path: str) -> dict[str, dict]:
@@ -126,7 +155,16 @@ def shares(speeds: list[float]) -> str:
             f"({100 * in10 / n:.1f}%), median {statistics.median(speeds):.3f}")
 
 
-def report(problems: list[str], runs: dict, elapsed: dict, f) -> None:
+def reruns(rows: dict) -> list[str]:
+    """The problems whose result was run again alone after an out of memory
+    beside other tasks (the selfcheck line's rerun: checks.rerun)."""
+    return sorted(p for p, r in rows.items() if r.get("rerun"))
+
+
+def report(problems: list[str], runs: dict, elapsed: dict, f,
+           capped: dict | None = None) -> None:
+    """capped: phase -> its cap in seconds, for the phases stopped at it."""
+    capped = capped or {}
     cols = ["c1", "c4", "kb", "ab"]
     w = max(len(p) for p in problems) + 1
     f.write(f"{'problem':<{w}} {'kgym c1':>16} {'kgym c4':>16} {'kernelbench':>16}"
@@ -143,8 +181,9 @@ def report(problems: list[str], runs: dict, elapsed: dict, f) -> None:
                              if s else ("error" if r.get("error") else "wrong"))
             else:
                 s = r.get("speedup")
-                cells.append(f"{s:.3f}" if r.get("verdict") == "pass" and s
-                             else str(r.get("verdict"))[:16])
+                cell = (f"{s:.3f}" if r.get("verdict") == "pass" and s
+                        else str(r.get("verdict"))[:14])
+                cells.append(cell + (" R" if r.get("rerun") else ""))
         j, c = peaks(runs["c1"].get(p) or runs["c4"].get(p) or {})
         if p not in runs["ab"]:
             cells[3] = ""
@@ -153,12 +192,16 @@ def report(problems: list[str], runs: dict, elapsed: dict, f) -> None:
     f.write("\n")
     for c in cols:
         rows = runs[c]
+        el = elapsed.get(c)
+        per_min = (f"; {len(rows)} problems in {el:.0f} s = {60 * len(rows) / el:.1f} per minute"
+                   if el else "")
+        notes = []
         if c == "kb":
             ok = [r for r in rows.values() if r.get("correct")]
             sp = [r["speedup"] for r in ok if r.get("speedup")]
             meth = {r.get("method") for r in rows.values()}
             f.write(f"kernelbench eval ({', '.join(sorted(m for m in meth if m))}): "
-                    f"{len(ok)}/{len(rows)} correct; {shares(sp)}")
+                    f"{len(ok)}/{len(rows)} correct; {shares(sp)}{per_min}")
         else:
             ok = [r for r in rows.values() if r.get("verdict") == "pass"]
             sp = [r["speedup"] for r in ok if r.get("speedup")]
@@ -171,12 +214,18 @@ def report(problems: list[str], runs: dict, elapsed: dict, f) -> None:
             what = ("kgym selfcheck concurrency 1, KGYM_SPARE_PROFILER=1" if c == "ab"
                     else f"kgym selfcheck concurrency {c[1]}")
             f.write(f"{what}: {len(ok)}/{len(rows)} pass; {shares(sp)};"
-                    f" clock {clock}; judge peak max {mib(max(jm) if jm else None)} MiB")
+                    f" clock {clock}; judge peak max {mib(max(jm) if jm else None)} MiB"
+                    f"{per_min}")
             if bad:
-                f.write(f"\n  not pass: {bad}")
-        el = elapsed.get(c)
-        if el:
-            f.write(f"; {len(rows)} problems in {el:.0f} s = {60 * len(rows) / el:.1f} per minute")
+                notes.append(f"not pass: {bad}")
+            again = reruns(rows)
+            notes.append(f"rerun alone after an out of memory beside others (R): {len(again)}"
+                         + (f" ({', '.join(again)})" if again else ""))
+        if c in capped:
+            notes.append(f"capped at {capped[c]:.0f} s: reached {len(rows)} of {len(problems)}"
+                         " problems (the rest not started or stopped in flight)")
+        for n in notes:
+            f.write(f"\n  {n}")
         f.write("\n")
 
 
@@ -187,7 +236,15 @@ def main() -> int:
                     help="KernelBench's checkout (src/ and KernelBench/level*)")
     ap.add_argument("--problems", help="comma-separated levelN/glob (default: the set above)")
     ap.add_argument("--only", default="c1,c4,ab,kb", help="phases to run (c1, c4, ab, kb)")
+    ap.add_argument("--cap", action="append", default=[], metavar="PHASE=S",
+                    help="seconds a phase may take (e.g. c4=330; default CAPS, x3 with "
+                    "--dry); at its cap it starts no more problems and the report says "
+                    "how many it reached")
     a = ap.parse_args()
+    try:
+        given = parse_caps(a.cap, {})
+    except ValueError as e:
+        ap.error(str(e))
     out = os.path.join(os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"),
                        time.strftime("kernelbench-%Y%m%d-%H%M%S"))
     os.makedirs(out, exist_ok=True)
@@ -202,7 +259,9 @@ def main() -> int:
         f.write("\n".join(problems) + "\n")
     print(f"{len(problems)} problems; results in {out}", flush=True)
     caps = {k: v * (3 if a.dry else 1) for k, v in CAPS.items()}
-    elapsed = {}
+    caps.update(given)  # as given, --dry or not
+    elapsed: dict[str, float] = {}
+    capped: dict[str, float] = {}  # phase -> its cap, for those it stopped
     phases = a.only.split(",")
     for c in ("c1", "c4"):
         if c not in phases:
@@ -222,11 +281,13 @@ def main() -> int:
         el = 0.0
         if named and len(named) < len(problems):
             el = run_phase(f"selfcheck_{c}_named", cmd + ["--problems", ",".join(named)],
-                           caps[c] * 0.6, out)
-        el += run_phase(f"selfcheck_{c}", cmd + ["--problems", ",".join(problems)]
-                        + (["--resume"] if os.path.exists(jl) else []),
-                        max(10.0, caps[c] - el), out)
-        elapsed[c] = el
+                           caps[c] * 0.6, out)[0]
+        rest, hit = run_phase(f"selfcheck_{c}", cmd + ["--problems", ",".join(problems)]
+                              + (["--resume"] if os.path.exists(jl) else []),
+                              max(10.0, caps[c] - el), out)
+        elapsed[c] = el + rest
+        if hit:
+            capped[c] = caps[c]
     if "ab" in phases:
         ab = [p for p in resolve(a.kb, AB_PROBLEMS) if p in problems] or problems[:2]
         jl = os.path.join(out, "selfcheck_ab.jsonl")
@@ -236,8 +297,10 @@ def main() -> int:
                "--out", jl, "--concurrency", "1", "--no-progress"]
         os.environ["KGYM_SPARE_PROFILER"] = "1"
         try:
-            elapsed["ab"] = run_phase("selfcheck_ab_spare_profiler",
-                                      cmd + (DRY_FIELDS if a.dry else []), caps["ab"], out)
+            elapsed["ab"], hit = run_phase("selfcheck_ab_spare_profiler",
+                                           cmd + (DRY_FIELDS if a.dry else []), caps["ab"], out)
+            if hit:
+                capped["ab"] = caps["ab"]
         finally:
             del os.environ["KGYM_SPARE_PROFILER"]
     if "kb" in phases:
@@ -247,13 +310,15 @@ def main() -> int:
         cmd = [sys.executable, os.path.join(ROOT, "bench", "kernelbench", "kb_eval.py"),
                "--kb", a.kb, "--problems", plist, "--out", jl]
         cmd += ["--cpu", "--trials", "3", "--warmup", "1"] if a.dry else []
-        elapsed["kb"] = run_phase("kernelbench_eval", cmd, caps["kb"], out)
+        elapsed["kb"], hit = run_phase("kernelbench_eval", cmd, caps["kb"], out)
+        if hit:
+            capped["kb"] = caps["kb"]
     runs = {"c1": load(os.path.join(out, "selfcheck_c1.jsonl")),
             "c4": load(os.path.join(out, "selfcheck_c4.jsonl")),
             "kb": load(os.path.join(out, "kernelbench_eval.jsonl")),
             "ab": load(os.path.join(out, "selfcheck_ab.jsonl"))}
     with open(os.path.join(out, "report.txt"), "w") as f:
-        report(problems, runs, elapsed, f)
+        report(problems, runs, elapsed, f, capped)
     sys.stdout.write(open(os.path.join(out, "report.txt")).read())
     return 0
 

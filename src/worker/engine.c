@@ -63,6 +63,8 @@ static void refuse_too_large(kg_engine *e, struct slot *sl, struct pending *p,
     sl->task = p->task;
     sl->user = p->user;
     sl->t_submit = p->t_submit;
+    sl->alone = p->alone; /* a rerun's result still says so */
+    sl->rerun = p->rerun;
     sl->t_start = sl->t_spawned = kg_now_ms();
     slot_set_state(sl, S_RUNNING);
     char msg[300];
@@ -85,10 +87,16 @@ static void refuse_too_large(kg_engine *e, struct slot *sl, struct pending *p,
  * grant). Nothing starts while a device probe is due. */
 static void start_queued(kg_engine *e, kg_engine_done_fn done, void *ctx)
 {
+    /* a rerun alone (engine_rerun.c) waits or runs: no spare is kept, so
+     * it starts in a pair of its own with nothing else on the device */
+    if (eng_alone_gate(e) != GATE_OPEN)
+        eng_drop_spares(e);
     for (int i = 0; i < e->nslots && e->head && !e->need_probe; i++) {
         struct slot *sl = &e->slots[i];
         if (sl->state != S_FREE)
             continue;
+        if (eng_alone_gate(e) == GATE_SHUT)
+            break; /* the device is kept for a rerun alone */
         int running;
         double need = eng_task_need(e, e->head->task);
         double held = eng_mem_held(e->slots, e->nslots, &running);
@@ -237,6 +245,7 @@ int kg_engine_step(kg_engine *e, int timeout_ms, kg_engine_done_fn done,
     start_queued(e, done, ctx);
     eng_grant_device(e);
     eng_top_up_spares(e);
+    eng_note_company(e);
     if (e->nstale)
         eng_retry_stale(e, 0);
     wait_events(e, timeout_ms);
@@ -271,6 +280,7 @@ int kg_engine_cancel(kg_engine *e, void *user)
             e->tail = prev;
         e->npending--;
         json_decref(p->task);
+        json_decref(p->rerun);
         free(p);
         return 1;
     }
@@ -308,6 +318,7 @@ void kg_engine_free(kg_engine *e)
         struct pending *p = e->head;
         e->head = p->next;
         json_decref(p->task);
+        json_decref(p->rerun);
         free(p);
     }
     for (int i = 0; i < MAX_DYING; i++) {

@@ -103,6 +103,9 @@ int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
     sl->task = p->task;
     sl->user = p->user;
     sl->t_submit = p->t_submit;
+    sl->alone = p->alone;
+    sl->rerun = p->rerun; /* the slot owns it from here */
+    p->rerun = NULL;
     sl->need = eng_task_need(e, p->task);
     sl->t_start = kg_now_ms();
     slot_set_state(sl, staged && sl->warm ? S_STAGED : S_RUNNING);
@@ -127,9 +130,26 @@ int eng_mem_admit(double need, double held, int running, double total,
     double budget = share * total;
     if (need > budget)
         return ADMIT_NEVER;
-    if (running == 0 || held + need <= budget)
+    /* a relative 1e-9 of slack: equal shares (eng_equal_share) of the
+     * budget sum to it, not one rounding above */
+    double fits = budget * (1 + 1e-9);
+    if (running == 0 || held + need <= fits)
         return ADMIT_GO;
     return ADMIT_WAIT;
+}
+
+/* What a task of a problem not seen yet is admitted as needing: an equal
+ * share of the usable memory (share x total) among the engine's slots
+ * (concurrency + stage: every task that may be active at once, running or
+ * staged, since eng_mem_held counts both). Slots full of such tasks fit
+ * together; beside known tasks holding more, a first task waits instead of
+ * running into an out of memory. 0 (ungated) while the device's size is
+ * unknown. */
+double eng_equal_share(double total, double share, int slots)
+{
+    if (!(total > 0) || slots < 1)
+        return 0;
+    return share * total / slots;
 }
 
 /* Bytes admitted to the active tasks among slots[0..n), and how many of
@@ -160,15 +180,26 @@ uint64_t eng_problem_key(const json_t *task)
     return h;
 }
 
-/* MEM_FACTOR x the task's problem footprint, or 0 when not known yet (its
- * first task runs ungated and teaches it). */
-double eng_task_need(const kg_engine *e, const json_t *task)
+/* The bytes a task's problem footprint is known as, or 0 when no result
+ * of its problem has told it yet. */
+double eng_task_footprint(const kg_engine *e, const json_t *task)
 {
     uint64_t key = eng_problem_key(task);
     for (int i = 0; i < e->nfoot; i++)
         if (e->foot[i].key == key)
-            return MEM_FACTOR * e->foot[i].bytes;
+            return e->foot[i].bytes;
     return 0;
+}
+
+/* MEM_FACTOR x the task's problem footprint; when not known yet (its
+ * first task teaches it), an equal share of the device (eng_equal_share),
+ * or 0 (ungated) while the device's size is not known either. */
+double eng_task_need(const kg_engine *e, const json_t *task)
+{
+    double fp = eng_task_footprint(e, task);
+    if (fp > 0)
+        return MEM_FACTOR * fp;
+    return eng_equal_share(e->dev_total, MEM_SHARE, e->nslots);
 }
 
 /* Remembers a result's memory.footprint_bytes for its problem (the largest

@@ -14,6 +14,8 @@
  *   engine_io.c      reading the children's pipes, noting their exits
  *   engine_result.c  results: the judge's frame or the engine's own verdict
  *   engine_probe.c   the device health probe after a CUDA failure
+ *   engine_rerun.c   a judge's or reference's out of memory beside others:
+ *                    the task runs once more, alone
  *   engine_setup.c   kg_engine_new: config, paths, checks, the zygote
  *
  * Names: slot_* act on one slot, eng_* are the engine's functions shared
@@ -131,6 +133,13 @@ struct slot {
      * by the state: a staged task may also be released or time out. */
     int device;
     double need; /* bytes of device memory admitted for it (0: unknown) */
+    /* The most other pairs (tasks, spares, pairs still exiting) that shared
+     * the device with it while it was active (eng_note_company). */
+    int company;
+    /* A rerun (engine_rerun.c): it runs alone on the device, and rerun is
+     * what its result's checks.rerun says (owned); 0 and NULL otherwise. */
+    int alone;
+    json_t *rerun;
     struct buf res;
     json_t *held; /* S_HELD: the result waiting for the probe */
 };
@@ -139,6 +148,8 @@ struct pending {
     json_t *task;
     void *user;
     double t_submit;
+    int alone;     /* a rerun: runs alone (engine_rerun.c) */
+    json_t *rerun; /* its checks.rerun (owned), or NULL */
     struct pending *next;
 };
 
@@ -215,12 +226,15 @@ int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
  * to the running tasks (running of them), on a device of total bytes.
  * ADMIT_GO: start it (an unknown need or total, 0, always starts; so does
  * any task that fits when it would run alone). ADMIT_WAIT: not while the
- * others hold theirs. ADMIT_NEVER: more than share x total even alone. */
+ * others hold theirs. ADMIT_NEVER: more than share x total even alone.
+ * A problem's first task needs an equal share (eng_equal_share). */
 enum { ADMIT_GO, ADMIT_WAIT, ADMIT_NEVER };
 int eng_mem_admit(double need, double held, int running, double total,
                   double share);
 double eng_mem_held(const struct slot *slots, int n, int *running);
+double eng_equal_share(double total, double share, int slots);
 uint64_t eng_problem_key(const json_t *task);
+double eng_task_footprint(const kg_engine *e, const json_t *task);
 double eng_task_need(const kg_engine *e, const json_t *task);
 void eng_note_footprint(kg_engine *e, const struct slot *sl, const json_t *r);
 
@@ -288,6 +302,30 @@ void eng_settle_dying(kg_engine *e);
 
 /* ---- engine_probe.c: the device health probe ----------------------------- */
 void eng_settle_probe(kg_engine *e, kg_engine_done_fn done, void *ctx);
+
+/* ---- engine_rerun.c: out of memory beside others, run again alone -------- */
+/* r is an infra_error of the judge's or the reference's (INFRA_ERROR,
+ * REFERENCE_ERROR) whose error says the device ran out of memory; never a
+ * candidate's verdict (runtime_error). */
+int eng_oom_not_candidates(const json_t *r);
+/* Whether r is to be run again alone: such an out of memory, with other
+ * pairs beside it on the device, and not a rerun already (reran). */
+int eng_rerun_wanted(const json_t *r, int others, int reran);
+/* Raises each active task's company to the other pairs on the device now
+ * (each step, once the step's tasks and spares are started). */
+void eng_note_company(kg_engine *e);
+/* What may start now: GATE_OPEN (no rerun waits or runs: as usual),
+ * GATE_SHUT (a rerun runs, or heads the queue while other tasks or exiting
+ * pairs are on the device: nothing starts, no spare is kept), GATE_LONE
+ * (the rerun at the head may start: the device holds no other task). */
+enum { GATE_OPEN, GATE_SHUT, GATE_LONE };
+int eng_alone_gate(const kg_engine *e);
+/* Before a result goes out: 1 when the task was queued again to run alone
+ * (r is not handed out); else 0, with an out of memory not the candidate's
+ * named with its company and sizes. */
+int eng_rerun_take(kg_engine *e, struct slot *sl, json_t *r);
+/* A rerun's result gets checks.rerun and a warning saying so. */
+void eng_rerun_mark(const struct slot *sl, json_t *r);
 
 /* ---- engine_setup.c: the config, the zygote ------------------------------ */
 int eng_check_knobs(const kg_engine_cfg *cfg, kg_err *err);

@@ -49,6 +49,7 @@ json_t *eng_verdict(struct slot *sl, const char *verdict, const char *code,
 void eng_hand_out(kg_engine_done_fn done, void *ctx, struct slot *sl, json_t *r)
 {
     assert(r && sl->task);
+    eng_rerun_mark(sl, r);
     kg_result_finalize(r);
     done(ctx, sl->user, r);
 }
@@ -232,6 +233,11 @@ void eng_finish(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
         e->need_probe = 1;
         eng_drop_spares(e); /* their contexts may be on a broken device */
     }
+    if (eng_rerun_take(e, sl, r)) { /* out of memory beside others */
+        json_decref(r);
+        eng_free_slot(e, sl);
+        return;
+    }
     if (e->need_probe) {
         sl->held = r;
         slot_set_state(sl, S_HELD);
@@ -275,7 +281,8 @@ int eng_finish_early(kg_engine *e, struct slot *sl, kg_engine_done_fn done,
     }
     eng_stamp(e, sl, r);
     eng_note_memory(e, sl, r);
-    eng_hand_out(done, ctx, sl, r);
+    if (!eng_rerun_take(e, sl, r)) /* else queued again to run alone */
+        eng_hand_out(done, ctx, sl, r);
     json_decref(r);
     eng_close_fd(&sl->res_fd);
     eng_close_fd(&sl->judge.log_fd); /* killed: nothing more to read */

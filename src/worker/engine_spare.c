@@ -135,7 +135,8 @@ static int prune_spares(kg_engine *e)
 void eng_top_up_spares(kg_engine *e)
 {
     int live = prune_spares(e);
-    if (!e->zy || e->need_probe || e->device_bad)
+    if (!e->zy || e->need_probe || e->device_bad ||
+        eng_alone_gate(e) != GATE_OPEN) /* the device kept for a rerun */
         return;
     int want = eng_spare_want(e->npending, e->idle_warm, eng_spare_cap(e),
                               e->spare_mem_cap);

@@ -361,6 +361,7 @@ void eng_free_slot(kg_engine *e, struct slot *sl)
     eng_uid_release(e, uid);
     json_decref(sl->task);
     json_decref(sl->held);
+    json_decref(sl->rerun);
     slot_set_state(sl, S_FREE);
     slot_clear(sl);
 }

@@ -100,6 +100,7 @@ def test_selfcheck_writes_a_line_per_problem_and_a_summary(tree, tmp_path):
         # why the speedup is what it is: the judge's clock on the claims
         assert r["trusted_clock"]["verdict"] in ("agree", "capped", "noisy", "unresolved"), r
         assert "timing_lead" in r and isinstance(r["warnings"], list)
+        assert "rerun" in r and r["rerun"] is None  # run once: no rerun
     broken = got["3_Broken"]
     assert broken["verdict"] == "problem_error" and broken["speedup"] is None
     assert "not_a_module_kgym_test" in broken["error"]
@@ -414,4 +415,25 @@ def test_tasks_that_do_not_fit_together_run_one_after_the_other(tree, tmp_path):
     rows = sorted(lines(out), key=lambda r: r["queued_seconds"])
     first, second = rows
     assert first["queued_seconds"] < 1.0, rows
+    assert second["queued_seconds"] >= 0.8 * first["seconds"], rows
+
+
+def test_a_first_task_waits_beside_a_known_large_one(tree, tmp_path):
+    """A problem not seen yet needs an equal share of the device
+    (docs/worker.md, "Admission by memory"): at --concurrency 2 that is 0.45
+    of the RAM, which does not fit beside a known problem needing 0.6 (a
+    footprint of 0.2), so the first task of 2_Scale waits for 1_Relu's
+    memory instead of starting beside it ungated."""
+    ram = mem_total_gib() * 2**30
+    earlier = tmp_path / "earlier.jsonl"
+    earlier.write_text(json.dumps({
+        "problem": "1_Relu", "level": 1,
+        "memory": {"footprint_bytes": 0.2 * ram, "device_total_bytes": ram}}) + "\n")
+    out = tmp_path / "share.jsonl"
+    p = kgym("selfcheck", "--kernelbench", str(tree), "--problems", "1_Relu,2_Scale",
+             "--out", str(out), "--footprints", str(earlier), "--concurrency", "2", *FAST)
+    assert p.returncode == 0, p.stderr
+    rows = by_name(lines(out))
+    first, second = rows["1_Relu"], rows["2_Scale"]
+    assert first["verdict"] == second["verdict"] == "pass", rows
     assert second["queued_seconds"] >= 0.8 * first["seconds"], rows

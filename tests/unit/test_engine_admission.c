@@ -461,6 +461,59 @@ static void test_footprints_remembered_per_problem(void **st)
     json_decref(other);
 }
 
+/* A problem not seen yet, on a device of known size, is admitted as an
+ * equal share of the usable memory among the engine's slots: beside a
+ * known task holding most of it, it waits; slots full of such tasks fit. */
+static void test_first_task_needs_an_equal_share(void **st)
+{
+    (void)st;
+    static kg_engine e; /* large: not on the stack */
+    memset(&e, 0, sizeof e);
+    e.nslots = 4; /* concurrency 3 + stage 1, say */
+    json_t *fresh = task_of("class Model: new");
+    assert_true(eng_task_need(&e, fresh) == 0); /* device size unknown */
+    e.dev_total = 100;
+    assert_true(eng_task_need(&e, fresh) == MEM_SHARE * 100 / 4);
+    assert_true(eng_task_footprint(&e, fresh) == 0);
+    /* a known problem holding 75 of the 90 usable: the newcomer waits */
+    assert_int_equal(eng_mem_admit(eng_task_need(&e, fresh), 75, 1,
+                                   e.dev_total, MEM_SHARE),
+                     ADMIT_WAIT);
+    /* once its footprint is learnt, the problem's own need counts */
+    kg_engine_note_footprint(&e, "class Model: new", 2, 0);
+    assert_true(eng_task_footprint(&e, fresh) == 2);
+    assert_true(eng_task_need(&e, fresh) == MEM_FACTOR * 2);
+    assert_int_equal(eng_mem_admit(eng_task_need(&e, fresh), 75, 1,
+                                   e.dev_total, MEM_SHARE),
+                     ADMIT_GO);
+    json_decref(fresh);
+}
+
+/* Every slot taken by a first task fits, whatever rounding the division
+ * leaves; one share more does not. */
+static void test_equal_shares_fill_the_slots(void **st)
+{
+    (void)st;
+    const double totals[] = {100, 150754820096.0, 1e9 / 3, 7};
+    for (size_t k = 0; k < sizeof totals / sizeof *totals; k++)
+        for (int n = 1; n <= MAX_SLOTS; n++) {
+            double share = eng_equal_share(totals[k], MEM_SHARE, n);
+            assert_true(share > 0);
+            double held = 0;
+            for (int i = 0; i < n; i++) {
+                assert_int_equal(
+                    eng_mem_admit(share, held, i, totals[k], MEM_SHARE),
+                    ADMIT_GO);
+                held += share;
+            }
+            assert_int_equal(
+                eng_mem_admit(share, held, n, totals[k], MEM_SHARE),
+                ADMIT_WAIT);
+        }
+    assert_true(eng_equal_share(0, MEM_SHARE, 4) == 0);
+    assert_true(eng_equal_share(100, MEM_SHARE, 0) == 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -484,6 +537,8 @@ int main(void)
         cmocka_unit_test(test_mem_admit_fits_waits_or_never),
         cmocka_unit_test(test_mem_held_sums_active_tasks),
         cmocka_unit_test(test_footprints_remembered_per_problem),
+        cmocka_unit_test(test_first_task_needs_an_equal_share),
+        cmocka_unit_test(test_equal_shares_fill_the_slots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

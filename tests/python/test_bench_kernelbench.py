@@ -1,0 +1,115 @@
+"""bench/kernelbench/run.py: --cap PHASE=S stops a phase at S seconds and
+its report says how many problems it reached; results run again alone
+after an out of memory beside others (the selfcheck line's rerun) are
+counted and named. The report on made-up lines, and a --dry run on the
+CPU of a small tree with a problem too slow for its cap."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench", "kernelbench"))
+KGYM = os.environ.get("KGYM_BIN", os.path.join(ROOT, "build", "kgym"))
+
+import run  # noqa: E402
+
+PROBLEM = '''import time
+
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        time.sleep({sleep})
+        return x * 2.0
+
+
+def get_inputs():
+    return [torch.randn(16, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def line(verdict: str, speedup: float | None = None, rerun: dict | None = None) -> dict:
+    return {"verdict": verdict, "speedup": speedup, "rerun": rerun,
+            "trusted_clock": {"verdict": "agree"}, "memory": None}
+
+
+def test_report_counts_and_names_reruns_and_caps():
+    problems = ["level1/1_A", "level1/2_B", "level2/3_C"]
+    note = {"reason": "device out of memory beside 3 other pairs on the device",
+            "others": 3, "alone": True}
+    runs = {"c1": {"level1/1_A": line("pass", 1.0)},
+            "c4": {"level1/1_A": line("pass", 1.01, rerun=note),
+                   "level1/2_B": line("infra_error", rerun=note),
+                   "level2/3_C": line("pass", 0.99)},
+            "kb": {}, "ab": {}}
+    f = io.StringIO()
+    run.report(problems, runs, {"c1": 60.0, "c4": 30.0}, f, {"c1": 60.0})
+    out = f.getvalue()
+    table = {ln.split()[0]: ln for ln in out.splitlines()[1:4]}
+    assert "1.010 R" in table["level1/1_A"] and "infra_error R" in table["level1/2_B"], out
+    assert " R" not in table["level2/3_C"], out
+    c1, c4 = out.split("kgym selfcheck concurrency 1:")[1], out.split(
+        "kgym selfcheck concurrency 4:")[1]
+    assert ("rerun alone after an out of memory beside others (R): 2 "
+            "(level1/1_A, level1/2_B)") in c4.split("kernelbench eval")[0], out
+    assert "(R): 0\n" in c1.split("kgym selfcheck concurrency 4")[0], out
+    assert "capped at 60 s: reached 1 of 3 problems" in c1.split("concurrency 4")[0], out
+    assert "capped at" not in c4, out
+    assert "1 problems in 60 s = 1.0 per minute" in c1, out
+
+
+@pytest.mark.parametrize("items,want", [
+    (["c4=330"], {"c4": 330.0}),
+    (["c1=12.5", "kb=7"], {"c1": 12.5, "kb": 7.0}),
+])
+def test_cap_parses(items, want):
+    assert run.parse_caps(items, {}) == want
+
+
+@pytest.mark.parametrize("item", ["c4", "c9=3", "c4=0", "c4=-1", "c4=x", "=5"])
+def test_a_bad_cap_is_refused(item):
+    with pytest.raises(ValueError, match="--cap"):
+        run.parse_caps([item], {})
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "kernelbench", "run.py"),
+                        "--cap", item], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--cap" in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(not os.access(KGYM, os.X_OK), reason=f"{KGYM} not built (make)")
+def test_a_capped_dry_phase_reports_what_it_reached(tmp_path):
+    """Three problems at concurrency 1 under a cap of 15 s: the first
+    passes, the second sleeps 5 s per forward (far past the cap) and is
+    stopped in flight, the third never starts; the report says the phase
+    was capped and reached 1 of 3."""
+    kb = tmp_path / "kb"
+    lvl = kb / "KernelBench" / "level1"
+    lvl.mkdir(parents=True)
+    for name, sleep in (("1_Fast", 0), ("2_Slow", 5), ("3_Fast", 0)):
+        (lvl / f"{name}.py").write_text(PROBLEM.format(sleep=sleep))
+    os.chmod(tmp_path, 0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), KGYM_BIN=KGYM, TMPDIR="/tmp")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "kernelbench", "run.py"),
+                        "--dry", "--kb", str(kb), "--problems", "level1/*", "--only", "c1",
+                        "--cap", "c1=15"], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "cap of 15 s reached" in p.stdout, p.stdout
+    (res,) = list(out.iterdir())
+    lines = [json.loads(x) for x in open(res / "selfcheck_c1.jsonl") if x.strip()]
+    assert [x["problem"] for x in lines] == ["1_Fast"], lines
+    report = (res / "report.txt").read_text()
+    assert "capped at 15 s: reached 1 of 3 problems" in report, report
+    assert "rerun alone after an out of memory beside others (R): 0" in report, report
+    assert "level1/2_Slow" in report and "not run" in report, report
