@@ -329,6 +329,8 @@ void eng_rerun_mark(const struct slot *sl, json_t *r);
 
 /* ---- engine_setup.c: the config, the zygote ------------------------------ */
 int eng_check_knobs(const kg_engine_cfg *cfg, kg_err *err);
+/* Whether candidates get their own root, from KGYM_NEW_ROOT (NULL: unset). */
+int eng_wants_new_root(const char *knob);
 double eng_mem_floor(const kg_engine_cfg *cfg);
 int eng_restart_zygote(kg_engine *e, kg_err *err);
 

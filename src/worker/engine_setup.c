@@ -282,18 +282,19 @@ static int init_caches(kg_engine *e, const kg_engine_cfg *cfg, kg_err *err)
         chmod(e->cache_dir, 0755); /* ours, made under the umask */
     if (!rc && e->drop_uid)
         rc = check_reachable(e, err);
-    /* The candidate's own root (docs/sandbox.md): on by default on a cpu
-     * worker; on a GPU worker only with KGYM_NEW_ROOT=1, since on the H200
-     * Triton's driver build (cuda_utils, gcc against libcuda) failed inside
-     * it and every Triton task was a runtime_error. KGYM_NEW_ROOT=0 turns
-     * it off anywhere. */
-    const char *nr = getenv("KGYM_NEW_ROOT");
-    int gpu = strncmp(e->cfg.device, "cpu", 3) != 0;
-    int want = nr && !strcmp(nr, "1") ? 1 : nr && !strcmp(nr, "0") ? 0 : !gpu;
+    /* The candidate's own root (docs/sandbox.md), when run as root */
+    int want = eng_wants_new_root(getenv("KGYM_NEW_ROOT"));
     e->new_root = e->drop_uid && want;
     if (!rc && e->new_root)
         rc = init_view(e, err);
     return rc;
+}
+
+/* On by default on every device (the GPU's Triton driver build and the
+ * GPU suites pass inside it); KGYM_NEW_ROOT=0 turns it off. */
+int eng_wants_new_root(const char *knob)
+{
+    return !(knob && !strcmp(knob, "0"));
 }
 
 int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)

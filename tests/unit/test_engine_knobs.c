@@ -300,6 +300,17 @@ static void test_device_lock_is_in_the_task_only_without_a_spare(void **state)
     free(e);
 }
 
+/* ---- the candidate's own root -------------------------------------------- */
+
+static void test_new_root_is_on_unless_turned_off(void **state)
+{
+    (void)state;
+    assert_int_equal(eng_wants_new_root(NULL), 1); /* any device */
+    assert_int_equal(eng_wants_new_root("1"), 1);
+    assert_int_equal(eng_wants_new_root(""), 1);
+    assert_int_equal(eng_wants_new_root("0"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -317,6 +328,7 @@ int main(void)
         cmocka_unit_test_setup(test_cpu_threads_reach_both_children, clear_env),
         cmocka_unit_test(test_compile_ahead_follows_the_config),
         cmocka_unit_test(test_device_lock_is_in_the_task_only_without_a_spare),
+        cmocka_unit_test(test_new_root_is_on_unless_turned_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
