@@ -186,8 +186,14 @@ class Lead:
 
     def late(self) -> None:
         self.short += 1
-        top = LEAD_FACTOR * max(self.bare, default=0.0) + LEAD_PAD_NS
+        # the bare calls' median, not their slowest: one preempted warm-up
+        # call must not size the lead of a call that waits inside
+        typical = statistics.median(self.bare) if self.bare else 0.0
+        top = LEAD_FACTOR * typical + LEAD_PAD_NS
         self.floor_ns = min(self.max_ns(), max(self.floor_ns, min(2.0 * self.ns(), top)))
+        if self.bare:
+            # the window's launches no longer size a lead the call outlived
+            self.recent = [min(h, typical) for h in self.recent]
 
     def max_ns(self) -> float:
         return LEAD_MAX_NS

@@ -100,6 +100,19 @@ def test_a_call_that_waits_inside_does_not_raise_the_lead_to_the_ceiling():
     assert lead.ns() < timing.LEAD_MAX_NS / 10
 
 
+def test_one_slow_warm_up_call_does_not_size_the_lead_of_a_waiting_call():
+    """A call that synchronises inside (0.1 ms) with one preempted warm-up
+    call (0.62 ms) among the last: late every time, its lead comes from the
+    typical bare call, not the outlier (seen on an H100: 1.27 ms)."""
+    lead = timing.Lead("cuda:0")
+    lead.rate = 2.0
+    for ns in (100_000, 100_000, 620_000, 100_000):
+        lead.observe_bare(ns)
+    for _ in range(20):
+        lead.late()
+    assert lead.ns() == pytest.approx(timing.LEAD_FACTOR * 100_000 + timing.LEAD_PAD_NS)
+
+
 def test_sleep_rate_is_the_fastest_wait():
     # 200k cycles in 0.11 ms alone; one wait stretched to 4.3 ms by another
     # process's work on the device (seen on the H200)
