@@ -476,19 +476,13 @@ def _start_profiler_early(dev: str | None) -> None:
     """In a pair forked for a task that profiles (the worker sets
     KGYM_PROFILER_EARLY=1): CUPTI's first start (4.5-6 s of CPU on the
     H200, docs/worker.md) begins in a thread now, while the judge sets the
-    task up, instead of on the critical path at the profiling phase. A
-    warm spare does it as a warm-up part instead."""
+    task up, instead of on the critical path at the profiling phase. The
+    judge attaches CUPTI to itself alike (judge.py setup), so both
+    processes' timed launches pay its callbacks. A warm spare does both as
+    a warm-up part instead."""
     if dev is None or os.environ.get("KGYM_PROFILER_EARLY") != "1":
         return
-
-    def run() -> None:
-        try:
-            profiling.warm_profiler(dev)
-        except Exception:  # noqa: BLE001 - the profiling phase pays it then
-            pass
-    th = threading.Thread(target=run, name="kgym-profiler-early", daemon=True)
-    th.start()
-    _PROF_EARLY.append(th)
+    _PROF_EARLY.append(profiling.warm_in_thread(dev, "kgym-profiler-early"))
 
 
 def _join_profiler_early() -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import cpustat, prewarm, schema
+from . import cpustat, prewarm, profiling, schema
 from .channel import Channel
 from .devlock import DeviceLock
 from .frame import write_result
@@ -129,16 +129,22 @@ def spare_preloads() -> bool:
 
 
 def spare_profiles() -> bool:
-    """Whether a spare for tasks that profile starts and stops the CUDA
-    profiler in its candidate before the task (off unless
-    KGYM_SPARE_PROFILER=1). Once started, CUPTI stays attached to the
-    process (kineto keeps it for the next start) and every launch after
-    pays its callbacks, in the candidate's timed calls and not in the
-    judge's reference: models of many small launches (RNN cells,
-    MobileNet, ViT) timed slower than themselves. Off, the profiler first
-    starts in the profiling phase, after the timing and the trusted clock
-    (bench/kernelbench/run.py compares both on the H200)."""
-    return os.environ.get("KGYM_SPARE_PROFILER", "0") == "1"
+    """Whether a spare for tasks that profile pays CUPTI's one-time start
+    (seconds of CPU) before its task, in its candidate and in this process
+    alike (on unless KGYM_SPARE_PROFILER=0). Once started, CUPTI stays
+    attached (kineto keeps it for the next start) and every launch after
+    pays its callbacks: in both processes, so the candidate's timed calls
+    and the judge's reference pay the same. Started in the candidate alone,
+    models of many small launches (RNN cells, MobileNet, ViT) timed slower
+    than themselves (bench/results/2026-12-04-h200-kernelbench.txt).
+    Off, the profiler first starts in the profiling phase, after timing."""
+    return os.environ.get("KGYM_SPARE_PROFILER", "1") != "0"
+
+
+def _profiler_part(chan: Channel, out: dict, device: str) -> None:
+    """CUPTI's first start in the candidate and in this process at once:
+    both timed sides then pay its callbacks (spare_profiles)."""
+    _warm_part(chan, out, "profiler", lambda: profiling.warm_profiler(device))
 
 
 def _warm_pair(chan: Channel, device_lock: str | None, task_fd: int | None = None) -> dict:
@@ -146,7 +152,7 @@ def _warm_pair(chan: Channel, device_lock: str | None, task_fd: int | None = Non
     first, unlocked: the candidate's imports and Triton compile (and this
     process's CUDA context meanwhile), both processes' preload set-up
     (prewarm.preload_setup), then (when tasks profile and
-    spare_profiles()) CUPTI's one-time start, over 4 s of CPU. Then, with
+    spare_profiles()) CUPTI's one-time start in both processes, over 4 s of CPU. Then, with
     the device lock held shared (no measurement elsewhere sees it): the
     device code of the harness's operations loaded in both processes
     (_preload_pair, one operation per hold), then the work that runs on the device: this process's cuBLAS
@@ -175,7 +181,7 @@ def _warm_pair(chan: Channel, device_lock: str | None, task_fd: int | None = Non
                 out["preload_setup_error"] = str(failed)[:300]
         _warm_part(chan, out, "prep", prep if cuda else None)
         if cuda and os.environ.get("KGYM_WARM_PROFILER") == "1" and spare_profiles():
-            _warm_part(chan, out, "profiler")
+            _profiler_part(chan, out, str(dev))
         if not spare_preloads():
             out["preload_off"] = True  # KGYM_SPARE_PRELOAD=0: the task's first call loads
         elif cuda:

@@ -188,16 +188,15 @@ static json_t *spawn_request(kg_engine *e, struct slot *sl, const char *role,
     json_object_set_new(req, "role", json_string(role));
     json_object_set_new(req, "sandbox", sandbox_cfg(e, role, c));
     json_t *env = eng_child_env(e, role, c, sl->interp, sl->prof);
-    /* a GPU candidate forked with a task that profiles may start CUPTI's
-     * first start in the background at once (candidate.py
-     * _start_profiler_early). Only with KGYM_SPARE_PROFILER=1, the spares'
-     * switch for the same trade: once started, CUPTI stays attached and
-     * every launch of the candidate's timed calls pays its callbacks, which
-     * the reference in the judge does not (docs/harness-notes.md,
-     * "Environment", KGYM_SPARE_PROFILER) */
+    /* a GPU pair forked with a task that profiles starts CUPTI's first
+     * start in the background at once, in the candidate and the judge
+     * alike (candidate.py _start_profiler_early, judge.py setup): once
+     * started, CUPTI stays attached and every launch pays its callbacks,
+     * so both timed sides do. KGYM_SPARE_PROFILER=0 leaves it to the
+     * profiling phase (docs/harness-notes.md, "Environment") */
     const char *early = getenv("KGYM_SPARE_PROFILER");
-    if (!strcmp(role, "candidate") && sl->task && sl->prof &&
-        !strncmp(e->cfg.device, "cuda", 4) && early && !strcmp(early, "1"))
+    if (sl->task && sl->prof && !strncmp(e->cfg.device, "cuda", 4) &&
+        !(early && !strcmp(early, "0")))
         json_object_set_new(env, "KGYM_PROFILER_EARLY", json_string("1"));
     json_object_set_new(req, "env", env);
     json_object_set_new(req, "device", json_string(eng_child_device(e)));
