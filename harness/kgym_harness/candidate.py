@@ -479,7 +479,8 @@ def _start_profiler_early(dev: str | None) -> None:
     task up, instead of on the critical path at the profiling phase. The
     judge attaches CUPTI to itself alike (judge.py setup), so both
     processes' timed launches pay its callbacks. A warm spare does both as
-    a warm-up part instead."""
+    a warm-up part instead. Only with KGYM_SPARE_PROFILER=1 (the worker's
+    switch)."""
     if dev is None or os.environ.get("KGYM_PROFILER_EARLY") != "1":
         return
     _PROF_EARLY.append(profiling.warm_in_thread(dev, "kgym-profiler-early"))

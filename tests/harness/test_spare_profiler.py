@@ -1,17 +1,17 @@
-"""The warm spares' profiler start (spare.spare_profiles): on unless
-turned off, and then in both processes, so that CUPTI's callbacks are on
-the candidate's timed launches and the judge's reference alike."""
+"""The warm spares' profiler start (spare.spare_profiles): off unless
+asked, and then in both processes, so that CUPTI's callbacks are on the
+candidate's timed launches and the judge's reference alike."""
 from __future__ import annotations
 
 import threading
 import time
 
 
-def test_spares_pay_the_profiler_start_unless_turned_off(monkeypatch):
+def test_spares_leave_the_profiler_start_to_its_phase_unless_asked(monkeypatch):
     from kgym_harness import spare
     monkeypatch.delenv("KGYM_SPARE_PROFILER", raising=False)
     monkeypatch.setenv("KGYM_WARM_PROFILER", "1")
-    assert spare.spare_profiles() is True
+    assert spare.spare_profiles() is False
     monkeypatch.setenv("KGYM_SPARE_PROFILER", "0")
     assert spare.spare_profiles() is False
     monkeypatch.setenv("KGYM_SPARE_PROFILER", "1")
