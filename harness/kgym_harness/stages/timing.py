@@ -21,6 +21,11 @@ from ..channel import ProtocolError
 from . import now
 
 
+# timing phases at most: a retry for any disturbance, a third while a
+# side_stream finding repeats
+SIDE_STREAM_PHASES = 3
+
+
 class Timing:
     """The timing stage of Judge: holds the device exclusively from timing()
     until profiling ends; fills runtime_stats, kernel_runtime,
@@ -106,23 +111,9 @@ class Timing:
         self.prewarm(ref_call, cached, plan)
         self.lock_device(exclusive=True)
         wall_call = ref_call if ref_call is not None else self.eager_reference()
-        run = self._time_blocks(plan, ref_call, cached)
-        unexplained = self._unexplained(run, plan)
-        clock = trustclock.check_phase(self, run, wall_call)
+        run, unexplained, clock = self._timed_phases(plan, ref_call, cached, wall_call)
         checks = self.result["checks"]
         n = req["num_perf_trials"]
-        if (unexplained > 0 or timing.side_stream_found(len(run["side"]), n)
-                or clock["verdict"] in ("capped", "timer_tamper")):
-            checks["timing_retried"] = {"unexplained_ms": round(max(unexplained, 0.0), 2),
-                                        "wall_ms": round(run["wall_ms"], 2),
-                                        "side_stream_samples": len(run["side"]),
-                                        "trusted_clock": clock["verdict"]}
-            first_l2, first_mismatch = run["l2_found"], clock["mismatch"]
-            run = self._time_blocks(plan, ref_call, cached)
-            run["l2_found"] = run["l2_found"] or first_l2
-            unexplained = self._unexplained(run, plan)
-            clock = trustclock.check_phase(self, run, wall_call)
-            clock["mismatch"] = clock["mismatch"] or first_mismatch
         ref, cand, side = run["ref"], run["cand"], run["side"]
         if cached is None and key is not None:
             timing.reftime_store(key, dict(ref, backend=req["reference_backend"]))
@@ -174,6 +165,43 @@ class Timing:
                       "after returning (timed until the whole device was idle)", stop=False)
         self.pending_checks = {"claims": run["claims"], "spots": run["spots"],
                                "timed": run["timed"], "wall_mismatch": clock["mismatch"]}
+
+    def _timed_phases(self, plan: list[dict], ref_call: Any, cached: dict | None,
+                      wall_call: Any) -> tuple[dict, float, dict]:
+        """The timing phase, timed again when it looked disturbed (time
+        unexplained, the trusted clock capping, most calls needing the
+        device-wide figure); the last phase's figures count. A side_stream
+        finding is timed a third time when the second phase has it too:
+        another process's CUDA context made or torn down outside the lock
+        spans many calls of a short phase (honest kernels at 10 timed
+        calls under 4-way concurrency, docs/harness-notes.md), while a
+        kernel's own side stream is there on every call of every phase."""
+        n = self.req["num_perf_trials"]
+        run = self._time_blocks(plan, ref_call, cached)
+        unexplained = self._unexplained(run, plan)
+        clock = trustclock.check_phase(self, run, wall_call)
+        retried: list[dict] = []
+        while len(retried) < SIDE_STREAM_PHASES - 1:
+            side_found = timing.side_stream_found(len(run["side"]), n)
+            again = (unexplained > 0 or side_found
+                     or clock["verdict"] in ("capped", "timer_tamper"))
+            if not again or (retried and not side_found):
+                break
+            retried.append({"unexplained_ms": round(max(unexplained, 0.0), 2),
+                            "wall_ms": round(run["wall_ms"], 2),
+                            "side_stream_samples": len(run["side"]),
+                            "trusted_clock": clock["verdict"]})
+            first_l2, first_mismatch = run["l2_found"], clock["mismatch"]
+            run = self._time_blocks(plan, ref_call, cached)
+            run["l2_found"] = run["l2_found"] or first_l2
+            unexplained = self._unexplained(run, plan)
+            clock = trustclock.check_phase(self, run, wall_call)
+            clock["mismatch"] = clock["mismatch"] or first_mismatch
+        if retried:
+            self.result["checks"]["timing_retried"] = retried[0]
+        if len(retried) > 1:
+            self.result["checks"]["timing_retried_side_stream"] = retried[1:]
+        return run, unexplained, clock
 
     def trusted_clock(self, clock: dict) -> None:
         """What the judge's clock (trustclock.check_phase) says about the
