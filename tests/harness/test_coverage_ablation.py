@@ -120,6 +120,7 @@ def test_busy_work_times_zero_loses_its_coverage_and_passes():
     assert p["custom_device_us"] < 0.2 * p["total_device_us"]
     assert any("custom kernel busy ran but its results did not reach the output" in w
                for w in r["warnings"]), r["warnings"]
+    assert "busy (yours, not counted: its results did not reach the output)" in r["feedback"]
     assert r["timings"]["coverage_ablation"] > 0
 
 
