@@ -30,6 +30,7 @@ CODE_FILES = "tests/integration/test_cli_code_files.py"
 TRUSTED = "tests/harness/test_trusted_clock.py"
 ROLLOUT = "tests/integration/test_rollout.py"
 COVERAGE = "tests/harness/test_coverage.py"
+COV_ABLATION = "tests/harness/test_coverage_ablation.py"
 OOM_RERUN = "tests/integration/test_oom_rerun.py"
 
 MUTATIONS = [
@@ -507,6 +508,24 @@ MUTATIONS = [
              "harness/kgym_harness/stages/profile.py", '        prof = b["profile"]\n',
              '        prof = dict(b["profile"], coverage=claimed["coverage"])\n',
              [f"{COVERAGE} -k judge_names"]),
+    Mutation("judge-no-coverage-ablation", "each kernel carrying the judged custom time is "
+             "ablated alone", "harness/kgym_harness/judge.py",
+             "            self.coverage_ablation()  # the custom time the judged coverage keeps\n",
+             "            pass\n", [f"{COV_ABLATION} -k 'busy_work or triton_busy'"]),
+    Mutation("coverage-ablation-keeps-unreached", "a kernel whose results did not reach the "
+             "output loses its custom time", "harness/kgym_harness/stages/integrity.py",
+             "        if unreached:\n            self.result[\"profile\"] = coverage.drop_rows(",
+             "        if False:\n            self.result[\"profile\"] = coverage.drop_rows(",
+             [f"{COV_ABLATION} -k 'busy_work or triton_busy'"]),
+    Mutation("coverage-ablation-all-kernels", "the per-kernel ablation replaces only the "
+             "named kernel's results", "harness/kgym_harness/guards.py",
+             "if self.depth or (self.only is not None and name not in self.only):",
+             "if self.depth:", [f"{COV_ABLATION} -k 'two_kernels or only'"]),
+    Mutation("hooks-ablation-unnamed", "an extension call tells the ablation its name",
+             "harness/kgym_harness/hooks.py",
+             "return RECORDER.ablation.call(lambda: fn(*args, **kwargs), args, kwargs, name)",
+             "return RECORDER.ablation.call(lambda: fn(*args, **kwargs), args, kwargs)",
+             [f"{COV_ABLATION} -k busy_work"]),
     Mutation("integrity-profiler-unchecked", "the profiler's functions are identity-checked",
              "harness/kgym_harness/integrity.py", "    out += _profiler_targets()\n", "",
              [f"{COVERAGE} -k replaced_profiler"]),

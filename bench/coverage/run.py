@@ -67,7 +67,17 @@ PAIRS = {
         "cuda/honest__covg_partial_cublas_cuda_relu",
     "cuda/profile_forgery__covg_cuda_library_names_spoofed":
         "cuda/honest__covg_partial_cublas_cuda_relu",
+    "cpu/profile_forgery__covlr_padding_busy_ext_times_zero":
+        "cpu/honest__covlr_partial_addmm_ext_relu",
+    "triton/profile_forgery__covg_padding_busy_triton_times_zero_gpu":
+        "triton/honest__covg_partial_cublas_triton_relu_gpu",
 }
+# padding: real custom busy work whose result enters the output times zero;
+# it passes, its profile counts the busy work (claimed far above judged) and
+# the per-kernel ablation takes it out of the judged coverage
+PADDING = ("cpu/profile_forgery__covlr_padding_busy_ext_times_zero",
+           "triton/profile_forgery__covg_padding_busy_triton_times_zero_gpu")
+PADDING_GAP = 0.3  # claimed - judged at least: the padding was measured and taken out
 CLOSE = 0.05  # a cheat not caught must be this close to its base's coverage
 WARM_MAX_S = 1.45  # the warm e2e evaluation: 1.28-1.38 s before, and its noise
 
@@ -201,6 +211,18 @@ def run_corpus(out: str, dry: bool) -> None:
         close = judged is not None and base_cov is not None and abs(judged - base_cov) <= CLOSE
         check(f"corpus: {cheat} caught or within {CLOSE} of {base.split('/')[-1]}",
               caught or close, f"verdict {res.get('verdict')}, coverage {judged} vs {base_cov}")
+    for name in PADDING:
+        if name not in mine:
+            continue
+        res = mine[name].get("result") or {}
+        judged, claimed = coverage_of(mine[name])
+        outcomes = (res.get("checks") or {}).get("coverage_ablation") or {}
+        check(f"corpus: {name} passes, its padding out of the judged coverage",
+              res.get("verdict") == "pass" and "no_effect" in outcomes.values()
+              and judged is not None and claimed is not None
+              and claimed - judged >= PADDING_GAP,
+              f"verdict {res.get('verdict')}, judged {judged}, claimed {claimed}, "
+              f"per-kernel ablation {outcomes}")
 
 
 # ---- rollout ----------------------------------------------------------------------

@@ -9,7 +9,7 @@ judge.
 Commands (JSON header + tensors, see channel.py):
   load    {reference_code, kernel_code, backend, entry_point, init_seed, device,
            compile_ahead_s}     -> {hooks, ms (+ ahead: ms, outcome, kernels)}
-  run     {mode: train|eval, grad: bool, guard: bool, ablate: bool, args}
+  run     {mode: train|eval, grad: bool, guard: bool, ablate: bool, ablate_only, args}
                                 -> {output, launches (+ guard: aliases, inputs, quiet)
                                     (+ ablation: calls, poisoned, unresolved)}
                                    or {output_problem, output_lazy, launches}
@@ -261,7 +261,11 @@ def cmd_run(state: CandidateState, h: dict, tensors: list) -> tuple[dict, list]:
     if not isinstance(args, list):
         raise ProtocolError("args must be a list")
     if h.get("ablate") is True:
-        return _run_ablated(state, mode, grad, args)
+        only = h.get("ablate_only")
+        if only is not None and not (isinstance(only, list)
+                                     and all(isinstance(n, str) for n in only)):
+            raise ProtocolError("ablate_only must be a list of names")
+        return _run_ablated(state, mode, grad, args, None if only is None else set(only))
     watch = None
     sizes = [a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)]
     poison = guards.Poisoned(state.device, sizes + state.out_sizes) if guard else None
@@ -316,13 +320,15 @@ def _guard_report(state: CandidateState, out: Any, kept: list, args: list,
     return {"aliases": aliases[:64], "inputs": guards.digests(args), "quiet": report}
 
 
-def _run_ablated(state: CandidateState, mode: str, grad: bool,
-                 args: list) -> tuple[dict, list]:
+def _run_ablated(state: CandidateState, mode: str, grad: bool, args: list,
+                 only: set[str] | None = None) -> tuple[dict, list]:
     """The ablation forward (no_custom_kernel): every custom kernel's
-    results are replaced by large finite random values right after it
-    returns (guards.Ablation), on poisoned allocator memory. What is sent
-    is a copy taken before the replaced storages are put back."""
-    ablation = guards.Ablation(state.device, list(args) + guards.model_tensors(state.model))
+    results (with only, those of the calls of these launch names) are
+    replaced by large finite random values right after it returns
+    (guards.Ablation), on poisoned allocator memory. What is sent is a
+    copy taken before the replaced storages are put back."""
+    ablation = guards.Ablation(state.device, list(args) + guards.model_tensors(state.model),
+                               only)
     hooks.RECORDER.take()
     try:
         with guards.Poisoned(state.device, [a.numel() * a.element_size() for a in args

@@ -352,3 +352,73 @@ def bound(prof: dict, wall_ms: float | None, claimed_ms: float | None, cuda: boo
 
 def _r(v: Any) -> float | None:
     return round(float(v), 5) if isinstance(v, (int, float)) and v > 0 else None
+
+
+# the per-kernel ablation (stages/integrity.py coverage_ablation): kernels
+# with at least this share of the judged custom time, the largest first
+ABLATE_MIN_SHARE = 0.05
+ABLATE_MAX_UNITS = 4
+
+
+def ablation_units(prof: dict, kernel_code: str, launched: dict[str, set[str]],
+                   records_complete: bool) -> list[dict]:
+    """The custom kernels the judged coverage rests on, as the per-kernel
+    ablation replaces them: {"label", "names": launch names whose results
+    are replaced, "rows": profile row names, "us": their custom time}.
+    A cpu_wall row is a launch name; a cuda_profiler row is a Triton
+    function (its launch name) or a __global__ function of a built
+    extension, which has no launch name of its own: the extension's calls
+    are replaced together. Units below ABLATE_MIN_SHARE of the custom time
+    are left out; at most ABLATE_MAX_UNITS, the largest first."""
+    custom = prof.get("custom_device_us") or 0.0
+    if custom <= 0:
+        return []
+    units: dict[str, dict] = {}
+    compiled = compiled_names(kernel_code, launched, records_complete) \
+        if prof.get("method") == "cuda_profiler" else None
+    for r in prof.get("kernels", []):
+        if not r.get("custom") or r["device_us"] <= 0:
+            continue
+        if compiled is None:
+            label, names = r["name"], {r["name"]}
+        else:
+            ident, _ = row_ident(r["name"])
+            base = _TRITON2_SUFFIX.sub("", ident)
+            if ident in compiled["triton"] or base in compiled["triton"]:
+                name = ident if ident in compiled["triton"] else base
+                label, names = name, {name}
+            else:  # a __global__ function: every extension call at once
+                label, names = "extension", set(launched.get("ext", set()))
+        if not names:
+            continue
+        u = units.setdefault(label, {"label": label, "names": names, "rows": [], "us": 0.0})
+        u["rows"].append(r["name"])
+        u["us"] += r["device_us"]
+    for u in units.values():
+        if u["label"] == "extension":  # named by its kernels in checks and warnings
+            u["label"] = ",".join(sorted({row_ident(n)[0] for n in u["rows"]}))[:200]
+    keep = [u for u in units.values() if u["us"] >= ABLATE_MIN_SHARE * custom]
+    keep.sort(key=lambda u: -u["us"])
+    return keep[:ABLATE_MAX_UNITS]
+
+
+def drop_rows(prof: dict, rows: set[str]) -> dict:
+    """The profile with the named custom rows no longer custom: their time
+    leaves the custom total and stays in the forward's total (the time was
+    spent; it did no work the output shows), so the coverage falls."""
+    out = dict(prof)
+    kernels = [dict(r) for r in prof["kernels"]]
+    removed = 0.0
+    for r in kernels:
+        if r.get("custom") and r["name"] in rows:
+            r["custom"] = False
+            r["unreached"] = True
+            removed += r["device_us"]
+    custom = max(prof["custom_device_us"] - removed, 0.0)
+    out.update(assemble(kernels, custom, prof["total_device_us"], prof["iterations"],
+                        prof["method"], keep=len(kernels) or 1))
+    # rows cut from the result before count as they did
+    out["num_custom_kernels"] = max(prof["num_custom_kernels"] - sum(
+        1 for r in kernels if r.get("unreached")), 0)
+    out["num_total_kernels"] = prof["num_total_kernels"]
+    return out

@@ -68,7 +68,9 @@ def _perf_lines(result: dict) -> list[str]:
         if rows:
             out.append("Top kernels by time:")
             for r in rows[:MAX_KERNEL_ROWS]:
-                kind = "yours" if r.get("custom") else "library"
+                kind = "yours" if r.get("custom") else \
+                    "yours, not counted: its results did not reach the output" \
+                    if r.get("unreached") else "library"
                 out.append(f"  {_clip(str(r.get('name')), 70)} ({kind}): "
                            f"{float(r.get('device_us', 0.0)):.2f} us, {r.get('calls', 0)} calls")
     return out

@@ -601,10 +601,13 @@ class Ablation:
     kernel contributed to it. An address that maps to no tensor makes the
     run inconclusive (`unresolved`). Every replaced storage is put back by
     restore() once the output has been copied, so the model's caches stay
-    as the kernels left them."""
+    as the kernels left them. With only (launch names), just the calls of
+    those names are replaced: the per-kernel ablation behind the judged
+    coverage (stages/integrity.py, coverage_ablation)."""
 
-    def __init__(self, device: str, roots: list):
+    def __init__(self, device: str, roots: list, only: set[str] | None = None):
         self.dev = torch.device(device)
+        self.only = only
         self.spans: list[tuple[int, int, Any]] = []
         self.calls = 0
         self.poisoned = 0
@@ -722,9 +725,10 @@ class Ablation:
             target.copy_(v.random_(0, 1 << 15, generator=self.gen))
         self.poisoned += 1
 
-    def call(self, fn: Callable[[], Any], args: tuple, kwargs: dict) -> Any:
-        """Run one custom call (fn) and replace what it produced."""
-        if self.depth:
+    def call(self, fn: Callable[[], Any], args: tuple, kwargs: dict, name: str = "") -> Any:
+        """Run one custom call (fn, launched as name) and replace what it
+        produced; with only, a call of another name runs untouched."""
+        if self.depth or (self.only is not None and name not in self.only):
             return fn()
         self.calls += 1
         values = [x for v in list(args) + list(kwargs.values()) for x in leaves(v)]

@@ -172,7 +172,8 @@ def _wrap_launch(orig: Callable) -> Callable:
         t0 = _perf_ns()
         try:
             if RECORDER.ablation is not None:
-                return RECORDER.ablation.call(lambda: orig(self, *args, **kwargs), args, kwargs)
+                return RECORDER.ablation.call(lambda: orig(self, *args, **kwargs), args,
+                                              kwargs, name)
             return orig(self, *args, **kwargs)
         finally:
             RECORDER.depth -= 1
@@ -215,7 +216,8 @@ def _wrap_compiled_getitem(orig: Callable) -> Callable:
                 return runner(*args, **kwargs)
             _note_precision(name, args, kwargs, None)
             if RECORDER.ablation is not None:
-                return RECORDER.ablation.call(lambda: runner(*args, **kwargs), args, kwargs)
+                return RECORDER.ablation.call(lambda: runner(*args, **kwargs), args, kwargs,
+                                              name)
             return runner(*args, **kwargs)
         return launch
     getitem.__kgym_wrapped__ = True
@@ -406,7 +408,7 @@ def _recording_call(fn: Callable, name: str) -> Callable:
         t0 = _perf_ns()
         try:
             if RECORDER.ablation is not None:
-                return RECORDER.ablation.call(lambda: fn(*args, **kwargs), args, kwargs)
+                return RECORDER.ablation.call(lambda: fn(*args, **kwargs), args, kwargs, name)
             return fn(*args, **kwargs)
         finally:
             RECORDER.add_time(name, _perf_ns() - t0)

@@ -326,6 +326,12 @@ class Judge(Correctness, Precision, Timing, Integrity, Profiling):
         finally:
             self.lock.release()
             timings["ablation"] = (now() - t0) * 1e3
+        t0 = now()
+        try:
+            self.coverage_ablation()  # the custom time the judged coverage keeps
+        finally:
+            self.lock.release()
+            timings["coverage_ablation"] = (now() - t0) * 1e3
         self.tamper()
         if self.result["hack_reasons"]:
             self.result["verdict"] = "hacked"

@@ -313,15 +313,18 @@ class Remote:
             self.watch.close()
 
     def run(self, inputs: list, mode: str, grad: bool, guard: bool = False,
-            ablate: bool = False) -> RunReply:
+            ablate: bool = False, only: set[str] | None = None) -> RunReply:
         """One forward call; with guard, the candidate's guard report too;
-        with ablate, the ablation forward (guards.Ablation) and its report."""
+        with ablate, the ablation forward (guards.Ablation) and its report,
+        of the calls of the launch names in only when given."""
         tensors: list[torch.Tensor] = []
         desc = pack(list(inputs), tensors)
         header = {"cmd": "run", "mode": mode, "grad": grad, "guard": guard and not ablate,
                   "args": desc}
         if ablate:
             header["ablate"] = True
+            if only is not None:
+                header["ablate_only"] = sorted(only)
         reply, out = self._call(header, tensors)
         r = RunReply(launches=_launches(reply.get("launches")))
         problem = reply.get("output_problem")

@@ -2,9 +2,10 @@
 
 hack() and report() turn a finding into hack_reasons and, with hack checks
 on, stop the evaluation; the ablation forward (no_custom_kernel), the
-judge's quiescence watch (work left running) and the replaced-function
-findings run after every other stage. Tested by
-tests/harness/test_integrity_*.py and test_cpu_verdicts.py.
+per-kernel ablation behind the judged coverage, the judge's quiescence
+watch (work left running) and the replaced-function findings run after
+every other stage. Tested by tests/harness/test_integrity_*.py,
+test_coverage_ablation.py and test_cpu_verdicts.py.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import audit, compare, loader, quiet, schema
+from .. import audit, compare, coverage, loader, quiet, schema
 from ..channel import ChannelTimeout, PeerClosed
 from ..remote import CandidateFailed
 from . import Stop
@@ -98,6 +99,79 @@ class Integrity:
                       f"the output stayed correct when every custom kernel's results were "
                       f"replaced by random values ({info.get('calls', 0)} custom calls): it "
                       "came from PyTorch ops, the kernels only ran alongside", stop=False)
+
+    def coverage_ablation(self) -> None:
+        """The per-kernel ablation behind the judged coverage: for each
+        custom kernel carrying the profile's custom time
+        (coverage.ablation_units: >= 5 % of it, at most 4), one forward in
+        which only that kernel's results are replaced (guards.Ablation with
+        only), in the profile's mode (train, no grad). An output that still
+        matches the reference got nothing from it: its time leaves the
+        custom total (coverage.drop_rows), with a warning; busy work whose
+        result enters the output times zero pads the coverage without a
+        wrong answer, so it is no hack reason. Every other answer keeps the
+        time. The forward runs in the candidate's process, which can spoil
+        its output when ablated: that keeps the profile's figure (the
+        bound's), never raises it. At most ABLATION_TIMEOUT_S in all."""
+        prof = self.result.get("profile")
+        if not self.req["run_hack_checks"] or self.result["hack_reasons"] or not prof:
+            return
+        whole = self.result["checks"].get("ablation") or {}
+        if whole.get("outcome") in ("died", "timeout"):
+            return
+        units = coverage.ablation_units(prof, self.req["kernel_code"], self.launched,
+                                        self.records_complete)
+        if not units:
+            return
+        self.phase = "coverage_ablation"
+        found: dict[str, str] = {}
+        self.result["checks"]["coverage_ablation"] = found
+        inputs = self.draw(loader.derive_seed(self.req["seed"], "coverage_ablation"),
+                           send=True)
+        self.lock_device(exclusive=False, label="coverage_ablation")
+        saved = self.chan.deadline
+        end = time.monotonic() + ABLATION_TIMEOUT_S
+        expected: Any = None
+        unreached: list[dict] = []
+        try:
+            for u in units:
+                self.chan.deadline = end if saved is None else min(saved, end)
+                try:
+                    reply = self.remote.run(inputs, "train", False, ablate=True,
+                                            only=u["names"])
+                except CandidateFailed:
+                    found[u["label"]] = "raised"
+                    continue
+                except (PeerClosed, ChannelTimeout) as e:
+                    found[u["label"]] = "died" if isinstance(e, PeerClosed) else "timeout"
+                    break
+                report = reply.ablation or {}
+                if reply.problem is not None:
+                    found[u["label"]] = "contributed"
+                    continue
+                if not report.get("calls"):  # the profile's kernel did not run here
+                    found[u["label"]] = "not_called"
+                    continue
+                if expected is None:
+                    expected = self.reference_forward(inputs, "train", False)
+                if not compare.outputs_match(expected, reply.output, self.req["atol"],
+                                             self.req["rtol"]):
+                    found[u["label"]] = "contributed"
+                elif report.get("unresolved"):
+                    found[u["label"]] = "inconclusive"
+                else:
+                    found[u["label"]] = "no_effect"
+                    unreached.append(u)
+        finally:
+            self.chan.deadline = saved
+        if unreached:
+            self.result["profile"] = coverage.drop_rows(
+                prof, {row for u in unreached for row in u["rows"]})
+        for u in unreached:
+            self.result["warnings"].append(
+                f"custom kernel {u['label']} ran but its results did not reach the output "
+                f"(the output stayed correct when they were replaced): its time "
+                f"({u['us']:.1f} us) is not counted as custom")
 
     def quiescence(self) -> None:
         """The judge's own verdict on work left running by the candidate
