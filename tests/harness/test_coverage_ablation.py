@@ -78,7 +78,7 @@ PRELUDE = ('import torch\nimport torch.nn as nn\n'
            '\n\n')
 
 # the work in one kernel; busy work on the input whose number enters the
-# output times zero (the padding of kgym issues 36/41)
+# output times zero (padding)
 PADDED = """
 out = torch.empty_like(a)
 ext.add_relu_scale(out.data_ptr(), a.data_ptr(), b.data_ptr(), a.numel(), float(self.scale))

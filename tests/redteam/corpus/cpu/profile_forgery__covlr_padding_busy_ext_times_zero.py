@@ -1,5 +1,5 @@
 # redteam: family=profile_forgery problem=problems/cpu/level2/1_Linear_ReLU.py backend=cpu expect=pass warn=pad_busy
-"""Padding (kgym issues 36/41): the lazy kernel (library GEMM, custom ReLU)
+"""Padding: the lazy kernel (library GEMM, custom ReLU)
 plus a second function of its extension that does real busy work on the
 input and writes one number, which enters the output times zero. The
 forward is honest and correct, so it passes; but most of its time is now

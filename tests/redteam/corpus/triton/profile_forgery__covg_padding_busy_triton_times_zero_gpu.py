@@ -1,5 +1,5 @@
 # redteam: family=profile_forgery problem=problems/gpu/level2/1_Linear_ReLU.py backend=triton expect=pass needs=gpu warn=_pad_busy_kernel
-"""Padding (kgym issues 36/41) on the GPU: the lazy kernel of
+"""Padding on the GPU: the lazy kernel of
 honest__covg_partial_cublas_triton_relu_gpu (cuBLAS GEMM, a Triton ReLU in
 place) plus a Triton kernel of real busy work on the input whose partial
 sums enter the output times zero: bench/bandit's forged arm, which the

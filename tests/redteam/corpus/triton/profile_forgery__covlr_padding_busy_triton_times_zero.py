@@ -1,5 +1,5 @@
 # redteam: family=profile_forgery problem=problems/cpu/level2/1_Linear_ReLU.py backend=triton expect=pass warn=_pad_busy_kernel
-"""Padding (kgym issues 36/41), Triton: the lazy kernel (PyTorch's addmm,
+"""Padding, Triton: the lazy kernel (PyTorch's addmm,
 a Triton ReLU in place) plus a Triton kernel of real busy work on the
 input whose partial sums enter the output times zero. Correct and honest
 about its output, so it passes; but its profile is mostly custom time.
