@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import importlib.util
 import subprocess
 import sys
 import tempfile
@@ -20,8 +21,11 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KGYM = os.environ.get("KGYM_BIN") or os.path.join(ROOT, "build", "kgym")
-sys.path.insert(0, os.path.join(ROOT, "bench", "coverage"))
-import run as bench  # noqa: E402  (bench/coverage/run.py)
+# by path, under its own name: bench/kernelbench/run.py is a "run" too
+_spec = importlib.util.spec_from_file_location(
+    "kgym_bench_coverage", os.path.join(ROOT, "bench", "coverage", "run.py"))
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
 
 pytestmark = [
     pytest.mark.skipif(not os.access(KGYM, os.X_OK), reason=f"{KGYM} not built (make)"),
