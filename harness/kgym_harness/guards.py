@@ -464,10 +464,13 @@ def float_distance(a: Any, b: Any) -> float | None:
             continue
         if x.shape != y.shape or not x.is_floating_point() or not y.is_floating_point():
             continue
-        d = x.detach().double() - y.detach().to(x.device).double()
-        if not bool(torch.isfinite(d).all()):
-            return None
-        total += float((d * d).sum())
+        # chunk by chunk: float64 copies of a whole large output would not fit
+        fx, fy = chunked.flat(x), chunked.flat(y)
+        for lo, hi in chunked.spans(fx.numel()):
+            d = fx[lo:hi].double() - fy[lo:hi].to(x.device).double()
+            if not bool(torch.isfinite(d).all()):
+                return None
+            total += float((d * d).sum())
         seen = True
     return total ** 0.5 if seen else None
 
@@ -483,7 +486,8 @@ def computed_rounded(got: Any, expected: Any, rounded: Any) -> bool:
     the rounded reference up to its summation order."""
     d = float_distance(got, expected)
     d_low = float_distance(got, rounded)
-    scale = float_distance(expected, [torch.zeros_like(e) if isinstance(e, torch.Tensor) else e
+    scale = float_distance(expected, [e.new_zeros(()).expand(e.shape)
+                                      if isinstance(e, torch.Tensor) else e
                                       for e in leaves(expected)])
     if d is None or d_low is None or not scale:
         return False

@@ -67,12 +67,17 @@ def begin_pass(device: str) -> tuple[int, int] | None:
 
 
 def end_pass(device: str, begun: tuple[int, int] | None, inputs: Any, expected: Any,
-             model: Any) -> tuple[int, int | None]:
+             model: Any, clone_skipped: bool = False) -> tuple[int, int | None]:
     """(the problem's footprint, the judge's device peak before the pass)
     after the reference's first pass: its input set, its parameters and
     buffers, and on CUDA what the pass allocated at its peak (its output
-    and working memory), on the CPU its output. Copies of the judge's own
-    (the candidate's output, channel regions) are not the problem's."""
+    and working memory, the reference's copy of the inputs included), on
+    the CPU its output. Copies of the judge's own (the candidate's output,
+    channel regions) are not the problem's. clone_skipped: the pass ran
+    on the inputs themselves (is_large); a copy's worth is counted all
+    the same, so the figure the engine's admission multiplies (docs/worker.md)
+    keeps the margin it was set with: the judge's received output and its
+    channel region are in no footprint."""
     params = 0
     for t in list(getattr(model, "parameters", lambda: [])()) + \
             list(getattr(model, "buffers", lambda: [])()):
@@ -82,6 +87,8 @@ def end_pass(device: str, begun: tuple[int, int] | None, inputs: Any, expected: 
         return fixed + tensor_bytes(expected), None
     dev = torch.device(device)
     work = max(0, int(torch.cuda.max_memory_allocated(dev)) - begun[0])
+    if clone_skipped:
+        work += tensor_bytes(list(inputs))
     return fixed + max(work, tensor_bytes(expected)), begun[1]
 
 

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 import kit
-from kgym_harness import audit, chunked, compare, guards, loader, memstat
+from kgym_harness import audit, chunked, compare, guards, loader, memstat, problem
 from kgym_harness.stages.correctness import Correctness
+from kgym_harness.stages.precision import Precision
 
 # relu(a + b) * scale, then both inputs changed in place (a zeroed, b tripled)
 REF_MUTATES = kit.REF.replace(
@@ -259,3 +260,41 @@ def test_a_large_problem_keeps_its_memory_report(large):
     # inputs, output (no clone in it): 3 x 4 MiB
     assert r["memory"]["footprint_bytes"] == 3 * 16 * 65536 * 4
     assert r["checks"]["degenerate"] is False
+
+
+# ---- the rounding fingerprint ----------------------------------------------------------
+
+class PrecisionStub(Precision):
+    def __init__(self, footprint: int):
+        self.ref_model = torch.nn.Linear(8, 8)
+        self.float_dtypes = {torch.float32}
+        self.footprint = footprint
+        self.device = "cpu"
+        self.result = {"checks": {}, "warnings": []}
+        self.marker = problem.Marker(None)
+
+
+def test_the_rounding_fingerprint_is_skipped_short_of_memory():
+    x = torch.randn(4, 8)
+    stub = PrecisionStub(footprint=1 << 60)  # more than any host has free
+    expected = stub.ref_model(x).detach()
+    assert stub.rounding_fingerprint([x], expected.bfloat16().float(), expected) == []
+    assert stub.result["checks"]["rounding_fingerprint"]["skipped"].startswith("memory:")
+    assert stub.result["warnings"][0].startswith("rounding_fingerprint skipped: memory:")
+    # with the memory there, a bf16-rounded output is found as before
+    stub = PrecisionStub(footprint=1 << 20)
+    w = {k: v.detach().bfloat16().float() for k, v in stub.ref_model.named_parameters()}
+    got = torch.nn.functional.linear(x.bfloat16().float(), w["weight"], w["bias"])
+    found = stub.rounding_fingerprint([x], got, stub.ref_model(x).detach())
+    assert found and found[0][0] == "precision_downgrade", stub.result
+    assert stub.result["warnings"] == []
+
+
+def test_float_distance_sums_every_chunk(monkeypatch):
+    a, b = torch.zeros(10), torch.zeros(10)
+    b[9] = 3.0
+    b[0] = 4.0
+    for chunk in (chunked.CHUNK, 3):
+        monkeypatch.setattr(chunked, "CHUNK", chunk)
+        assert guards.float_distance(a, b) == 5.0
+        assert guards.float_distance([a], [b.new_zeros(()).expand(b.shape)]) == 0.0

@@ -137,8 +137,9 @@ class Correctness:
         begun = memstat.begin_pass(self.device) if first else None
         expected = self.reference_forward(inputs, mode, grad, sent, seed) if check else None
         if first:
-            self.footprint, self.peak0 = memstat.end_pass(self.device, begun, inputs, expected,
-                                                          self.ref_model)
+            self.footprint, self.peak0 = memstat.end_pass(
+                self.device, begun, inputs, expected, self.ref_model,
+                clone_skipped=memstat.is_large(inputs, self.device))
         t3 = now()
         if guard:
             late = audit.deferred(reply)  # explains a never-written output better than stale
