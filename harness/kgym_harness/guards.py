@@ -245,7 +245,9 @@ def poisoned_words(t: torch.Tensor) -> tuple[int, int]:
         return 0, 0
     if w.device.type == "cpu":  # numpy: one thread, no pool to wake (and to spin after)
         return int(np.count_nonzero(w.numpy() == POISON16)), w.numel()
-    return int((w == POISON16).sum()), w.numel()
+    # chunk by chunk: a whole comparison's bool is half the output's size
+    hits = [(w[lo:hi] == POISON16).sum() for lo, hi in chunked.spans(w.numel())]
+    return int(torch.stack(hits).sum()), w.numel()
 
 
 # ---- aliases_input ------------------------------------------------------------------
