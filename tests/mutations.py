@@ -372,6 +372,39 @@ MUTATIONS = [
              "        return (s is not None and s > self.req[\"speedup_recheck_bound\"]",
              "        return (False and s > self.req[\"speedup_recheck_bound\"]",
              ["tests/harness/test_integrity_speedup.py -k rechecked"]),
+    Mutation("judge-large-inputs-not-redrawn", "inputs a reference changed in place "
+             "(no clone: large inputs) are drawn again before the judge reads them",
+             "harness/kgym_harness/stages/correctness.py",
+             "            inputs[:] = self.draw(seed)\n", "            pass\n",
+             ["tests/harness/test_memory_large.py -k 'mutating or mode_probe or changed_input'"]),
+    Mutation("judge-large-samples-kept-whole", "a trial keeps a sketch of a large output, "
+             "not the output", "harness/kgym_harness/stages/correctness.py",
+             "        if memstat.is_large(expected, self.device):\n",
+             "        if False:\n", ["tests/harness/test_memory_large.py -k kept_samples"]),
+    Mutation("judge-footprint-without-clone", "a large problem's footprint counts the "
+             "clone it no longer gets (the admission's margin)", "harness/kgym_harness/memstat.py",
+             "        work += tensor_bytes(list(inputs))\n", "        pass\n",
+             ["tests/harness/test_memstat.py -k without_a_clone"]),
+    Mutation("judge-rounding-fingerprint-past-memory", "the rounding fingerprint is skipped "
+             "when the device lacks its pass's memory", "harness/kgym_harness/stages/precision.py",
+             "        if free is not None and need > free:\n", "        if False:\n",
+             ["tests/harness/test_memory_large.py -k rounding"]),
+    Mutation("guards-distance-first-chunk", "float_distance sums every chunk",
+             "harness/kgym_harness/guards.py",
+             "            total += float((d * d).sum())\n",
+             "            total += float((d * d).sum())\n            break\n",
+             ["tests/harness/test_memory_large.py -k float_distance"]),
+    Mutation("guards-constant-first-chunk", "constant_passes checks every chunk",
+             "harness/kgym_harness/guards.py",
+             "            ok.append(((w - c).abs() <= atol + rtol * w.abs()).all())\n",
+             "            ok.append(((w - c).abs() <= atol + rtol * w.abs()).all())\n"
+             "            break\n",
+             ["tests/harness/test_memory_large.py -k constant_passes"]),
+    Mutation("judge-trim-without-cache", "the allocator's cache is emptied only when it "
+             "holds something and the device is short", "harness/kgym_harness/memstat.py",
+             "need >= limit and cached > 0 and free < need",
+             "need >= limit and free < need",
+             ["tests/harness/test_memory_large.py -k cache_is_emptied"]),
 
     # ---- the candidate's view of the host -----------------------------------
     Mutation("sandbox-no-new-root", "a child with new_root sees only the allowed paths",

@@ -151,6 +151,15 @@ def compare_outputs(expected: Any, got: Any, atol: float, rtol: float) -> dict |
 MATCH_SAMPLE = 1 << 16  # elements per tensor outputs_match looks at first
 
 
+def strided_sample(t: torch.Tensor) -> torch.Tensor:
+    """t's elements at evenly strided positions (about MATCH_SAMPLE of them,
+    the same positions for every tensor of t's size), flat, on t's device;
+    taken without a copy of t whatever its layout."""
+    n = t.numel()
+    step = max(1, n // MATCH_SAMPLE)
+    return torch.take(t.detach(), torch.arange(0, n, step, device=t.device))
+
+
 def outputs_match(expected: Any, got: Any, atol: float, rtol: float) -> bool:
     """compare_outputs(expected, got, atol, rtol) is None, for a caller that
     expects no (audit.degenerate: two input draws' reference outputs). An
@@ -165,10 +174,8 @@ def outputs_match(expected: Any, got: Any, atol: float, rtol: float) -> bool:
                     and e.shape == g.shape and e.dtype == g.dtype and e.numel()
                     and not e.is_complex() and e.device == g.device):
                 continue
-            step = max(1, e.numel() // MATCH_SAMPLE)
             wide = torch.float64
-            es = e.detach().reshape(-1)[::step].to(wide)
-            gs = g.detach().reshape(-1)[::step].to(wide)
+            es, gs = strided_sample(e).to(wide), strided_sample(g).to(wide)
             finite = bool(torch.isfinite(torch.stack([es.sum(), gs.sum()])).all())
             if finite and not _all_within(es, gs, atol, rtol):
                 return False

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from . import devregion
+from . import chunked, devregion
 
 # Every byte 0xFF: a NaN read as fp16, bf16, fp32 or fp64, -1 as an integer.
 # Memory the candidate allocates during a checked call holds this (glibc's
@@ -245,7 +245,9 @@ def poisoned_words(t: torch.Tensor) -> tuple[int, int]:
         return 0, 0
     if w.device.type == "cpu":  # numpy: one thread, no pool to wake (and to spin after)
         return int(np.count_nonzero(w.numpy() == POISON16)), w.numel()
-    return int((w == POISON16).sum()), w.numel()
+    # chunk by chunk: a whole comparison's bool is half the output's size
+    hits = [(w[lo:hi] == POISON16).sum() for lo, hi in chunked.spans(w.numel())]
+    return int(torch.stack(hits).sum()), w.numel()
 
 
 # ---- aliases_input ------------------------------------------------------------------
@@ -441,7 +443,12 @@ def constant_passes(expected: Any, atol: float, rtol: float) -> bool:
         # the extremes must pass (cheap, and it settles almost every problem)
         if max(hi - c, c - lo) > atol + rtol * min(abs(lo), abs(hi)):
             return False
-        if not bool(((v.double() - c).abs() <= atol + rtol * v.double().abs()).all()):
+        # chunk by chunk: a float64 copy of a whole large output would not fit
+        ok = []
+        for lo, hi in chunked.spans(v.numel()):
+            w = v[lo:hi].double()
+            ok.append(((w - c).abs() <= atol + rtol * w.abs()).all())
+        if not bool(torch.stack(ok).all()):
             return False
     return True
 
@@ -459,10 +466,13 @@ def float_distance(a: Any, b: Any) -> float | None:
             continue
         if x.shape != y.shape or not x.is_floating_point() or not y.is_floating_point():
             continue
-        d = x.detach().double() - y.detach().to(x.device).double()
-        if not bool(torch.isfinite(d).all()):
-            return None
-        total += float((d * d).sum())
+        # chunk by chunk: float64 copies of a whole large output would not fit
+        fx, fy = chunked.flat(x), chunked.flat(y)
+        for lo, hi in chunked.spans(fx.numel()):
+            d = fx[lo:hi].double() - fy[lo:hi].to(x.device).double()
+            if not bool(torch.isfinite(d).all()):
+                return None
+            total += float((d * d).sum())
         seen = True
     return total ** 0.5 if seen else None
 
@@ -478,7 +488,8 @@ def computed_rounded(got: Any, expected: Any, rounded: Any) -> bool:
     the rounded reference up to its summation order."""
     d = float_distance(got, expected)
     d_low = float_distance(got, rounded)
-    scale = float_distance(expected, [torch.zeros_like(e) if isinstance(e, torch.Tensor) else e
+    scale = float_distance(expected, [e.new_zeros(()).expand(e.shape)
+                                      if isinstance(e, torch.Tensor) else e
                                       for e in leaves(expected)])
     if d is None or d_low is None or not scale:
         return False

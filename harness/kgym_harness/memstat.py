@@ -6,9 +6,11 @@ device memory (torch.cuda.max_memory_allocated: the caching allocator's
 blocks in use, not its cache nor the context). The judge reports its own;
 the candidate's figures come in its replies and are its claim. Also the
 problem's footprint (begin_pass/end_pass), which the engine's admission
-by memory reads."""
+by memory reads. And the judge's rule for tensors large relative to its
+device (large_bytes, is_large) and for giving its cached blocks back (trim)."""
 from __future__ import annotations
 
+import os
 import resource
 from typing import Any
 
@@ -65,12 +67,17 @@ def begin_pass(device: str) -> tuple[int, int] | None:
 
 
 def end_pass(device: str, begun: tuple[int, int] | None, inputs: Any, expected: Any,
-             model: Any) -> tuple[int, int | None]:
+             model: Any, clone_skipped: bool = False) -> tuple[int, int | None]:
     """(the problem's footprint, the judge's device peak before the pass)
     after the reference's first pass: its input set, its parameters and
     buffers, and on CUDA what the pass allocated at its peak (its output
-    and working memory), on the CPU its output. Copies of the judge's own
-    (the candidate's output, channel regions) are not the problem's."""
+    and working memory, the reference's copy of the inputs included), on
+    the CPU its output. Copies of the judge's own (the candidate's output,
+    channel regions) are not the problem's. clone_skipped: the pass ran
+    on the inputs themselves (is_large); a copy's worth is counted all
+    the same, so the figure the engine's admission multiplies (docs/worker.md)
+    keeps the margin it was set with: the judge's received output and its
+    channel region are in no footprint."""
     params = 0
     for t in list(getattr(model, "parameters", lambda: [])()) + \
             list(getattr(model, "buffers", lambda: [])()):
@@ -80,6 +87,8 @@ def end_pass(device: str, begun: tuple[int, int] | None, inputs: Any, expected: 
         return fixed + tensor_bytes(expected), None
     dev = torch.device(device)
     work = max(0, int(torch.cuda.max_memory_allocated(dev)) - begun[0])
+    if clone_skipped:
+        work += tensor_bytes(list(inputs))
     return fixed + max(work, tensor_bytes(expected)), begun[1]
 
 
@@ -95,3 +104,62 @@ def device_total(device: str) -> int | None:
     except Exception:  # a figure for the engine's admission: none rather than a failure
         return None
     return None
+
+
+# A set of tensors over 1/LARGE_SHARE of the device's memory is large: the
+# judge then keeps no whole copies of it it can do without (docs/harness-notes.md
+# "Memory"). 2.5 GB on an 80 GB H100: KernelBench's 8 GiB L1Norm is large.
+LARGE_SHARE = 32
+_totals: dict[str, int | None] = {}
+
+
+def large_bytes(device: str) -> int | None:
+    """From how many bytes tensors are large on device: KGYM_LARGE_BYTES
+    when set (tests set it small on the CPU), else 1/LARGE_SHARE of a CUDA
+    device's memory; None (nothing is large) on the CPU, where the host's
+    copies are cheap next to its memory."""
+    try:
+        n = int(os.environ.get("KGYM_LARGE_BYTES", ""))
+    except ValueError:
+        n = 0
+    if n > 0:
+        return n
+    if not str(device).startswith("cuda"):
+        return None
+    key = str(device)
+    if key not in _totals:
+        _totals[key] = device_total(key)
+    total = _totals[key]
+    return total // LARGE_SHARE if total else None
+
+
+def is_large(value: Any, device: str) -> bool:
+    """value's tensors (tensor_bytes) are large on device (large_bytes)."""
+    limit = large_bytes(device)
+    return limit is not None and tensor_bytes(value) >= limit
+
+
+def should_trim(need: int, limit: int | None, free: int, cached: int) -> bool:
+    """Whether to give the allocator's cached free blocks back before work
+    that needs `need` bytes: only for large work (limit: large_bytes), only
+    when the device has fewer than need bytes free and we cache some."""
+    return limit is not None and need >= limit and cached > 0 and free < need
+
+
+def trim(device: str, need: int) -> bool:
+    """On CUDA, torch.cuda.empty_cache() when should_trim: our cached blocks
+    are memory the candidate's process cannot allocate, and a large
+    allocation of ours cannot use the fragments of them. Small work costs
+    no driver query; True when the cache was emptied."""
+    if not str(device).startswith("cuda"):
+        return False
+    limit = large_bytes(device)
+    if limit is None or need < limit:
+        return False
+    dev = torch.device(device)
+    cached = int(torch.cuda.memory_reserved(dev)) - int(torch.cuda.memory_allocated(dev))
+    free = int(torch.cuda.mem_get_info(dev)[0])
+    if not should_trim(need, limit, free, cached):
+        return False
+    torch.cuda.empty_cache()
+    return True

@@ -30,3 +30,15 @@ def test_peak_and_claims():
     assert memstat.claim("x") is None
     assert memstat.device_total("cpu") > 1 << 30
 
+
+
+def test_a_pass_without_a_clone_counts_one(monkeypatch):
+    # the CUDA arithmetic, on the allocator's figures given here: 1000
+    # allocated before the pass, its peak 1000 + 400 (the output, 256 bytes)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda dev=None: 1400)
+    x = torch.empty(64)  # 256 bytes
+    y = torch.empty(64)
+    fp, before = memstat.end_pass("cuda:0", (1000, 5000), [x], y, object())
+    assert (fp, before) == (256 + 400, 5000)
+    fp2, _ = memstat.end_pass("cuda:0", (1000, 5000), [x], y, object(), clone_skipped=True)
+    assert fp2 == 256 + 400 + 256

@@ -43,20 +43,35 @@ class Correctness:
             return list(loader.to_device(list(raw), self.device))
 
     def reference_forward(self, inputs: list, mode: str = "train", grad: bool = False,
-                          sent: list | None = None) -> Any:
+                          sent: list | None = None, seed: int | None = None) -> Any:
         """The reference on its own copy of inputs; with sent (the inputs'
         digests) it also learns what the reference does to them (audit).
-        An output no candidate could match (problem.check_output), or a
+        Large inputs (memstat.is_large) get no copy: the reference runs on
+        inputs themselves and, when the caller reads them afterwards (seed:
+        the draw they came from), inputs changed in place (their digests
+        before and after) are drawn again under seed, in the same list. An
+        output no candidate could match (problem.check_output), or a
         forward that raises, is the problem's failure."""
         loader.set_mode(self.ref_model, mode)
-        clones = loader.clone_inputs(inputs)
+        inplace = memstat.is_large(inputs, self.device)
+        before = sent
+        if inplace and seed is not None and before is None:
+            before = guards.digests(inputs)
+        args = inputs if inplace else loader.clone_inputs(inputs)
         with self.reference("reference:forward", "forward"):
             with torch.set_grad_enabled(grad):
-                out = self.ref_model(*clones)
+                out = self.ref_model(*args)
             timing.sync(self.device)
         problem.check_output(out, self.device)
+        after = guards.digests(args) if before is not None else None
         if sent is not None:
-            self.facts.learn(out, clones, sent)
+            self.facts.learn(out, args, sent, after)
+        del args
+        if inplace and seed is not None and after != before:
+            size = memstat.tensor_bytes(inputs)
+            inputs[:] = []  # the changed inputs go before their new draw
+            memstat.trim(self.device, size)
+            inputs[:] = self.draw(seed)
         return out
 
     def trial(self, label: str, mode: str = "train", grad: bool = False,
@@ -77,7 +92,9 @@ class Correctness:
     def _trial(self, label: str, mode: str, grad: bool, check: bool) -> dict | None:
         guard = self.req["run_hack_checks"]
         t0 = now()
-        inputs = self.draw(loader.derive_seed(self.req["seed"], label), send=True)
+        seed = loader.derive_seed(self.req["seed"], label)
+        self.trim_for_trial()
+        inputs = self.draw(seed, send=True)
         sent = guards.digests(inputs) if guard else None
         t1 = now()
         try:
@@ -118,10 +135,11 @@ class Correctness:
                   else None)
         first = check and self.footprint is None  # the reference's first pass
         begun = memstat.begin_pass(self.device) if first else None
-        expected = self.reference_forward(inputs, mode, grad, sent) if check else None
+        expected = self.reference_forward(inputs, mode, grad, sent, seed) if check else None
         if first:
-            self.footprint, self.peak0 = memstat.end_pass(self.device, begun, inputs, expected,
-                                                          self.ref_model)
+            self.footprint, self.peak0 = memstat.end_pass(
+                self.device, begun, inputs, expected, self.ref_model,
+                clone_skipped=memstat.is_large(inputs, self.device))
         t3 = now()
         if guard:
             late = audit.deferred(reply)  # explains a never-written output better than stale
@@ -146,10 +164,28 @@ class Correctness:
                 # reported after the direct evidence (correctness), which names its source
                 self.precision64_found = self.precision64(inputs, got, expected, state0, t3 - t2)
         if fail is None and len(self.samples) < 2 and label.startswith("trial:"):
-            self.samples.append((sent if sent is not None else guards.digests(inputs), expected))
+            self.keep_sample(inputs, sent, expected)
         self.lap("reference", t3 - t2)
         self.lap("compare", now() - t3)
         return fail
+
+    def keep_sample(self, inputs: list, sent: list | None, expected: Any) -> None:
+        """A passing trial's (input digests, expected output) for degenerate();
+        a large output (memstat.is_large) as its audit.Sketch, so that no
+        whole output outlives its trial."""
+        if memstat.is_large(expected, self.device):
+            # degenerate() reads the constant test of the first only
+            expected = audit.Sketch(expected, self.req["atol"], self.req["rtol"],
+                                    constant=not self.samples)
+        self.samples.append((sent if sent is not None else guards.digests(inputs), expected))
+
+    def trim_for_trial(self) -> None:
+        """Before a trial draws its inputs: the last trial's large tensors
+        are gone, and what the allocator cached of them is given back when
+        the device is short of what a trial needs (memstat.trim): the
+        problem's footprint, which the candidate's process needs as well."""
+        if self.footprint is not None:
+            memstat.trim(self.device, self.footprint)
 
     def lap(self, what: str, seconds: float) -> None:
         """Where trials spend their time (timings.trials_detail, ms, summed
@@ -202,9 +238,10 @@ class Correctness:
         with the candidate's."""
         self.lock_device(exclusive=False, label="mode_probe")
         state = {k: v.detach().clone() for k, v in self.ref_model.state_dict().items()}
-        inputs = self.draw(loader.derive_seed(self.req["seed"], "mode_probe"))
+        seed = loader.derive_seed(self.req["seed"], "mode_probe")
+        inputs = self.draw(seed)
         try:
-            train = self.reference_forward(inputs, "train", False)
+            train = self.reference_forward(inputs, "train", False, seed=seed)
             evald = self.reference_forward(inputs, "eval", False)
             return compare.compare_outputs(train, evald, 0.0, 0.0) is not None
         finally:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .. import audit, guards, loader, precision, timing
+from .. import audit, guards, loader, memstat, precision, timing
 
 
 class Precision:
@@ -58,8 +58,21 @@ class Precision:
         computed_rounded): the output lands on the reference computed from
         bf16-rounded inputs and parameters (and, on the CPU only, fp16:
         on a GPU an honest TF32 matmul rounds its operands to fp16's
-        mantissa). One extra reference forward per format, on trial 0."""
+        mantissa). One extra reference forward per format, on trial 0;
+        skipped, with checks.rounding_fingerprint.skipped and a warning,
+        when the device has less free than that forward needs (a rounded
+        copy of the inputs and parameters, the pass's work and output: the
+        footprint and the parameters, about)."""
         if not self.full_precision():
+            return []
+        need = (self.footprint or 0) + memstat.tensor_bytes(
+            [t for t in list(self.ref_model.parameters()) + list(self.ref_model.buffers())])
+        free = precision.free_bytes(expected)
+        if free is not None and need > free:
+            why = (f"memory: the rounded reference needs about {need / 2**30:.1f} GiB, "
+                   f"{free / 2**30:.1f} GiB free")
+            self.result["checks"]["rounding_fingerprint"] = {"skipped": why}
+            self.result["warnings"].append(f"rounding_fingerprint skipped: {why}")
             return []
         lows = [torch.bfloat16] + ([] if timing.is_cuda(self.device) else [torch.float16])
         for low in lows:
