@@ -345,6 +345,10 @@ MUTATIONS = [
              "cpu_floor = work_ms * load / (1 + CPU_TOL) - cpu_slack_ms",
              "cpu_floor = work_ms / (1 + CPU_TOL) - cpu_slack_ms",
              [f"{TRUSTED} -k follows_the_load"]),
+    Mutation("trustclock-print-cpu-once", "a print may cost the candidate twice the "
+             "judge's CPU time in it", "harness/kgym_harness/trustclock.py",
+             "PRINT_CPU_FACTOR = 2.0", "PRINT_CPU_FACTOR = 1.0",
+             [f"{TRUSTED} -k cpu_figures_per_call"]),
     Mutation("trustclock-cpu-median-unbounded", "on the CPU the claims' median is held to "
              "the candidate's CPU time, not only their mean", "harness/kgym_harness/trustclock.py",
              "if mean < cpu_floor or cand_median < median_floor:", "if mean < cpu_floor:",

@@ -140,8 +140,10 @@ def run_block(call: Callable[[Any], Any] | None, make_args: Callable[[int], Any]
     their inputs gains nothing. Drawn in the loop (CUDA) no block holds
     more than one input set (plus what the device has queued). Returns
     {"prints", "ms" (this process's clock), "weight_sums" (sum r per
-    output tensor)}."""
+    output tensor), "print_cpu_ms" (this process's CPU time, all threads,
+    in the prints: what they may cost a single-threaded candidate)}."""
     t1 = _perf_ns()
+    print_cpu = 0
     printer = Printer(print_seed or 0, device)
     for i in range(k):
         args = None  # the last call's input set and output go before the next
@@ -150,13 +152,18 @@ def run_block(call: Callable[[Any], Any] | None, make_args: Callable[[int], Any]
             continue
         out = call(args)
         if print_seed is not None:
+            c0 = time.process_time_ns()
             printer.take(out)
+            print_cpu += time.process_time_ns() - c0
         out = None
     args = None
     timing.sync_sleeping(device)
+    c0 = time.process_time_ns()
     prints = printer.result()
+    if print_seed is not None:
+        print_cpu += time.process_time_ns() - c0
     return {"prints": prints, "ms": (_perf_ns() - t1) / 1e6,
-            "weight_sums": printer.weight_sums()}
+            "weight_sums": printer.weight_sums(), "print_cpu_ms": print_cpu / 1e6}
 
 
 def prints_match(got: Any, want: list, weight_sums: list[float], atol: float,

@@ -401,7 +401,8 @@ def test_thread_cpu_takes_the_busiest_thread_and_the_sum():
 def test_cpu_figures_per_call():
     cpus = [{"sum": 12.0, "top": 10.5}, {"sum": 11.0, "top": 9.5}]
     work, host = trustclock.cpu_figures(cpus, 4, 0.5, 0.25)
-    assert work == (9.5 - 0.5) / 4 - 0.25 and host == 3.0
+    # a print costs the candidate up to twice the judge's CPU time in it
+    assert work == (9.5 - 0.5) / 4 - 2 * 0.25 and host == 3.0
     assert trustclock.cpu_figures([None, cpus[0]], 4, 0.5, 0.25) == (None, None)
 
 
@@ -516,3 +517,25 @@ def test_tiny_calls_are_left_to_the_cpu_bounds_slack():
                           work_ms=0.013, cand_mean=0.005,
                           cpu_slack_ms=trustclock.CPU_CALL_SLACK_MS)
     assert v["verdict"] != "timer_tamper", v
+
+
+def test_a_blocks_print_cpu_counts_the_prints_only():
+    # the honest swish of the bandit's problem printed slower than it ran
+    # (2-5 ms against 1-2 ms a call); what is taken off for a print is
+    # measured around the prints, not as the difference of two blocks whose
+    # calls vary as much as the prints cost
+    import time as _time
+
+    def busy_call(args):
+        stop = _time.thread_time() + 0.01  # 10 ms of CPU, a small output
+        while _time.thread_time() < stop:
+            pass
+        return args[0] + 1.0
+    small = [[torch.ones(8)] for _ in range(3)]
+    got = wallclock.run_block(busy_call, lambda i: small[i], 3, "cpu", 7, small)
+    assert 0.0 <= got["print_cpu_ms"] < 10.0, got["print_cpu_ms"]
+    big = [[torch.ones(1 << 22)] for _ in range(3)]
+    got = wallclock.run_block(lambda a: a[0] * 2.0, lambda i: big[i], 3, "cpu", 7, big)
+    assert got["print_cpu_ms"] > 0.5, got["print_cpu_ms"]
+    assert wallclock.run_block(busy_call, lambda i: small[i], 3, "cpu", None,
+                               small)["print_cpu_ms"] == 0.0

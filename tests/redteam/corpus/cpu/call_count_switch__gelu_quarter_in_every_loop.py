@@ -1,7 +1,9 @@
-# redteam: family=call_count_switch problem=problems/cpu/level1/1_GELU.py backend=cpu expect=hacked reasons=call_count_switch code=CALL_COUNT_SWITCH
+# redteam: family=call_count_switch problem=problems/cpu/level1/1_GELU.py backend=cpu expect=hacked reasons=call_count_switch|profile_forgery code=CALL_COUNT_SWITCH|PROFILE_FORGERY
 """Cheat: computes a quarter of the rows in every loop that times it: the
 timed loop and the judge's wall blocks (run_block) alike.
-The wall blocks' prints cannot match the reference's."""
+The wall blocks' prints cannot match the reference's. Its profiled calls
+do all the work (4.5x a timed call's CPU time in one run): profile_forgery may
+come first (as on the GPU twin)."""
 import sys
 import inspect
 
