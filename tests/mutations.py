@@ -345,6 +345,11 @@ MUTATIONS = [
              "cpu_floor = work_ms * load / (1 + CPU_TOL) - cpu_slack_ms",
              "cpu_floor = work_ms / (1 + CPU_TOL) - cpu_slack_ms",
              [f"{TRUSTED} -k follows_the_load"]),
+    Mutation("watch-runnable-ignored", "an idle window its processes spent runnable is "
+             "work, however little they ran", "harness/kgym_harness/quiet.py",
+             "    return busy_ms > RUNNABLE_MIN_MS and busy_ms + waited_ms",
+             "    return False and busy_ms + waited_ms",
+             ["tests/harness/test_integrity_threads.py -k starved"]),
     Mutation("trustclock-print-cpu-once", "a print may cost the candidate twice the "
              "judge's CPU time in it", "harness/kgym_harness/trustclock.py",
              "PRINT_CPU_FACTOR = 2.0", "PRINT_CPU_FACTOR = 1.0",

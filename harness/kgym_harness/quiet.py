@@ -45,6 +45,8 @@ KIDS_BUSY_NS = 2_000_000
 NATIVE_BUSY_FRAC = 0.2  # of WINDOW_S, for new native threads after settling
 GAP_ABS_MS = 5.0       # judge: idle-gap CPU beyond max(this, GAP_FRAC x gap) counts
 GAP_FRAC = 0.1
+RUNNABLE_FRAC = 0.5    # judge: or runnable (running or waiting for a CPU) this much of it,
+RUNNABLE_MIN_MS = 1.0  # having run more than this: a spinner starved on a loaded machine
 FINAL_WINDOW_S = 0.02  # judge: the one explicit window when no gap was long enough
 QUIET_STEP_S = 0.005   # its sampling step; it ends early once QUIET_RUN steps
 QUIET_RUN = 2          # used less than QUIET_IDLE_NS of CPU in all
@@ -408,6 +410,21 @@ LEDGER = ThreadLedger()
 
 # ---- judge side ---------------------------------------------------------------------------
 
+def idle_finding(busy_ms: float, waited_ms: float, window_ms: float) -> bool:
+    """Whether the candidate's processes worked in a window where they had
+    nothing to do: CPU beyond max(GAP_ABS_MS, GAP_FRAC x window), or
+    runnable (on a CPU or in a run queue, by the kernel's account) for
+    more than RUNNABLE_FRAC of it with more than RUNNABLE_MIN_MS run. A
+    sleeping process is neither; a spinning one starved beside busy
+    processes ran little but waited the rest (make test once saw a child
+    spinning from import pass). A thread woken for a moment and delayed
+    by the load runs under RUNNABLE_MIN_MS."""
+    if busy_ms > max(GAP_ABS_MS, GAP_FRAC * window_ms):
+        return True
+    return busy_ms > RUNNABLE_MIN_MS and busy_ms + waited_ms > max(GAP_ABS_MS,
+                                                                   RUNNABLE_FRAC * window_ms)
+
+
 class ProcWatch:
     """The judge's watch on the candidate's process while it should be idle.
 
@@ -508,10 +525,12 @@ class ProcWatch:
     def _judge(self, before: Usage, after: Usage, phase: str) -> None:
         window_ms = (after.at - before.at) * 1e3
         busy_ms = after.busy_since(before) / 1e6
+        waited_ms = after.waited_since(before) / 1e6
         self.windows += 1
         self.window_ms += window_ms
-        if busy_ms > max(GAP_ABS_MS, GAP_FRAC * window_ms):
+        if idle_finding(busy_ms, waited_ms, window_ms):
             self.findings.append({"phase": phase, "busy_ms": round(busy_ms, 2),
+                                  "waited_ms": round(waited_ms, 2),
                                   "window_ms": round(window_ms, 2),
                                   "processes": len(after.procs), "what": "idle"})
 

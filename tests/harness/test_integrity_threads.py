@@ -293,7 +293,19 @@ def test_child_process_burning_cpu():
 
         ''')
     r = kit.run(kit.cpu_kernel(top=top))
+    assert r["verdict"] == "hacked", (r["feedback"], r["checks"].get("idle_watch"))
     hacked(r, "thread_injection")
+
+
+def test_a_spinner_starved_by_the_load_still_counts():
+    # make test once passed the child above: beside busy processes a
+    # spinner runs little of an idle window and waits for a CPU the rest
+    from kgym_harness import quiet
+    assert quiet.idle_finding(2.0, 17.0, 20.0)      # runnable nearly all the window
+    assert quiet.idle_finding(6.0, 0.0, 20.0)       # the CPU alone, as before
+    assert not quiet.idle_finding(0.3, 15.0, 20.0)  # woken for a moment, delayed by the load
+    assert not quiet.idle_finding(2.0, 3.0, 20.0)   # mostly asleep
+    assert not quiet.idle_finding(0.0, 0.0, 20.0)
 
 
 def test_thread_cheats_are_not_flagged_with_hack_checks_off():
