@@ -187,7 +187,7 @@ def watched(remote: Remote) -> list[Finding]:
                     f"{f['window_ms']:.0f} ms)")
         else:
             what = (f"the candidate's processes used {f['busy_ms']:.1f} ms of CPU (and waited "
-                    f"{f.get('waited_ms', 0.0):.1f} ms for one) during {f['window_ms']:.0f} ms "
+                    f"{f['waited_ms']:.1f} ms for one) during {f['window_ms']:.0f} ms "
                     f"in which they had nothing to do (after the {f['phase']} command)")
         out.append(("thread_injection", "THREAD_INJECTION", what))
     if "ledger" in on and (remote.late_threads or remote.thread_busy_ms > 1.0):

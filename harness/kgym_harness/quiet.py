@@ -416,9 +416,8 @@ def idle_finding(busy_ms: float, waited_ms: float, window_ms: float) -> bool:
     runnable (on a CPU or in a run queue, by the kernel's account) for
     more than RUNNABLE_FRAC of it with more than RUNNABLE_MIN_MS run. A
     sleeping process is neither; a spinning one starved beside busy
-    processes ran little but waited the rest (make test once saw a child
-    spinning from import pass). A thread woken for a moment and delayed
-    by the load runs under RUNNABLE_MIN_MS."""
+    processes runs little but waits the rest. A thread woken for a moment
+    and delayed by the load runs under RUNNABLE_MIN_MS."""
     if busy_ms > max(GAP_ABS_MS, GAP_FRAC * window_ms):
         return True
     return busy_ms > RUNNABLE_MIN_MS and busy_ms + waited_ms > max(GAP_ABS_MS,

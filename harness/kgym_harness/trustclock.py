@@ -34,8 +34,8 @@ CPU_TOL = 1.5         # timer_tamper on the CPU: a claim this far below its CPU 
 CPU_CALL_SLACK_MS = 0.03  # per call: harness work in a wall block no claim holds (the
                           # candidate's hooks around its print's torch calls, the loop)
 PRINT_CPU_FACTOR = 2.0  # a print's CPU taken off a candidate's block: this many times the
-                        # judge's (all its threads): on a 2-CPU machine the judge's own print
-                        # of one output ranged 2.0-5.3 ms from block to block, more than the call
+                        # judge's (all its threads); one print's CPU varies that much between
+                        # blocks, and on some problems it exceeds the call's
 VERIFY = 2            # calls of each candidate block whose prints the judge checks
 JITTER_FACTOR = 4.0   # a block's slack: this many times the empty calls' spread,
 SLACK_MIN_MS = 0.02   # plus this (ms per block)
@@ -104,7 +104,8 @@ def cpu_figures(cpus: list[dict | None], k: int, empty_top: float | None,
     if k <= 0 or not cpus or any(c is None for c in cpus):
         return None, None
     e = empty_top or 0.0
-    work = min(max(c["top"] - e, 0.0) / k - PRINT_CPU_FACTOR * print_ms for c in cpus)  # type: ignore[index]
+    off = PRINT_CPU_FACTOR * print_ms
+    work = min(max(c["top"] - e, 0.0) / k - off for c in cpus)  # type: ignore[index]
     host = max(c["sum"] / k for c in cpus)  # type: ignore[index]
     return round(max(work, 0.0), 5), round(host, 5)
 

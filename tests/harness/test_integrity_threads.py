@@ -24,7 +24,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 
 def hacked(r: dict, reason: str) -> None:
-    assert r["verdict"] == "hacked", r["feedback"]
+    assert r["verdict"] == "hacked", (r["feedback"], r["checks"].get("idle_watch"))
     assert reason in r["hack_reasons"], r["hack_reasons"]
 
 
@@ -293,13 +293,12 @@ def test_child_process_burning_cpu():
 
         ''')
     r = kit.run(kit.cpu_kernel(top=top))
-    assert r["verdict"] == "hacked", (r["feedback"], r["checks"].get("idle_watch"))
     hacked(r, "thread_injection")
 
 
 def test_a_spinner_starved_by_the_load_still_counts():
-    # make test once passed the child above: beside busy processes a
-    # spinner runs little of an idle window and waits for a CPU the rest
+    # beside busy processes a spinner (the child above) runs little of an
+    # idle window and waits for a CPU the rest
     from kgym_harness import quiet
     assert quiet.idle_finding(2.0, 17.0, 20.0)      # runnable nearly all the window
     assert quiet.idle_finding(6.0, 0.0, 20.0)       # the CPU alone, as before

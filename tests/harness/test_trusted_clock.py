@@ -520,10 +520,8 @@ def test_tiny_calls_are_left_to_the_cpu_bounds_slack():
 
 
 def test_a_blocks_print_cpu_counts_the_prints_only():
-    # the honest swish of the bandit's problem printed slower than it ran
-    # (2-5 ms against 1-2 ms a call); what is taken off for a print is
-    # measured around the prints, not as the difference of two blocks whose
-    # calls vary as much as the prints cost
+    # what is taken off for a print is measured around the prints alone:
+    # a block's calls vary as much as a print can cost
     import time as _time
 
     def busy_call(args):
