@@ -84,3 +84,21 @@ def test_faults_back_to_back_then_honest_passes(sequence_run) -> None:
     # the honest tasks ran after the faults, in the same engine
     for r in honest:
         assert (r.get("device") or {}).get("mode", "").startswith("zygote"), r.get("device")
+
+
+def test_kill_parent_report_fits_the_cap_beside_many_zombies() -> None:
+    """A fork bomb before kill_parent leaves hundreds of zombies as siblings
+    until they are reaped; the report must still show the parent's outcome
+    and every kill that worked within the harness's 2000-character cap."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "kill_parent_fault", os.path.join(tf.CANDS, "kill_parent.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    outcomes = [(300 + i, "sibling", "PermissionError(1)") for i in range(600)]
+    outcomes += [(950, "sibling", "KILLED"), (999, "parent", "PermissionError(1)")]
+    msg = ("KILL_PARENT " + mod._report(sorted(outcomes)))[:2000]
+    pats, forbidden = tf.EXPECT["kill_parent"][1], tf.EXPECT["kill_parent"][2]
+    assert all(re.search(p, msg) for p in pats), msg
+    assert all(re.search(p, msg) for p in forbidden), "a kill that worked was cut off"
+    assert "596 more siblings PermissionError(1)" in msg
