@@ -431,10 +431,15 @@ MUTATIONS = [
              "harness/kgym_harness/stages/timing.py",
              "            if not again or (retried and not side_found):",
              "            if not again:", ["tests/harness/test_timing_phases.py"]),
-    Mutation("spare-profiler-candidate-only", "a spare starts CUPTI in the judge as in its candidate",
-             "harness/kgym_harness/spare.py",
-             '    _warm_part(chan, out, "profiler", lambda: profiling.warm_profiler(device))',
-             '    _warm_part(chan, out, "profiler")', ["tests/harness/test_spare_profiler.py"]),
+    Mutation("profproc-no-ready-wait", "the profiler process's start is over before the "
+             "load reply", "harness/kgym_harness/candidate.py",
+             "        profproc.CHILD.wait_ready()\n", "        pass\n",
+             ["tests/harness/test_profproc.py -k before_the_load"]),
+    Mutation("profproc-no-fallback", "a failure in the profiler process means profiling in "
+             "the candidate", "harness/kgym_harness/candidate.py",
+             "        reply = profile_here(state, n_iter, seed)\n",
+             "        reply = {\"ok\": True, \"profile\": None}\n",
+             ["tests/harness/test_profproc.py -k trouble"]),
     Mutation("sandbox-view-compiler-bin-only",
              "a compiler on PATH brings its installation prefix into the view",
              "src/worker/sandbox_view.c", '    add_compiler_prefixes(&c, getenv("PATH"));',
@@ -455,10 +460,6 @@ MUTATIONS = [
              "        except Exception as e:  # noqa: BLE001 - raised after the reply is read\n"
              "            raise\n",
              ["tests/harness/test_warm_unfit.py -k reply"]),
-    Mutation("profiler-early-not-joined", "the early profiler start ends before the "
-             "candidate's code runs", "harness/kgym_harness/candidate.py",
-             "    _PROF_EARLY.pop().join()\n", "    _PROF_EARLY.pop()\n",
-             ["tests/harness/test_profiler_early.py"]),
     Mutation("warm-preload-ignores-task", "a spare whose task came stops its preload",
              "harness/kgym_harness/spare.py",
              "        if task_waits is not None and task_waits():\n",

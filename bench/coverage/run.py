@@ -53,6 +53,10 @@ PAIRS = {
     "cpu/profile_forgery__covlr_spin_when_torch_profiler_on":
         "cpu/honest__covlr_partial_addmm_ext_relu",
     "cpu/profile_forgery__covlr_patched_profiler_exit": "cpu/honest__covlr_partial_addmm_ext_relu",
+    "cpu/profile_forgery__covlr_spin_in_profiler_process":
+        "cpu/honest__covlr_partial_addmm_ext_relu",
+    "triton/profile_forgery__covg_launch_extra_in_profiler_process_gpu":
+        "triton/honest__covg_partial_cublas_triton_relu_gpu",
     "triton/profile_forgery__covg_launch_extra_when_profiler_flag_gpu":
         "triton/honest__covg_partial_cublas_triton_relu_gpu",
     "triton/profile_forgery__covg_launch_extra_in_profiler_frames_gpu":

@@ -39,13 +39,12 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 from typing import Any, Callable
 
 import torch
 
 from . import (ahead, compare, cpustat, guards, hooks, integrity, loader, prewarm, profiling,
-               quiet, timing, wallclock)
+               profproc, quiet, timing, wallclock)
 from . import memstat
 from .channel import Channel, PeerClosed, ProtocolError, pack, unpack
 
@@ -66,6 +65,7 @@ class CandidateState:
         self.snaps: list[torch.Tensor] = []  # output copies of checked calls, reused
         self.spots: timing.SpotSampler | None = None  # timed outputs kept for the judge
         self.wall_inputs: list | None = None  # a wall block's inputs, drawn (cmd_wall)
+        self.load_header: dict | None = None  # what loaded the kernel (the profiler process's copy)
 
 
 def make_workdir(prefix: str) -> str:
@@ -114,11 +114,6 @@ def cmd_load(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
         now = timing._perf_ns()
         ms[what] = (now - t) / 1e6
         t = now
-    # the profiler's first start, begun at process start, ends before any
-    # code of the candidate's runs (or forks): no thread of ours is left
-    # for the candidate's code or the quiescence checks to meet
-    if _join_profiler_early():
-        lap("profiler_early_wait")
     installed = _setup_backend(str(h.get("backend")), state.device, state.kernel_code)
     lap("backend")
     ref_path = loader.write_source(state.workdir, loader.REFERENCE_FILE,
@@ -171,6 +166,13 @@ def cmd_load(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     _start_pools()
     hooks.RECORDER.take()
     lap("pools")
+    state.load_header = {k: h.get(k) for k in ("reference_code", "kernel_code", "backend",
+                                               "entry_point", "init_seed", "device")}
+    # the profiler process's start (CUDA, CUPTI) is over before the judge
+    # watches this process's descendants for work after a reply
+    if profproc.CHILD is not None and profproc.CHILD.ready is None:
+        profproc.CHILD.wait_ready()
+        lap("profiler_proc_wait")
     return reply, []
 
 
@@ -463,41 +465,39 @@ def cmd_spots(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
 
 
 def cmd_profile(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
+    """In the profiler process when there is one (profproc.py: CUPTI never
+    attaches here), else here."""
+    n_iter, seed = max(1, int(h.get("n_iter", 3))), int(h.get("seed", 0))
+    t0 = timing._perf_ns()
+    reply, why = profproc.profile_in_child(state.load_header, state.workdir, state.device,
+                                           n_iter, seed)
+    in_child = reply is not None
+    if reply is None:
+        if why:
+            print(f"kgym candidate: profiling here, not in the profiler process: {why}",
+                  file=sys.stderr, flush=True)
+        reply = profile_here(state, n_iter, seed)
+    if reply.get("ok") and isinstance(reply.get("profile"), dict):
+        detail = reply["profile"].setdefault("detail_ms", {})
+        if isinstance(detail, dict):
+            detail["child"] = 1.0 if in_child else 0.0  # diagnostics: the judge trusts neither
+            detail["delegated"] = (timing._perf_ns() - t0) / 1e6
+    return reply, []
+
+
+def profile_here(state: CandidateState, n_iter: int, seed: int) -> dict:
+    """Profiles n_iter calls in this process: {ok, profile} or a failure."""
     call = _forward(state, "train", False)
     try:
-        prof = profiling.profile_forward(call, _make_args(state, int(h.get("seed", 0))),
-                                         max(1, int(h.get("n_iter", 3))), state.device,
+        prof = profiling.profile_forward(call, _make_args(state, seed), n_iter, state.device,
                                          state.kernel_code)
     except BaseException as e:
-        return _failure(e, "profile", state), []
+        return _failure(e, "profile", state)
     hooks.RECORDER.take()
-    return {"ok": True, "profile": prof}, []
+    return {"ok": True, "profile": prof}
 
 
 _EARLY_MS: list[float] = []  # what _early_cuda_init took (a spare's prep reports it)
-_PROF_EARLY: list[threading.Thread] = []  # the profiler's first start, in the background
-
-
-def _start_profiler_early(dev: str | None) -> None:
-    """In a pair forked for a task that profiles (the worker sets
-    KGYM_PROFILER_EARLY=1): CUPTI's first start (4.5-6 s of CPU on the
-    H200, docs/worker.md) begins in a thread now, while the judge sets the
-    task up, instead of on the critical path at the profiling phase. The
-    judge attaches CUPTI to itself alike (judge.py setup), so both
-    processes' timed launches pay its callbacks. A warm spare does both as
-    a warm-up part instead. Only with KGYM_SPARE_PROFILER=1 (the worker's
-    switch)."""
-    if dev is None or os.environ.get("KGYM_PROFILER_EARLY") != "1":
-        return
-    _PROF_EARLY.append(profiling.warm_in_thread(dev, "kgym-profiler-early"))
-
-
-def _join_profiler_early() -> bool:
-    """Waits for _start_profiler_early's thread; True when there was one."""
-    if not _PROF_EARLY:
-        return False
-    _PROF_EARLY.pop().join()
-    return True
 
 
 def _early_cuda_init() -> str | None:
@@ -525,8 +525,7 @@ def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     """A warm spare's start-up, driven by its judge before any task exists
     (the CUDA context was made at start, _early_cuda_init): part "prep", no
     device work (imports, the tiny Triton kernel's compile, the preload's
-    set-up: cuBLAS handle, stream, allocations); part
-    "profiler", CUPTI's one-time start (CPU); part "preload" (the judge
+    set-up: cuBLAS handle, stream, allocations); part "preload" (the judge
     holds the device lock shared): prewarm.preload of the families named;
     part "device" (lock held too): cuBLAS and a Triton launch. Refused once
     a kernel is loaded."""
@@ -558,8 +557,6 @@ def cmd_warm(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
                 names = [n for n in names if prewarm.spare_unit(n)][:32] \
                     if isinstance(names, list) else []
                 failed = prewarm.preload(str(dev), names, took)
-            elif h.get("part") == "profiler":
-                profiling.warm_profiler(str(dev))
         if failed:
             return {"ok": True, "warm_error": str(failed)[:300], "parts_ms": took,
                     "sched": cpustat.sample()}, []
@@ -586,8 +583,9 @@ def run_candidate(chan_fd: int) -> None:
         state.workdir = make_workdir("kgym-cand-")
     except OSError as e:  # before any candidate code: the judge may trust this
         state.setup_failure = _infra("setup", e, "the candidate's temp dir ($TMPDIR) is unusable")
+    # forked before this process makes CUDA (a child cannot use a forked context)
+    profproc.start(close_fds=(chan_fd,))
     early = _early_cuda_init()
-    _start_profiler_early(early)
     # the judge's device regions are opened from its first message on; ours
     # is made only in a command that runs with the device lock held (a warm
     # spare's "device" part) or at load (channel.py)

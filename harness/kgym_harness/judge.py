@@ -18,14 +18,13 @@ import os
 import platform
 import select
 import tempfile
-import threading
 import time
 import traceback
 from typing import Any, Callable
 
 import torch
 
-from . import audit, cpustat, loader, memstat, precision, problem, profiling, schema, timing
+from . import audit, cpustat, loader, memstat, precision, problem, schema, timing
 from .devlock import DeviceLock, LockTimeout
 from .channel import Channel, ChannelTimeout, PeerClosed, ProtocolError
 from .frame import write_result
@@ -113,7 +112,6 @@ class Judge(Correctness, Precision, Timing, Integrity, Profiling):
         self.records_complete = True
         self.lock = DeviceLock(None)
         self.gate_fd: int | None = None  # a staged task's wait for its device slot
-        self.prof_early: threading.Thread | None = None  # CUPTI's first start (setup)
         self.load_sent = False
         self.ref_mode_dependent = False  # set by correctness() with hack checks on
         self.facts = audit.ReferenceFacts()   # what the reference does to its inputs
@@ -189,10 +187,6 @@ class Judge(Correctness, Precision, Timing, Integrity, Profiling):
         dev = torch.device(self.device)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
-            if req["enable_profiling"] and os.environ.get("KGYM_PROFILER_EARLY") == "1":
-                # CUPTI attached here as in the candidate (candidate.py
-                # _start_profiler_early): both timed sides pay its callbacks
-                self.prof_early = profiling.warm_in_thread(self.device, "kgym-judge-profiler")
             # large outputs arrive straight on the device; the load command
             # announces our device region (a warm spare's did already), so
             # the first inputs cross on the device too
@@ -303,12 +297,6 @@ class Judge(Correctness, Precision, Timing, Integrity, Profiling):
         for name, method, when in PIPELINE:
             if when is not None and not when(self):
                 continue
-            if name == "timing" and self.prof_early is not None:
-                # attached before either side times (and its CPU work done)
-                t0 = now()
-                self.prof_early.join()
-                self.prof_early = None
-                timings["profiler_early_wait"] = (now() - t0) * 1e3
             if name == "correctness":  # CLOCK_MONOTONIC, one clock for all processes
                 timings["device_span"] = [round(time.monotonic() * 1e3, 2), None]
             t0 = now()

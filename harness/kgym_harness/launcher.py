@@ -27,7 +27,7 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from . import paths, schema
+from . import paths, profproc, schema
 from .feedback import make_feedback
 from .frame import FrameError, decode_result, read_mark
 
@@ -45,13 +45,18 @@ def _pythonpath(extra: str | None) -> str:
     return HARNESS_DIR + (os.pathsep + extra if extra else "")
 
 
-def candidate_env(tmpdir: str, device: object = None) -> dict[str, str]:
+def candidate_env(tmpdir: str, device: object = None, profiles: bool = False) -> dict[str, str]:
     """An allow-listed environment: nothing from the caller's secrets.
     KGYM_DEVICE (as the worker sets it) lets the candidate initialise CUDA
-    before its first command."""
+    before its first command; KGYM_PROFILE_CHILD (as the worker sets it)
+    has it fork its profiler process (profproc.py) for a task that profiles."""
     env = {k: os.environ[k] for k in CANDIDATE_ENV_KEEP if k in os.environ}
     if isinstance(device, str) and device.startswith("cuda"):
         env["KGYM_DEVICE"] = device
+    if profiles and profproc.child_wanted(str(device or "cpu")):
+        env["KGYM_PROFILE_CHILD"] = "1"
+        if "KGYM_PROFILE_CHILD_SPIN_S" in os.environ:  # tests: CUPTI's start on the CPU
+            env["KGYM_PROFILE_CHILD_SPIN_S"] = os.environ["KGYM_PROFILE_CHILD_SPIN_S"]
     env.update(TMPDIR=tmpdir, PYTHONPATH=_pythonpath(os.environ.get("PYTHONPATH")),
                KGYM_EXT_CACHE_DIR=paths.ext_cache_root(), PYTHONDONTWRITEBYTECODE="1",
                KGYM_CPU_THREADS=cpu_threads())
@@ -241,8 +246,10 @@ def evaluate(task: dict, *, spawner: Any = None,
     procs: list[Any] = []
     try:
         device = task.get("device") if isinstance(task, dict) else None
+        profiles = isinstance(task, dict) and task.get(
+            "enable_profiling", schema.FIELDS["enable_profiling"]["default"]) is True
         cand = spawner.spawn("candidate", c_sock.fileno(), logs["candidate"], cdir,
-                             candidate_env(cdir, device))
+                             candidate_env(cdir, device, profiles))
         procs.append(cand)
         judge = spawner.spawn("judge", j_sock.fileno(), logs["judge"], jdir, judge_env(jdir),
                               result_fd=r_write, task_file=task_file)

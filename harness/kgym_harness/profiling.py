@@ -26,7 +26,6 @@ from __future__ import annotations
 import ast
 import math
 import re
-import threading
 from typing import Any, Callable
 
 import torch
@@ -52,19 +51,6 @@ def warm_profiler(device: str) -> float:
     prof.__enter__()
     prof.__exit__(None, None, None)
     return (_perf_ns() - t0) / 1e6
-
-
-def warm_in_thread(device: str, name: str) -> threading.Thread:
-    """warm_profiler(device) in a daemon thread, started; a failure is
-    ignored (the profiling phase pays the first start then)."""
-    def run() -> None:
-        try:
-            warm_profiler(device)
-        except Exception:  # noqa: BLE001 - see above
-            pass
-    th = threading.Thread(target=run, name=name, daemon=True)
-    th.start()
-    return th
 
 
 def summary_string(custom_us: float, total_us: float, coverage: float) -> str:

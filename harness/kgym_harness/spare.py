@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import cpustat, prewarm, profiling, schema
+from . import cpustat, prewarm, schema
 from .channel import Channel
 from .devlock import DeviceLock
 from .frame import write_result
@@ -128,31 +128,11 @@ def spare_preloads() -> bool:
     return os.environ.get("KGYM_SPARE_PRELOAD", "1") != "0"
 
 
-def spare_profiles() -> bool:
-    """Whether a spare for tasks that profile pays CUPTI's one-time start
-    (seconds of CPU) before its task, in its candidate and in this process
-    alike (off unless KGYM_SPARE_PROFILER=1). Once started, CUPTI stays
-    attached (kineto keeps it for the next start) and every launch after
-    pays its callbacks, in both processes then. Started in both, MobileNetV1
-    and ResNet101 timed as themselves, VisionTransformer and VanillaRNNHidden
-    at 0.75 and 0.74 (started in the candidate alone, MobileNetV1 0.70), so
-    fair timings keep it off: the profiler first starts in the profiling
-    phase, after timing, and every task pays that start (docs/worker.md)."""
-    return os.environ.get("KGYM_SPARE_PROFILER", "0") == "1"
-
-
-def _profiler_part(chan: Channel, out: dict, device: str) -> None:
-    """CUPTI's first start in the candidate and in this process at once:
-    both timed sides then pay its callbacks (spare_profiles)."""
-    _warm_part(chan, out, "profiler", lambda: profiling.warm_profiler(device))
-
-
 def _warm_pair(chan: Channel, device_lock: str | None, task_fd: int | None = None) -> dict:
     """A spare's start-up before its task. What runs no device work goes
     first, unlocked: the candidate's imports and Triton compile (and this
     process's CUDA context meanwhile), both processes' preload set-up
-    (prewarm.preload_setup), then (when tasks profile and
-    spare_profiles()) CUPTI's one-time start in both processes, over 4 s of CPU. Then, with
+    (prewarm.preload_setup). Then, with
     the device lock held shared (no measurement elsewhere sees it): the
     device code of the harness's operations loaded in both processes
     (_preload_pair, one operation per hold), then the work that runs on the device: this process's cuBLAS
@@ -180,8 +160,6 @@ def _warm_pair(chan: Channel, device_lock: str | None, task_fd: int | None = Non
             if failed:
                 out["preload_setup_error"] = str(failed)[:300]
         _warm_part(chan, out, "prep", prep if cuda else None)
-        if cuda and os.environ.get("KGYM_WARM_PROFILER") == "1" and spare_profiles():
-            _profiler_part(chan, out, str(dev))
         if not spare_preloads():
             out["preload_off"] = True  # KGYM_SPARE_PRELOAD=0: the task's first call loads
         elif cuda:

@@ -91,20 +91,30 @@ static void pass_env(json_t *env, const char *const *names)
 /* The judge's switches, from the worker's environment: the reference-time
  * cache, the device lock's trace (diagnosis), the timing phase's memory
  * reserve, the spares' yield to timing phases and their preload (each on
- * unless "0"), the spares' profiler start (off unless "1"); and, from the engine's config, compile ahead and the
- * profiler warm-up. The device lock is not here: it comes in the judge's
- * start message (eng_judge_task, spawn_request in engine_spawn.c). */
-static void judge_env(kg_engine *e, json_t *env, int prof)
+ * unless "0"); and, from the engine's config, compile ahead. The device
+ * lock is not here: it comes in the judge's start message (eng_judge_task,
+ * spawn_request in engine_spawn.c). */
+static void judge_env(kg_engine *e, json_t *env)
 {
     static const char *const pass[] = {
         "KGYM_REFTIME_CACHE", "KGYM_LOCK_TRACE",    "KGYM_TIMING_RESERVE",
-        "KGYM_SPARE_YIELD",   "KGYM_SPARE_PRELOAD", "KGYM_SPARE_PROFILER",
-        NULL};
+        "KGYM_SPARE_YIELD",   "KGYM_SPARE_PRELOAD", NULL};
     pass_env(env, pass);
     json_object_set_new(env, "KGYM_COMPILE_AHEAD",
                         json_string(eng_compile_ahead(e)));
-    if (prof)
-        json_object_set_new(env, "KGYM_WARM_PROFILER", json_string("1"));
+}
+
+/* Whether a candidate for a task that profiles forks its profiler process
+ * (harness/kgym_harness/profproc.py: CUPTI never attaches to the process
+ * that is timed): on a GPU unless KGYM_PROFILE_PROC is "0"; "cpu" also on
+ * the CPU, where it only tests that process. profproc.child_wanted is the
+ * launcher's twin. */
+static int profile_child_wanted(const kg_engine *e)
+{
+    const char *v = getenv("KGYM_PROFILE_PROC");
+    if (v && !strcmp(v, "0"))
+        return 0;
+    return !strncmp(e->cfg.device, "cuda", 4) || (v && !strcmp(v, "cpu"));
 }
 
 /* The environment a child of role starts with (new reference). */
@@ -158,7 +168,9 @@ json_t *eng_child_env(kg_engine *e, const char *role, const struct child *c,
     snprintf(threads, sizeof threads, "%d", eng_cpu_threads(e));
     json_object_set_new(env, "KGYM_CPU_THREADS", json_string(threads));
     if (!strcmp(role, "judge"))
-        judge_env(e, env, prof);
+        judge_env(e, env);
+    else if (prof && profile_child_wanted(e))
+        json_object_set_new(env, "KGYM_PROFILE_CHILD", json_string("1"));
     return env;
 }
 

@@ -188,17 +188,6 @@ static json_t *spawn_request(kg_engine *e, struct slot *sl, const char *role,
     json_object_set_new(req, "role", json_string(role));
     json_object_set_new(req, "sandbox", sandbox_cfg(e, role, c));
     json_t *env = eng_child_env(e, role, c, sl->interp, sl->prof);
-    /* with KGYM_SPARE_PROFILER=1, a GPU pair forked with a task that
-     * profiles starts CUPTI's first start in the background at once, in the
-     * candidate and the judge alike (candidate.py _start_profiler_early,
-     * judge.py setup): once started, CUPTI stays attached and every launch
-     * pays its callbacks, so both timed sides do. Off by default: some
-     * host-bound models still time slower than themselves with it
-     * (docs/worker.md) */
-    const char *early = getenv("KGYM_SPARE_PROFILER");
-    if (sl->task && sl->prof && !strncmp(e->cfg.device, "cuda", 4) && early &&
-        !strcmp(early, "1"))
-        json_object_set_new(env, "KGYM_PROFILER_EARLY", json_string("1"));
     json_object_set_new(req, "env", env);
     json_object_set_new(req, "device", json_string(eng_child_device(e)));
     json_t *fd_names = json_array();

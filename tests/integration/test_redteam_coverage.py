@@ -33,13 +33,16 @@ pytestmark = [
 ]
 
 
-def corpus(filter_: str) -> dict[str, dict]:
+def corpus(filter_: str, profile_proc: str = "1") -> dict[str, dict]:
+    """The corpus rows matching filter_; profile_proc: KGYM_PROFILE_PROC
+    ("cpu": profiled in the profiler process, as a GPU task is; "1": on
+    the CPU, in the candidate's process)."""
     tmp = tempfile.mkdtemp(prefix="kgym-rtcov-", dir="/tmp")
     os.chmod(tmp, 0o755)
     try:
         p = subprocess.run([KGYM, "redteam", "--backend", "cpu", "--filter", filter_, "--json"],
                            capture_output=True, text=True, timeout=1200, cwd=ROOT,
-                           env=dict(os.environ, TMPDIR=tmp))
+                           env=dict(os.environ, TMPDIR=tmp, KGYM_PROFILE_PROC=profile_proc))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     doc = json.loads(p.stdout)
@@ -51,8 +54,12 @@ def cov(row: dict) -> tuple[float, float]:
     return prof["coverage"], prof["claimed"]["coverage"]
 
 
-def test_cheats_caught_or_no_gain_and_honest_unchanged():
-    rows = corpus("covlr")
+@pytest.mark.parametrize("profile_proc", ["1", "cpu"])
+def test_cheats_caught_or_no_gain_and_honest_unchanged(profile_proc):
+    rows = corpus("covlr", profile_proc)
+    # where the profile was taken (a diagnostic of the candidate's: it only shows the mode ran)
+    where = {r["result"]["timings"].get("profiling_detail", {}).get("child") for r in rows.values()}
+    assert where == {1.0 if profile_proc == "cpu" else 0.0}, where
     cpu_pairs = {k: v for k, v in bench.PAIRS.items() if k.startswith("cpu/")}
     assert set(cpu_pairs) | set(cpu_pairs.values()) <= set(rows), sorted(rows)
     assert all(r["status"] == "OK" for r in rows.values()), {

@@ -4,7 +4,8 @@ The candidate runs the profiler and sends rows (a claim, kept as
 profile.claimed); the judge attributes custom time only to kernels the
 candidate compiled and launched (coverage.attribute) and bounds it by its
 own clock (coverage.bound): a profile it cannot explain is profile_forgery.
-Tested by tests/harness/test_coverage.py and test_profiler_early.py.
+Tested by tests/harness/test_coverage.py and test_profproc.py (the profile taken
+in the profiler's own process, profproc.py).
 """
 
 from __future__ import annotations
