@@ -431,9 +431,9 @@ MUTATIONS = [
              "harness/kgym_harness/stages/timing.py",
              "            if not again or (retried and not side_found):",
              "            if not again:", ["tests/harness/test_timing_phases.py"]),
-    Mutation("profproc-no-ready-wait", "the profiler process's start is over before the "
-             "load reply", "harness/kgym_harness/candidate.py",
-             "        profproc.CHILD.wait_ready()\n", "        pass\n",
+    Mutation("profproc-no-ready-wait", "the profiler process's start and load are over "
+             "before the load reply", "harness/kgym_harness/candidate.py",
+             "        profproc.CHILD.wait_loaded(sum(ms.values()) / 1e3)\n", "        pass\n",
              ["tests/harness/test_profproc.py -k before_the_load"]),
     Mutation("profproc-no-fallback", "a failure in the profiler process means profiling in "
              "the candidate", "harness/kgym_harness/candidate.py",

@@ -8,7 +8,7 @@ GPU (the default; an H200 with the carried build, bench/device/env.sh):
             Linear+ReLU evaluation time (e2e)
   corpus    from that run's redteam.json, the coverage family's rows
             (covg on the GPU, covlr on the CPU): judged and claimed
-            coverage, and each cheat caught or within 0.05 of its honest
+            coverage, and each cheat caught or at most 0.05 above its honest
             base
   rollout   `kgym rollout --w-pr 1` against `kgym serve --workers auto`
             on problems/gpu/level2/1_Linear_ReLU.py, one group whose
@@ -212,8 +212,9 @@ def run_corpus(out: str, dry: bool) -> None:
         judged, _ = coverage_of(mine[cheat])
         base_cov, _ = coverage_of(mine[base])
         caught = res.get("verdict") == "hacked"
-        close = judged is not None and base_cov is not None and abs(judged - base_cov) <= CLOSE
-        check(f"corpus: {cheat} caught or within {CLOSE} of {base.split('/')[-1]}",
+        # no gain: a cheat judged below its base (a noisy host's CPU figures) earns less
+        close = judged is not None and base_cov is not None and judged - base_cov <= CLOSE
+        check(f"corpus: {cheat} caught or at most {CLOSE} above {base.split('/')[-1]}",
               caught or close, f"verdict {res.get('verdict')}, coverage {judged} vs {base_cov}")
     for name in PADDING:
         if name not in mine:

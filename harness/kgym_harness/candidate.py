@@ -120,6 +120,10 @@ def cmd_load(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
                                    str(h.get("reference_code") or ""))
     state.kernel_path = os.path.abspath(loader.write_source(
         state.workdir, loader.KERNEL_FILE, state.kernel_code))
+    state.load_header = {k: h.get(k) for k in ("reference_code", "kernel_code", "backend",
+                                               "entry_point", "init_seed", "device")}
+    if profproc.CHILD is not None:  # it loads the same files meanwhile (no calls yet)
+        profproc.CHILD.start_load(state.load_header, state.workdir)
     try:
         state.ref_module = loader.import_file(ref_path, "kgym_reference")
     except BaseException as e:  # the judge imported it fine: not the candidate's fault
@@ -166,12 +170,10 @@ def cmd_load(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
     _start_pools()
     hooks.RECORDER.take()
     lap("pools")
-    state.load_header = {k: h.get(k) for k in ("reference_code", "kernel_code", "backend",
-                                               "entry_point", "init_seed", "device")}
-    # the profiler process's start (CUDA, CUPTI) is over before the judge
-    # watches this process's descendants for work after a reply
-    if profproc.CHILD is not None and profproc.CHILD.ready is None:
-        profproc.CHILD.wait_ready()
+    # the profiler process's start (CUDA, CUPTI) and its load are over
+    # before the judge watches this process's descendants for work after a reply
+    if profproc.CHILD is not None:
+        profproc.CHILD.wait_loaded(sum(ms.values()) / 1e3)
         lap("profiler_proc_wait")
     return reply, []
 
@@ -482,6 +484,8 @@ def cmd_profile(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
         if isinstance(detail, dict):
             detail["child"] = 1.0 if in_child else 0.0  # diagnostics: the judge trusts neither
             detail["delegated"] = (timing._perf_ns() - t0) / 1e6
+            if in_child and profproc.CHILD is not None and profproc.CHILD.load_ms is not None:
+                detail["child_load"] = profproc.CHILD.load_ms  # in the load phase
     return reply, []
 
 

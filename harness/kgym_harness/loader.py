@@ -62,7 +62,16 @@ def set_seed(seed: int) -> None:
 
 
 def write_source(directory: str, filename: str, code: str) -> str:
+    """Writes code to directory/filename, unless the file holds it already
+    (the profiler process loads from the candidate's files while the
+    candidate may be importing them: never truncated under a reader)."""
     path = os.path.join(directory, filename)
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == code:
+                return path
+    except (OSError, UnicodeDecodeError):
+        pass
     with open(path, "w", encoding="utf-8") as f:
         f.write(code)
     return path

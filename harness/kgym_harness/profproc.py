@@ -5,23 +5,26 @@ it stays attached: every later launch of that process pays its callbacks,
 and host-bound models timed slower than themselves with it (docs/worker.md).
 So a candidate for a task that profiles (the worker's KGYM_PROFILE_CHILD=1)
 forks, at its start and before CUDA exists in it, a child that makes its
-own CUDA context and pays CUPTI's first start at once, then waits. At the
-profiling phase the child loads the same kernel from the candidate's own
-source files (same paths: Triton's and the extensions' caches are hit),
-warms it up, profiles it, replies and exits; the candidate reaps it before
-it answers the judge. Any trouble (the child died, was not ready, the
+own CUDA context and pays CUPTI's first start at once. While the
+candidate loads the kernel, the child loads it too, from the candidate's
+own source files (same paths: Triton's and the extensions' caches are
+hit), without calling it. At the profiling phase it warms the kernel up,
+profiles it, replies and exits; the candidate reaps it before it answers
+the judge. Any trouble (the child died, was not ready, the
 device lacks the memory for a second copy) and the candidate profiles
 itself as before.
 
 The child is the candidate's process too: its rows are claims, attributed
 and bounded by the judge like the candidate's own (stages/profile.py).
 It is idle (blocked on its pipe) whenever the judge watches the candidate
-for work after a reply: the candidate waits for it to be ready before its
-load reply (wait_ready).
+for work after a reply: the candidate waits for its start and its load
+before the load reply (wait_loaded).
 
-Messages: 4-byte big-endian length + JSON, child -> parent: the ready
-message {ok, ms | error}, then one reply per profile request; parent ->
-child: {cmd: "profile", load: <the load header>, workdir, n_iter, seed}.
+Messages: 4-byte big-endian length + JSON. Child -> parent: the ready
+message {ok, ms | error}, then one reply per request. Parent -> child:
+{cmd: "load", load: <the load header>, workdir} -> {ok, ms | failure};
+{cmd: "profile", n_iter, seed (, load, workdir when not loaded)} ->
+candidate.cmd_profile's reply, then the child exits.
 Tested by tests/harness/test_profproc.py.
 """
 
@@ -38,6 +41,7 @@ from typing import Any
 
 MAX_MSG = 16 << 20
 READY_TIMEOUT_S = 90.0   # CUDA's context and CUPTI's first start: 5-6 s on the H200
+LOAD_WAIT_MIN_S = 10.0   # its load beyond that: at least this, or twice the candidate's
 PROFILE_TIMEOUT_S = 600.0  # the judge's own deadline ends a task long before
 WARMUP_CALLS = 3         # Triton's compile (cached) and autotuning before the profile
 MEM_MARGIN = 512 << 20   # beyond the candidate's own peak, for the child's copy
@@ -104,6 +108,9 @@ class ProfChild:
     def __init__(self, pid: int, rfd: int, wfd: int) -> None:
         self.pid, self.rfd, self.wfd = pid, rfd, wfd
         self.ready: dict | None = None  # its ready message, once read
+        self.loading = False  # a load request is out, its reply unread
+        self.loaded = False   # the kernel is loaded there
+        self.load_ms: float | None = None  # what its load took, by its word
         self.why_not = ""  # why it can no longer be used
 
     def usable(self) -> bool:
@@ -125,15 +132,52 @@ class ProfChild:
             return self.give_up(f"its start failed: {str(msg.get('error'))[:200]}")
         return True
 
+    def start_load(self, load: dict, workdir: str) -> None:
+        """Asks the child to load the kernel now (it reads the request once
+        its start is over); wait_loaded reads the reply."""
+        if self.why_not or self.loading or self.loaded:
+            return
+        try:
+            _write_msg(self.wfd, {"cmd": "load", "load": load, "workdir": workdir})
+            self.loading = True
+        except OSError as e:
+            self.give_up(f"load: {e}")
+
+    def wait_loaded(self, own_load_s: float) -> bool:
+        """Blocks until the child's start and its load are over (at most
+        READY_TIMEOUT_S, then max(LOAD_WAIT_MIN_S, twice own_load_s), the
+        candidate's own load time); a child that failed or is late is given
+        up: the candidate profiles itself."""
+        if not self.wait_ready():
+            return False
+        if not self.loading:
+            return not self.why_not
+        self.loading = False
+        try:
+            msg = _read_msg(self.rfd, time.monotonic() + max(LOAD_WAIT_MIN_S, 2 * own_load_s))
+        except (OSError, ValueError, TimeoutError) as e:
+            return self.give_up(f"load: {e}")
+        if msg is None:
+            return self.give_up("it exited while loading")
+        if msg.get("ok") is not True:
+            return self.give_up("its load failed: " + str(
+                (msg.get("failure") or {}).get("message"))[:200])
+        self.loaded = True
+        ms = msg.get("ms")
+        self.load_ms = float(ms) if isinstance(ms, (int, float)) else None
+        return True
+
     def profile(self, load: dict, workdir: str, n_iter: int, seed: int) -> dict | None:
         """The child's reply to one profile request ({ok, profile} or
         {ok: false, failure}); None when it could not answer (why_not).
         The child exits after it; it is reaped here."""
-        if not self.wait_ready():
+        if not self.wait_loaded(0.0):
             return None
+        req: dict[str, Any] = {"cmd": "profile", "n_iter": n_iter, "seed": seed}
+        if not self.loaded:
+            req.update(load=load, workdir=workdir)
         try:
-            _write_msg(self.wfd, {"cmd": "profile", "load": load, "workdir": workdir,
-                                  "n_iter": n_iter, "seed": seed})
+            _write_msg(self.wfd, req)
             msg = _read_msg(self.rfd, time.monotonic() + PROFILE_TIMEOUT_S)
         except (OSError, ValueError, TimeoutError) as e:
             self.give_up(f"profile: {e}")
@@ -224,7 +268,8 @@ def _bind_to_parent(close_fds: tuple[int, ...]) -> None:
 
 
 def _serve(rfd: int, wfd: int) -> int:
-    """The child's life: start, say ready, answer one profile request."""
+    """The child's life: start, say ready, load when asked, answer one
+    profile request, exit."""
     from . import profiling
     device = os.environ.get("KGYM_DEVICE", "cpu") or "cpu"
     ms: dict[str, float] = {}
@@ -245,22 +290,29 @@ def _serve(rfd: int, wfd: int) -> int:
         except OSError:
             pass
         return 1
-    try:
-        msg = _read_msg(rfd)
-    except (OSError, ValueError):
-        return 1
-    if msg is None or msg.get("cmd") != "profile":
-        return 0  # the parent closed the pipe: no profile is wanted
-    try:
-        reply = _profile(msg)
-    except BaseException as e:  # noqa: BLE001 - the parent profiles itself then
-        reply = {"ok": False, "failure": {"verdict": "infra_error", "code": "PROFILE_PROC",
-                                          "message": f"{type(e).__name__}: {e}"[:500]}}
-    try:
-        _write_msg(wfd, reply)
-    except (OSError, TypeError, ValueError):
-        return 1
-    return 0
+    state = None
+    while True:
+        try:
+            msg = _read_msg(rfd)
+        except (OSError, ValueError):
+            return 1
+        if msg is None or msg.get("cmd") not in ("load", "profile"):
+            return 0  # the parent closed the pipe: no profile is wanted
+        try:
+            reply: dict = {"ok": True}
+            if state is None:  # the load request, or a profile request that carries it
+                state, reply = _load(msg)
+            if msg["cmd"] == "profile" and state is not None:
+                reply = _profile(state, msg)
+        except BaseException as e:  # noqa: BLE001 - the parent profiles itself then
+            reply = {"ok": False, "failure": {"verdict": "infra_error", "code": "PROFILE_PROC",
+                                              "message": f"{type(e).__name__}: {e}"[:500]}}
+        try:
+            _write_msg(wfd, reply)
+        except (OSError, TypeError, ValueError):
+            return 1
+        if msg["cmd"] == "profile" or not reply.get("ok"):
+            return 0  # one profile per task; a failed load ends it too
 
 
 def _stand_in_for_cupti() -> None:
@@ -276,17 +328,24 @@ def _stand_in_for_cupti() -> None:
         pass
 
 
-def _profile(msg: dict) -> dict:
-    """Loads the kernel as the candidate did (its files, its init seed),
-    warms it up and profiles it: candidate.cmd_profile's reply."""
-    from . import candidate, timing
+def _load(msg: dict) -> tuple[Any, dict]:
+    """Loads the kernel as the candidate did (its files, its init seed):
+    (the state or None, the reply: cmd_load's)."""
+    from . import candidate
     load = dict(msg.get("load") or {})
-    load.pop("compile_ahead_s", None)  # the first calls below compile, unprofiled
+    load.pop("compile_ahead_s", None)  # the warm-up calls compile, unprofiled
     state = candidate.CandidateState()
     state.workdir = str(msg.get("workdir") or "") or candidate.make_workdir("kgym-prof-")
+    t0 = time.monotonic()
     reply, _ = candidate.cmd_load(state, load, [])
     if not reply.get("ok"):
-        return reply
+        return None, reply
+    return state, {"ok": True, "ms": round((time.monotonic() - t0) * 1e3, 1)}
+
+
+def _profile(state: Any, msg: dict) -> dict:
+    """Warms the loaded kernel up and profiles it: candidate.cmd_profile's reply."""
+    from . import candidate, timing
     call = candidate._forward(state, "train", False)
     make_args = candidate._make_args(state, int(msg.get("seed") or 0))
     for i in range(WARMUP_CALLS):

@@ -126,3 +126,26 @@ def test_messages_are_framed_and_bounded():
         os.close(r)
         if w >= 0:
             os.close(w)
+
+
+def test_a_source_already_written_is_not_rewritten(tmp_path):
+    """The child loads from the candidate's files while the candidate may
+    be importing them: writing the same text again must not truncate them."""
+    from kgym_harness import loader
+    path = loader.write_source(str(tmp_path), "k.py", "x = 1\n")
+    before = os.stat(path)
+    time.sleep(0.01)
+    assert loader.write_source(str(tmp_path), "k.py", "x = 1\n") == path
+    after = os.stat(path)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    loader.write_source(str(tmp_path), "k.py", "x = 2\n")
+    assert open(path).read() == "x = 2\n"
+
+
+def test_the_child_loads_while_the_candidate_does(child_mode):
+    """The profile phase finds the kernel loaded in the child: it only
+    warms up and profiles there (the load's time is in the load phase)."""
+    res = _run(kit.cpu_kernel())
+    assert res["verdict"] == "pass" and _where(res) == 1.0
+    assert "profiler_proc_wait" in res["timings"]["load_detail"], res["timings"]["load_detail"]
+    assert res["timings"]["profiling_detail"].get("child_load", 0) > 0, res["timings"]
