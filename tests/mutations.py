@@ -431,6 +431,11 @@ MUTATIONS = [
              "harness/kgym_harness/stages/timing.py",
              "            if not again or (retried and not side_found):",
              "            if not again:", ["tests/harness/test_timing_phases.py"]),
+    Mutation("clock-watch-gap-in-block", "the watch's gap bookkeeping is not charged to the "
+             "candidate's wall block", "harness/kgym_harness/trustclock.py",
+             "        if close_gap is not None:\n            close_gap()\n",
+             "        pass\n",
+             ["tests/harness/test_trusted_clock.py -k gap_is_not"]),
     Mutation("profproc-no-ready-wait", "the profiler process's start and load are over "
              "before the load reply", "harness/kgym_harness/candidate.py",
              "        profproc.CHILD.wait_loaded(sum(ms.values()) / 1e3)\n", "        pass\n",

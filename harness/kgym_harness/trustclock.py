@@ -240,8 +240,14 @@ class WallCheck:
     def _timed(self, fn: Callable[[], Any]) -> tuple[Any, float, dict | None]:
         """(fn(), the judge's wall ms of it less the time the candidate's
         thread sat runnable waiting for a CPU, the candidate's CPU time
-        over it by the kernel's account (thread_cpu; None without /proc))."""
+        over it by the kernel's account (thread_cpu; None without /proc)).
+        The judge's watch on the idle gap before it is closed first: its
+        /proc reads are the judge's work, and the empty blocks that
+        calibrate the round trip follow one another with no gap to close."""
         pid = self.remote.pid
+        close_gap = getattr(self.remote, "close_gap", None)
+        if close_gap is not None:
+            close_gap()
         d0 = quiet.run_delay_ns(pid) if pid else None
         c0 = thread_run_ns(pid) if pid else None
         t0 = _now_ms()

@@ -537,3 +537,39 @@ def test_a_blocks_print_cpu_counts_the_prints_only():
     assert got["print_cpu_ms"] > 0.5, got["print_cpu_ms"]
     assert wallclock.run_block(busy_call, lambda i: small[i], 3, "cpu", None,
                                small)["print_cpu_ms"] == 0.0
+
+
+class _GapRemote:
+    """A remote whose command pays the watch's gap bookkeeping (30 ms of
+    /proc reads, here a sleep) when the idle gap before it is still open,
+    as Remote._call's busy() does."""
+
+    pid = None
+
+    def __init__(self) -> None:
+        self.gap_open = True
+
+    def _close(self) -> None:
+        if self.gap_open:
+            import time
+            time.sleep(0.03)
+            self.gap_open = False
+
+    def close_gap(self) -> None:
+        self._close()
+
+    def wall(self, k: int, seed: int, pseed: int) -> list:
+        self._close()
+        self.gap_open = True  # idle again after the reply
+        return []
+
+
+def test_the_watchs_gap_is_not_charged_to_the_candidates_block():
+    """The judge's watch closes the idle gap before a block command (its
+    /proc reads: the judge's work); the empty blocks that calibrate the
+    round trip come back to back with no gap. Timed inside the block, the
+    watch's work landed on the candidate's calls alone (level-3 host-bound
+    models: blocks of 4 calls, the empty round trip at its 0.5 ms cap)."""
+    check = trustclock.WallCheck("cuda:0", lambda seed: [], _GapRemote(), None)
+    _prints, _draw, run, _cpu = check._cand_block(1, 4, 2)
+    assert run < 20.0, run
