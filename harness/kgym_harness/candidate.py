@@ -418,6 +418,7 @@ def cmd_wall(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
         except BaseException as e:
             return _failure(e, "wall", state), []
         return {"ok": True}, []
+    t0 = wallclock._perf_ns()
     k = _count(h, "k", wallclock.MAX_CALLS)
     inputs, state.wall_inputs = state.wall_inputs, None
     if k == 0:
@@ -435,7 +436,11 @@ def cmd_wall(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:
         inputs = None
         hooks.RECORDER.light = False
         hooks.RECORDER.take()
-    return {"ok": True, "prints": res["prints"]}, []
+    # where the block's time went by this process's clock: a claim the
+    # judge keeps as a diagnostic (checks.trusted_clock.claimed_block_ms)
+    return {"ok": True, "prints": res["prints"],
+            "block_ms": {"calls": round(res["ms"], 4),
+                         "handler": round((wallclock._perf_ns() - t0) / 1e6, 4)}}, []
 
 
 def cmd_spots(state: CandidateState, h: dict, _t: list) -> tuple[dict, list]:

@@ -237,6 +237,7 @@ class Remote:
         self.chan_claim: dict[str, float] = {}  # the candidate's Channel.ms (diagnostics)
         self.ahead: dict | None = None  # the load reply's compile-ahead account (claim)
         self.mem_claim: dict | None = None  # the candidate's last memstat.peak() (claim)
+        self.wall_claim: dict | None = None  # its clock over its last wall block (claim)
         self._pass_creds(True)  # the kernel attaches the writer's pid to the load reply
 
     def _pass_creds(self, on: bool) -> None:
@@ -396,6 +397,14 @@ class Remote:
         prints = reply.get("prints")
         if not isinstance(prints, list) or len(prints) != k:
             raise ProtocolError("bad wall-block report")
+        # its own clock over the block: a claim, kept as a diagnostic only
+        ms = reply.get("block_ms")
+        self.wall_claim = None
+        if isinstance(ms, dict):
+            vals = [ms.get(key) for key in ("calls", "handler")]
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                   and 0 <= v < 1e9 for v in vals):
+                self.wall_claim = {"calls": float(vals[0]), "handler": float(vals[1])}
         return prints
 
     def spots(self, k: int, seed: int, sample: int) -> list[tuple[int, Any, str | None]]:

@@ -208,6 +208,7 @@ class WallCheck:
                  mark: Callable[[], Any]):
         self.device, self.draw, self.remote, self.mark = device, draw, remote, mark
         self.predrawn = not timing.is_cuda(device)
+        self.claims: list[dict] = []  # the candidate's clock over its blocks (diagnostic)
 
     def _make(self, seed: int) -> Callable[[int], list]:
         return lambda i: self.draw(loader.derive_seed(seed, f"iter:{i}"))
@@ -268,6 +269,10 @@ class WallCheck:
         if self.predrawn and k:
             _, draw, _ = self._timed(lambda: self.remote.wall_draw(k, seed))
         prints, run, cpu = self._timed(lambda: self.remote.wall(k, seed, pseed))
+        claim = getattr(self.remote, "wall_claim", None)
+        if k and isinstance(claim, dict):
+            self.claims.append({"run_ms": round(run, 4), "calls_ms": round(claim["calls"], 4),
+                                "handler_ms": round(claim["handler"], 4), "k": k})
         return prints, draw, run, cpu
 
     def empty_ms(self) -> list[float]:
@@ -354,7 +359,8 @@ class WallCheck:
                 "cpu_slack_ms": ((min(max(e_tops), EMPTY_MAX_MS) - empty_top + SLACK_MIN_MS)
                                  / k_cand + CPU_CALL_SLACK_MS if empty_top is not None else 0.0),
                 "cpu_blocks_ms": [c[4] for c in cands], "empty_cpu_ms": empty_top,
-                "print_cpu_ms": round(max(b["print_cpu"] for b in refs), 5)}
+                "print_cpu_ms": round(max(b["print_cpu"] for b in refs), 5),
+                "claimed_blocks": self.claims[-len(cands):]}
 
 
 UNRESOLVED = 2.0    # prints (and draws) this many times a call: no decision
@@ -401,4 +407,8 @@ def check_phase(judge: Any, run: dict, call: Callable) -> dict:
     verdict["cpu_blocks_ms"] = {"kernel": fig["cpu_blocks_ms"], "empty_top": fig["empty_cpu_ms"],
                                 "print": fig["print_cpu_ms"]}
     verdict["mismatch"] = fig["mismatch"]
+    # diagnostics, never read by a decision: the candidate's own clock over
+    # each timed block (the calls, the whole command) beside the judge's
+    # (run_ms, the round trip included): where a slow block's time went
+    verdict["claimed_blocks"] = fig["claimed_blocks"]
     return verdict
