@@ -26,7 +26,7 @@ _HARNESS_MODULES = ("kgym_harness.timing", "kgym_harness.hooks",
                     "kgym_harness.candidate", "kgym_harness.channel",
                     "kgym_harness.profiling", "kgym_harness.integrity",
                     "kgym_harness.loader", "kgym_harness.guards",
-                    "kgym_harness.quiet", "kgym_harness.wallclock")
+                    "kgym_harness.quiet", "kgym_harness.wallclock", "kgym_harness.cupti")
 # Instance attributes of quiet.LEDGER: the thread-start hook and what it
 # looks for must stay; a method shadowed on the instance is a replacement.
 _LEDGER_ATTRS = ("forward_code", "original", "joinable")

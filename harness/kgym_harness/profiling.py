@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import math
+import os
 import re
 from typing import Any, Callable
 
@@ -39,13 +40,48 @@ MAX_ITER_TIMES = 64  # per-iteration walls of a CPU profile
 _GLOBAL = re.compile(r"__global__\s+(?:[\w:<>,\s\*]*?\s)?(\w+)\s*\(", re.S)
 
 
+def backend() -> str:
+    """The device profiler: "cupti" (CUPTI's activity API through ctypes,
+    cupti.py; the default) or "torch" (torch.profiler), from KGYM_PROFILER.
+    cupti falls back to torch when CUPTI cannot be loaded or started."""
+    return "torch" if os.environ.get("KGYM_PROFILER", "cupti") == "torch" else "cupti"
+
+
+_DIRECT_FAILED = ""  # why the direct recorder could not be used in this process
+
+
+def _direct() -> Any:
+    """This process's CUPTI recorder, or None (torch.profiler then)."""
+    global _DIRECT_FAILED
+    if backend() != "cupti" or _DIRECT_FAILED:
+        return None
+    from . import cupti
+    try:
+        return cupti.trace()
+    except (cupti.CuptiError, OSError, AttributeError, ValueError) as e:
+        _DIRECT_FAILED = f"{type(e).__name__}: {e}"[:200]
+        return None
+
+
 def warm_profiler(device: str) -> float:
-    """Starts and stops the CUDA profiler once, outside any evaluation: the
-    first start in a process costs seconds (CUPTI), later ones about a
-    millisecond. A warm spare pays it before its task arrives. Returns ms."""
+    """Starts and stops the CUDA profiler once, outside any evaluation:
+    torch.profiler's first start in a process costs seconds (kineto and
+    CUPTI), later ones about a millisecond; the direct recorder's costs
+    its library's load. A warm spare pays it before its task arrives.
+    Returns ms."""
     if not is_cuda(device):
         return 0.0
     t0 = _perf_ns()
+    tr = _direct()
+    if tr is not None:
+        try:
+            tr.start()
+            torch.cuda.synchronize()
+            tr.stop()
+            return (_perf_ns() - t0) / 1e6
+        except Exception as e:  # noqa: BLE001 - torch.profiler then
+            global _DIRECT_FAILED
+            _DIRECT_FAILED = f"{type(e).__name__}: {e}"[:200]
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     prof = torch.profiler.profile(activities=acts)
     prof.__enter__()
@@ -188,6 +224,45 @@ def _event_us(evt: Any) -> float:
     return 0.0
 
 
+def _direct_events(tr: Any, call: Callable, arg_sets: list, device: str,
+                   lap: Callable[[str], None]) -> list[tuple[str, float]]:
+    """The profiled calls under the direct recorder: (name, device us) of
+    every kernel they ran."""
+    tr.start()
+    lap("start")
+    try:
+        for args in arg_sets:
+            call(args)
+        sync(device)
+        lap("run")
+    finally:
+        events = tr.stop()
+    lap("stop")
+    return [(n, us) for n, us in events if not _skip(n)]
+
+
+def _torch_events(call: Callable, arg_sets: list, device: str, lap: Callable[[str], None],
+                  detail: dict) -> list[tuple[str, float]]:
+    """The same under torch.profiler."""
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    prof = torch.profiler.profile(activities=acts)
+    prof.__enter__()
+    lap("start")
+    try:
+        for args in arg_sets:
+            call(args)
+        sync(device)
+        lap("run")
+    finally:
+        prof.__exit__(None, None, None)
+    lap("stop")
+    events = _kineto_device_events(prof)
+    if not events:
+        detail["kineto_events"] = -1.0 if events is None else 0.0
+        events = _function_device_events(prof)
+    return events
+
+
 def profile_cuda(call: Callable, make_args: Callable, iters: int, device: str,
                  kernel_source: str) -> dict:
     """Exactly iters profiled calls (the timing phase already warmed up)."""
@@ -204,23 +279,13 @@ def profile_cuda(call: Callable, make_args: Callable, iters: int, device: str,
     sync(device)
     RECORDER.take_times()
     lap("inputs")
-    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    prof = torch.profiler.profile(activities=acts)
-    prof.__enter__()
-    lap("start")
-    try:
-        for args in arg_sets:
-            call(args)
-        sync(device)
-        lap("run")
-    finally:
-        prof.__exit__(None, None, None)
-    lap("stop")
+    tr = _direct()
+    if tr is not None:
+        events = _direct_events(tr, call, arg_sets, device, lap)
+    else:
+        detail["torch_profiler"] = 1.0
+        events = _torch_events(call, arg_sets, device, lap, detail)
     host_ns, _ = RECORDER.take_times()
-    events = _kineto_device_events(prof)
-    if not events:
-        detail["kineto_events"] = -1.0 if events is None else 0.0
-        events = _function_device_events(prof)
     agg: dict[str, dict] = {}
     for name, us in events:
         row = agg.setdefault(name, {"name": name, "device_us": 0.0, "cpu_us": 0.0,

@@ -196,7 +196,8 @@ class Integrity:
         channel): timer_tamper, and profile_forgery for the profiler's."""
         if self.remote.tamper:
             self.result["checks"]["replaced_functions"] = sorted(self.remote.tamper)[:20]
-            forged = sorted(n for n in self.remote.tamper if n.startswith("torch.profiler:"))
+            forged = sorted(n for n in self.remote.tamper
+                            if n.startswith(("torch.profiler:", "kgym_harness.cupti.")))
             if forged:
                 self.hack("profile_forgery", "PROFILE_FORGERY", "the profiler's functions "
                           "were replaced: " + ", ".join(forged[:3]), stop=False)
