@@ -436,6 +436,11 @@ MUTATIONS = [
              "        if close_gap is not None:\n            close_gap()\n",
              "        pass\n",
              ["tests/harness/test_trusted_clock.py -k gap_is_not"]),
+    Mutation("clock-host-bound-allowance", "a device-bound call's claim gets no allowance for "
+             "a lead", "harness/kgym_harness/trustclock.py",
+             "    if cuda and host_ms is not None and host_ms < HOST_BOUND * floor:\n",
+             "    if False:\n",
+             ["tests/harness/test_trusted_clock.py -k device_bound_call"]),
     Mutation("profproc-no-ready-wait", "the profiler process's start and load are over "
              "before the load reply", "harness/kgym_harness/candidate.py",
              "        profproc.CHILD.wait_loaded(sum(ms.values()) / 1e3)\n", "        pass\n",

@@ -29,6 +29,8 @@ from . import loader, quiet, timing, wallclock
 
 EMPTY_CALLS = 3
 EMPTY_MAX_MS = 0.5    # the most of a block taken off for the round trip
+HOST_BOUND = 0.5      # CUDA: a call whose host work is below this share of the floor is
+                      # device-bound, and its claim gets no allowance for a lead
 GROSS_CPU = 4.0       # timer_tamper on the CPU: a claim this many times below the floor
 CPU_TOL = 1.5         # timer_tamper on the CPU: a claim this far below its CPU time per call
 CPU_CALL_SLACK_MS = 0.03  # per call: harness work in a wall block no claim holds (the
@@ -138,7 +140,9 @@ def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
     call), so an honest host-bound call can claim that much less, never
     more; the lead over-states it (twice the slowest recent launch, more
     on a loaded host) and is the candidate's word, host_ms (cpu_figures)
-    is the kernel's account of the host work per call. On the CPU: c
+    is the kernel's account of the host work per call. With host_ms below
+    HOST_BOUND x floor the call is device-bound (max(host, device) is the
+    device's) and nothing is allowed: c < floor is timer_tamper. On the CPU: c
     GROSS_CPU < floor (the wall blocks: on a loaded 2-CPU machine honest
     small extensions ran them up to 2.7x slower than their timed calls),
     or claims below the candidate's own CPU time per call, work_ms
@@ -179,6 +183,12 @@ def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
                wall_speedup=round(w_r / w_c, 4), floor_ms=round(max(floor, 0.0), 5))
     if cand_median >= floor:
         return out
+    if cuda and host_ms is not None and host_ms < HOST_BOUND * floor:
+        # device-bound (the host's work per call well below the wall's): a
+        # block overlaps host and device, so its time is the device's and
+        # the lead hid nothing a claim may leave out (a claim halved by a
+        # frame walk of 0.6 ms a call on a 1.8 ms kernel hid behind it)
+        allow = 0.0
     if (cand_median + allow) * (1.0 if cuda else GROSS_CPU) < floor:
         out["verdict"] = "timer_tamper"
     elif cuda:

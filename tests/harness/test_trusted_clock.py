@@ -390,6 +390,25 @@ def test_on_cuda_the_lead_is_allowed_for_only_up_to_the_host_work_seen():
     assert hb["verdict"] == "capped"
 
 
+def test_on_cuda_a_device_bound_call_gets_no_allowance():
+    # the H100's halved_by_frame cheat: claims halved (0.88 ms) by a frame
+    # walk of 0.61 ms of CPU a call on a kernel whose wall is 1.45 ms a
+    # call: claim + host was above the floor (1.38), but a host doing
+    # under half a call's work hid nothing behind the lead
+    cheat = trustclock.decide([1.45, 1.45], [1.45, 1.45], 1.45, 0.88, 1.2, True, 0.0,
+                              host_ms=0.61)
+    assert cheat["verdict"] == "timer_tamper", cheat
+    # the same claim from a host-bound call (its host work the whole wall)
+    # is capped, never named
+    hb = trustclock.decide([1.45, 1.45], [1.45, 1.45], 1.45, 0.88, 1.6, True, 0.0,
+                           host_ms=1.4)
+    assert hb["verdict"] == "capped", hb
+    # an honest device-bound call at its wall is agreed with
+    ok = trustclock.decide([1.45, 1.45], [1.45, 1.45], 1.45, 1.44, 1.2, True, 0.0,
+                           host_ms=0.05)
+    assert ok["verdict"] == "agree", ok
+
+
 def test_thread_cpu_takes_the_busiest_thread_and_the_sum():
     before = {1: (5_000_000, 0), 2: (0, 0), 3: (0, 0)}
     after = {1: (15_000_000, 0), 2: (4_000_000, 3_000_000), 3: (100_000, 0), 4: (1_000_000, 0)}
