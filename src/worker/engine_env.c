@@ -127,7 +127,9 @@ json_t *eng_child_env(kg_engine *e, const char *role, const struct child *c,
         "NVSHMEM_DISABLE_NVLS", "TRITON_INTERPRET", "TRITON_PTXAS_PATH",
         /* the channel's CUDA IPC regions (on unless "0",
          * harness/kgym_harness/devregion.py): both roles */
-        "KGYM_CUDA_IPC", NULL};
+        "KGYM_CUDA_IPC",
+        /* the device profiler, cupti or torch (profiling.backend) */
+        "KGYM_PROFILER", NULL};
     json_t *env = json_object();
     pass_env(env, pass);
     const char *conns = cuda_connections(e);
