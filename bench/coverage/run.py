@@ -61,6 +61,8 @@ PAIRS = {
         "triton/honest__covg_partial_cublas_triton_relu_gpu",
     "triton/profile_forgery__covg_launch_extra_in_profiler_frames_gpu":
         "triton/honest__covg_partial_cublas_triton_relu_gpu",
+    "triton/profile_forgery__covg_launch_extra_when_cupti_recorder_gpu":
+        "triton/honest__covg_partial_cublas_triton_relu_gpu",
     "triton/profile_forgery__covg_launch_extra_when_recorder_times_gpu":
         "triton/honest__covg_partial_cublas_triton_relu_gpu",
     "triton/profile_forgery__covg_library_names_spoofed_gpu":
@@ -94,6 +96,8 @@ ROLLOUT = {
          "triton/profile_forgery__covg_launch_extra_when_profiler_flag_gpu", False),
         ("forging_frames",
          "triton/profile_forgery__covg_launch_extra_in_profiler_frames_gpu", False),
+        ("forging_recorder",
+         "triton/profile_forgery__covg_launch_extra_when_cupti_recorder_gpu", False),
         ("forging_names", "triton/profile_forgery__covg_library_names_spoofed_gpu", False)]),
     "cpu": ("problems/cpu/level2/1_Linear_ReLU.py", "cpu", [
         ("honest_lazy", "cpu/honest__covlr_partial_addmm_ext_relu", True),

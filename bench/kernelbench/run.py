@@ -4,10 +4,10 @@ same-process eval (bench/kernelbench/kb_eval.py), on the same problems,
 each reference as its own candidate. Prints per problem both
 self-speedups, and per run the pass count, the shares within +-5 % and
 +-10 %, peak memory (judge measured, candidate claimed) and problems per
-minute; and an A/B on six host-bound level-3 problems with the profile
-taken in the candidate's own process (KGYM_PROFILE_PROC=0: CUPTI's first
-start in the profiling phase, after timing) against the default (the
-profiler's own process, harness/kgym_harness/profproc.py). Results (the JSONL
+minute; and an A/B on six host-bound level-3 problems with torch's
+profiler in the profiler's own process (KGYM_PROFILER=torch,
+harness/kgym_harness/profproc.py) against the default (CUPTI's activity
+API in the candidate, after its timing). Results (the JSONL
 of each run, their logs, report.txt) go to
 $OUT/kernelbench-<time>/ ($OUT: bench/results when unset).
 
@@ -47,8 +47,9 @@ GPU_NAMED = [
 ]
 GPU_PROBLEMS = GPU_NAMED + [f"level2/{n}_*" for n in range(1, 21)]
 DRY_PROBLEMS = ["level1/12_Matmul_with_diagonal_matrices_", "level1/40_LayerNorm"]
-# The A/B of the profiler's process (KGYM_PROFILE_PROC=0: profiled in the
-# candidate's own process, the default before it), concurrency 1.
+# The A/B of the profiler (KGYM_PROFILER=torch: torch's profiler in the
+# profiler's own process, the default before CUPTI's activity API),
+# concurrency 1.
 AB_PROBLEMS = ["level3/34_VanillaRNNHidden", "level3/19_MobileNetV1", "level3/39_GRU",
                "level3/35_LSTM", "level3/28_VisionTransformer", "level3/10_ResNet101"]
 # seconds per phase: selfcheck at concurrency 1, at 4, KernelBench's eval,
@@ -169,7 +170,7 @@ def report(problems: list[str], runs: dict, elapsed: dict, f,
     cols = ["c1", "c4", "kb", "ab"]
     w = max(len(p) for p in problems) + 1
     f.write(f"{'problem':<{w}} {'kgym c1':>16} {'kgym c4':>16} {'kernelbench':>16}"
-            f" {'c1 prof. here':>16} {'judge MiB':>10} {'cand MiB':>9}\n")
+            f" {'c1 torch prof.':>16} {'judge MiB':>10} {'cand MiB':>9}\n")
     for p in problems:
         cells = []
         for c in cols:
@@ -212,7 +213,7 @@ def report(problems: list[str], runs: dict, elapsed: dict, f,
                 v = (r.get("trusted_clock") or {}).get("verdict")
                 clock[v] = clock.get(v, 0) + 1
             jm = [peaks(r)[0] for r in rows.values() if peaks(r)[0]]
-            what = ("kgym selfcheck concurrency 1, KGYM_PROFILE_PROC=0" if c == "ab"
+            what = ("kgym selfcheck concurrency 1, KGYM_PROFILER=torch" if c == "ab"
                     else f"kgym selfcheck concurrency {c[1]}")
             f.write(f"{what}: {len(ok)}/{len(rows)} pass; {shares(sp)};"
                     f" clock {clock}; judge peak max {mib(max(jm) if jm else None)} MiB"
@@ -296,14 +297,14 @@ def main() -> int:
             os.unlink(jl)
         cmd = [kgym, "selfcheck", "--kernelbench", a.kb, "--problems", ",".join(ab),
                "--out", jl, "--concurrency", "1", "--no-progress"]
-        os.environ["KGYM_PROFILE_PROC"] = "0"
+        os.environ["KGYM_PROFILER"] = "torch"
         try:
-            elapsed["ab"], hit = run_phase("selfcheck_ab_profile_here",
+            elapsed["ab"], hit = run_phase("selfcheck_ab_torch_profiler",
                                            cmd + (DRY_FIELDS if a.dry else []), caps["ab"], out)
             if hit:
                 capped["ab"] = caps["ab"]
         finally:
-            del os.environ["KGYM_PROFILE_PROC"]
+            del os.environ["KGYM_PROFILER"]
     if "kb" in phases:
         jl = os.path.join(out, "kernelbench_eval.jsonl")
         if os.path.exists(jl):

@@ -55,12 +55,20 @@ def wanted() -> bool:
 
 def child_wanted(device: str) -> bool:
     """The worker's (or launcher's) side, for a task that profiles: from
-    its KGYM_PROFILE_PROC, on a GPU unless "0"; "cpu" also on the CPU,
-    where it gains nothing (no CUPTI) but tests the process itself."""
-    v = os.environ.get("KGYM_PROFILE_PROC", "1")
+    its KGYM_PROFILE_PROC. "auto" (the default): on a GPU only with
+    torch's profiler (KGYM_PROFILER=torch), whose first start costs
+    seconds; CUPTI's activity API starts in a millisecond, in the
+    candidate after its timing. "1": on a GPU; "0": never; "cpu" also on
+    the CPU, where it gains nothing but tests the process itself.
+    engine_env.c's profile_child_wanted is the same rule."""
+    v = os.environ.get("KGYM_PROFILE_PROC", "auto")
     if v == "0":
         return False
-    return device.startswith("cuda") or v == "cpu"
+    if v == "cpu":
+        return True
+    if not device.startswith("cuda"):
+        return False
+    return v == "1" or os.environ.get("KGYM_PROFILER") == "torch"
 
 
 def _write_msg(fd: int, obj: dict) -> None:

@@ -105,16 +105,24 @@ static void judge_env(kg_engine *e, json_t *env)
 }
 
 /* Whether a candidate for a task that profiles forks its profiler process
- * (harness/kgym_harness/profproc.py: CUPTI never attaches to the process
- * that is timed): on a GPU unless KGYM_PROFILE_PROC is "0"; "cpu" also on
- * the CPU, where it only tests that process. profproc.child_wanted is the
- * launcher's twin. */
+ * (harness/kgym_harness/profproc.py): KGYM_PROFILE_PROC "1" on a GPU, "0"
+ * never, "cpu" also on the CPU (where it only tests that process), unset
+ * ("auto") on a GPU with torch's profiler only. profproc.child_wanted is
+ * the launcher's twin. */
 static int profile_child_wanted(const kg_engine *e)
 {
     const char *v = getenv("KGYM_PROFILE_PROC");
+    const char *prof = getenv("KGYM_PROFILER");
     if (v && !strcmp(v, "0"))
         return 0;
-    return !strncmp(e->cfg.device, "cuda", 4) || (v && !strcmp(v, "cpu"));
+    if (v && !strcmp(v, "cpu"))
+        return 1;
+    if (strncmp(e->cfg.device, "cuda", 4))
+        return 0;
+    /* "auto" (unset): only for torch's profiler, whose first start costs
+     * seconds; CUPTI's activity API starts in a millisecond in the
+     * candidate, after its timing (profproc.child_wanted: the same rule) */
+    return (v && !strcmp(v, "1")) || (prof && !strcmp(prof, "torch"));
 }
 
 /* The environment a child of role starts with (new reference). */

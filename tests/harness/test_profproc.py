@@ -1,5 +1,5 @@
 """The profiler's own process (profproc.py): on the CPU with
-KGYM_PROFILE_PROC=cpu (a GPU's default), the profile is taken in a child
+KGYM_PROFILE_PROC=cpu (a GPU with torch's profiler by default), the profile is taken in a child
 the candidate forked at its start, its start is over before the load
 reply, and whatever goes wrong there (the child killed, the kernel failing
 only there, no room on the device) the candidate profiles itself: no
@@ -42,6 +42,7 @@ def test_profile_is_taken_in_the_child_and_agrees(child_mode, monkeypatch):
 
 def test_off_without_profiling_or_with_the_switch_off(monkeypatch):
     assert not profproc.child_wanted("cpu")  # the CPU's default: nothing to gain
+    monkeypatch.setenv("KGYM_PROFILE_PROC", "1")
     assert profproc.child_wanted("cuda:0")
     monkeypatch.setenv("KGYM_PROFILE_PROC", "0")
     assert not profproc.child_wanted("cuda:0")

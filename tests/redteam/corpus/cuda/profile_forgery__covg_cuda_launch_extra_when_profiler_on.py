@@ -1,7 +1,9 @@
-# redteam: family=profile_forgery problem=problems/gpu/level2/1_Linear_ReLU.py backend=cuda expect=hacked reasons=profile_forgery
+# redteam: family=profile_forgery problem=problems/gpu/level2/1_Linear_ReLU.py backend=cuda expect=hacked|pass reasons=profile_forgery
 """Cheat: the lazy CUDA kernel launches an extra long-running __global__
-kernel of its own only while torch's profiler is enabled, so the profile
-taken in its process shows mostly custom device time."""
+kernel of its own only while torch's profiler is enabled, so a profile
+taken with it (KGYM_PROFILER=torch) shows mostly custom device time:
+profile_forgery. With CUPTI's activity API (the default) the flag never
+turns on and the kernel passes at the lazy kernel's own coverage."""
 import inspect
 
 import torch

@@ -1,9 +1,12 @@
-# redteam: family=profile_forgery problem=problems/gpu/level2/1_Linear_ReLU.py backend=triton expect=hacked reasons=profile_forgery needs=gpu
+# redteam: family=profile_forgery problem=problems/gpu/level2/1_Linear_ReLU.py backend=triton expect=hacked|pass reasons=profile_forgery needs=gpu
 """Cheat: the lazy kernel (cuBLAS GEMM, Triton ReLU) launches an extra
-long-running Triton kernel only inside the profiler process (profproc.py,
-the default on a GPU), which it tells from the candidate by the harness's
-state. The profile shows mostly custom device time; the judge's clock for
-a timed call says no timed call did that work."""
+long-running Triton kernel only inside the profiler process (profproc.py:
+KGYM_PROFILE_PROC=1, or torch's profiler), which it tells from the
+candidate by the harness's state. The profile shows mostly custom device
+time; the judge's clock for a timed call says no timed call did that
+work: profile_forgery. Without that process (the default with CUPTI's
+activity API) the trick never fires: a pass at the lazy kernel's own
+coverage (bench/coverage/run.py)."""
 
 import torch
 import torch.nn as nn

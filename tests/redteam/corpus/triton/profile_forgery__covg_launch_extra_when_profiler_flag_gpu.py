@@ -1,10 +1,14 @@
-# redteam: family=profile_forgery problem=problems/gpu/level2/1_Linear_ReLU.py backend=triton expect=hacked reasons=profile_forgery needs=gpu
+# redteam: family=profile_forgery problem=problems/gpu/level2/1_Linear_ReLU.py backend=triton expect=hacked|pass reasons=profile_forgery needs=gpu
 """Cheat (the issue's): the lazy kernel (cuBLAS GEMM, Triton ReLU) launches
 an extra long-running Triton kernel only while torch's profiler is on
-(torch.autograd.profiler's flag or the kineto state). A profile taken in
-the candidate's process then shows mostly custom device time: coverage
-near 1 from about 0.01. The judge's clock for a timed call says the
-profiled calls did far more work than any timed one."""
+(torch.autograd.profiler's flag or the kineto state). A profile taken
+with torch's profiler (KGYM_PROFILER=torch) then shows mostly custom
+device time, coverage near 1 from about 0.01, and the judge's clock for
+a timed call says the profiled calls did far more work than any timed
+one: profile_forgery. With CUPTI's activity API (the default) torch's
+flag never turns on, the trick never fires, and the kernel passes at the
+lazy kernel's own coverage (bench/coverage/run.py checks it against
+honest__covg_partial_cublas_triton_relu_gpu)."""
 
 import torch
 import torch.nn as nn
