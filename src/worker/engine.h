@@ -37,8 +37,9 @@ typedef struct kg_engine_cfg {
      * wait; a task takes a ready pair instead of forking one. Each pair is
      * still used for one task only. prewarm: most spares (-1: none, 0:
      * default = concurrency; on a GPU, where a pair's start-up takes
-     * seconds, 2 x concurrency + 4 while tasks profile (CUPTI's start alone
-     * is over 4 s), else concurrency + 3, at most 32). idle_warm: spares kept when no task is queued (-1: none,
+     * seconds, concurrency + 3, or 2 x concurrency + 4 while tasks
+     * profile in a profiler's process with torch's profiler, whose start
+     * alone is over 4 s: eng_profile_child_wanted; at most 32). idle_warm: spares kept when no task is queued (-1: none,
      * 0: default = prewarm); `kgym eval` keeps none beyond its queue. Zygote
      * mode only. */
     int prewarm;

@@ -104,12 +104,12 @@ static void judge_env(kg_engine *e, json_t *env)
                         json_string(eng_compile_ahead(e)));
 }
 
-/* Whether a candidate for a task that profiles forks its profiler process
+/* Whether a candidate on device for a task that profiles forks its profiler process
  * (harness/kgym_harness/profproc.py): KGYM_PROFILE_PROC "1" on a GPU, "0"
  * never, "cpu" also on the CPU (where it only tests that process), unset
  * ("auto") on a GPU with torch's profiler only. profproc.child_wanted is
  * the launcher's twin. */
-static int profile_child_wanted(const kg_engine *e)
+int eng_profile_child_wanted(const char *device)
 {
     const char *v = getenv("KGYM_PROFILE_PROC");
     const char *prof = getenv("KGYM_PROFILER");
@@ -117,7 +117,7 @@ static int profile_child_wanted(const kg_engine *e)
         return 0;
     if (v && !strcmp(v, "cpu"))
         return 1;
-    if (strncmp(e->cfg.device, "cuda", 4))
+    if (strncmp(device, "cuda", 4))
         return 0;
     /* "auto" (unset): only for torch's profiler, whose first start costs
      * seconds; CUPTI's activity API starts in a millisecond in the
@@ -179,7 +179,7 @@ json_t *eng_child_env(kg_engine *e, const char *role, const struct child *c,
     json_object_set_new(env, "KGYM_CPU_THREADS", json_string(threads));
     if (!strcmp(role, "judge"))
         judge_env(e, env);
-    else if (prof && profile_child_wanted(e))
+    else if (prof && eng_profile_child_wanted(e->cfg.device))
         json_object_set_new(env, "KGYM_PROFILE_CHILD", json_string("1"));
     return env;
 }

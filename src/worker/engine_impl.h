@@ -277,6 +277,9 @@ json_t *eng_child_env(kg_engine *e, const char *role, const struct child *c,
 json_t *eng_judge_task(kg_engine *e, const struct slot *sl);
 int eng_task_interp(const kg_engine *e, const json_t *task);
 int eng_task_prof(const json_t *task);
+/* A candidate on device for a task that profiles forks the profiler's own
+ * process (KGYM_PROFILE_PROC, KGYM_PROFILER: profproc.child_wanted). */
+int eng_profile_child_wanted(const char *device);
 int eng_find_python(kg_engine *e, kg_err *err);
 
 /* ---- engine_io.c: the children's pipes and exits ------------------------- */

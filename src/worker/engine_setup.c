@@ -125,7 +125,9 @@ static void resolve_counts(kg_engine *e, const kg_engine_cfg *cfg)
     int gpu = !strncmp(cfg->device, "cuda:", 5);
     e->prewarm = cfg->prewarm < 0 ? 0
                  : cfg->prewarm == 0
-                     ? (gpu ? 2 * e->cfg.concurrency + 4 : e->cfg.concurrency)
+                     ? (gpu && eng_profile_child_wanted(cfg->device)
+                            ? 2 * e->cfg.concurrency + 4
+                            : gpu ? e->cfg.concurrency + 3 : e->cfg.concurrency)
                      : cfg->prewarm;
     if (e->prewarm > MAX_SPARES)
         e->prewarm = MAX_SPARES;
