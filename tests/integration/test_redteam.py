@@ -236,7 +236,18 @@ def test_cpu_corpus_every_cheat_caught_no_false_alarm(tmpdir_base):
         assert name.startswith("cpu/") and family == os.path.basename(name).split("__")[0]
         assert got.split("[")[0].split()[0] in VERDICTS | {"infra_error", "problem_error"}, got
     missed = {r[1] for r in rows if r[5] == "MISS"}
-    assert (false_alarm, error) == (0, 0), p.stdout[-6000:]
+    # a false alarm under the whole suite's load is run again alone, once:
+    # the CPU's clock bounds are load-dependent (a tiny problem's harness
+    # work per call was once read as the kernel's: clock 0.56x under make
+    # test, fine 3 of 3 alone); a real false alarm reproduces alone
+    again = []
+    for r in rows:
+        if r[5] == "FALSE_ALARM":
+            q = redteam(["--backend", "cpu", "--filter", r[1].split("/", 1)[1]], tmpdir_base)
+            keep(f"redteam-cpu-again-{os.path.basename(r[1])}.txt", q.stdout + q.stderr)
+            again.append((r[1], parse_table(q.stdout)[1]))
+    assert all(c[0] == c[1] == 1 for _, c in again), again
+    assert (false_alarm - len(again), error) == (0, 0), p.stdout[-6000:]
     assert missed == KNOWN_GAPS, (f"new misses: {sorted(missed - KNOWN_GAPS)}; "
                                   f"now caught (drop from KNOWN_GAPS): "
                                   f"{sorted(KNOWN_GAPS - missed)}\n" + p.stdout[-6000:])
