@@ -436,6 +436,11 @@ MUTATIONS = [
              "        if close_gap is not None:\n            close_gap()\n",
              "        pass\n",
              ["tests/harness/test_trusted_clock.py -k gap_is_not"]),
+    Mutation("cupti-replaced-not-forgery", "a replaced function of the CUPTI recorder is "
+             "profile_forgery", "harness/kgym_harness/stages/integrity.py",
+             '                            if n.startswith(("torch.profiler:", "kgym_harness.cupti.")))\n',
+             '                            if n.startswith(("torch.profiler:",)))\n',
+             ["tests/harness/test_coverage.py -k cupti_recorder"]),
     Mutation("clock-host-bound-allowance", "a device-bound call's claim gets no allowance for "
              "a lead", "harness/kgym_harness/trustclock.py",
              "    if cuda and host_ms is not None and host_ms < HOST_BOUND * floor:\n",

@@ -279,10 +279,17 @@ def profile_cuda(call: Callable, make_args: Callable, iters: int, device: str,
     sync(device)
     RECORDER.take_times()
     lap("inputs")
+    global _DIRECT_FAILED
     tr = _direct()
+    events = None
     if tr is not None:
-        events = _direct_events(tr, call, arg_sets, device, lap)
-    else:
+        from .cupti import CuptiError
+        try:
+            events = _direct_events(tr, call, arg_sets, device, lap)
+        except CuptiError as e:  # another subscriber, a driver refusal: torch's then
+            _DIRECT_FAILED = str(e)[:200]
+            detail["cupti_failed"] = 1.0
+    if events is None:
         detail["torch_profiler"] = 1.0
         events = _torch_events(call, arg_sets, device, lap, detail)
     host_ns, _ = RECORDER.take_times()

@@ -225,6 +225,17 @@ def test_a_replaced_profiler_function_is_seen():
     assert snap.changed() == []
 
 
+def test_a_replaced_cupti_recorder_function_is_profile_forgery():
+    # the GPU's recorder (cupti.py) is the candidate's like torch's profiler:
+    # replacing one of its functions (here one that drops every row) is named
+    top = ("import sys\n"
+           "sys.modules['kgym_harness.cupti'].KernelTrace.stop = lambda self: []\n")
+    r = kit.run(kit.cpu_kernel(top=top), enable_profiling=True, num_perf_trials=10)
+    assert r["verdict"] == "hacked", r["feedback"]
+    assert "profile_forgery" in r["hack_reasons"], r["hack_reasons"]
+    assert "kgym_harness.cupti.KernelTrace.stop" in r["checks"]["replaced_functions"]
+
+
 def test_judge_keeps_the_claim_apart_and_honest_figures_equal():
     body = "out = add_relu_scale(a, b, self.scale)\nreturn out + torch.zeros_like(out)"
     r = kit.run(kit.cpu_kernel(kit.model_new(body)), enable_profiling=True)

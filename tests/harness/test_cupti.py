@@ -44,3 +44,45 @@ def test_the_profiler_process_by_default_only_for_torchs_profiler(monkeypatch):
     assert profproc.child_wanted("cuda:0") and not profproc.child_wanted("cpu")
     monkeypatch.setenv("KGYM_PROFILE_PROC", "cpu")
     assert profproc.child_wanted("cpu")
+
+
+class _FakeTrace:
+    """Stands in for cupti.KernelTrace: what CUPTI would have recorded."""
+
+    def __init__(self, rows=None, fail_start=False):
+        self.rows, self.fail_start, self.started = rows or [], fail_start, 0
+
+    def start(self):
+        if self.fail_start:
+            raise cupti.CuptiError("CUPTI enable: 39 another subscriber")
+        self.started += 1
+
+    def stop(self):
+        return list(self.rows)
+
+
+def _profile(monkeypatch, trace):
+    monkeypatch.setattr(profiling, "_direct", lambda: trace)
+    calls = []
+    src = "__global__ void my_relu(float* y, int n) {}"
+    return profiling.profile_cuda(lambda a: calls.append(a), lambda i: [i], 3, "cpu", src), calls
+
+
+def test_the_recorders_rows_are_attributed_as_torchs_were(monkeypatch):
+    rows = [("my_relu(float*, int)", 10.0), ("Memcpy HtoD (Pageable -> Device)", 5.0),
+            ("sm90_xmma_gemm_f32f32", 30.0), ("my_relu(float*, int)", 10.0)]
+    prof, calls = _profile(monkeypatch, _FakeTrace(rows))
+    assert len(calls) == 3 and prof["method"] == "cuda_profiler"
+    got = {r["name"]: (r["device_us"], r["calls"], r["custom"]) for r in prof["kernels"]}
+    assert got == {"my_relu(float*, int)": (20.0, 2, True),
+                   "sm90_xmma_gemm_f32f32": (30.0, 1, False)}  # copies never count
+    assert abs(prof["coverage"] - 0.4) < 1e-9
+    assert "torch_profiler" not in prof["detail_ms"]
+
+
+def test_a_recorder_that_cannot_start_falls_back_to_torchs(monkeypatch):
+    monkeypatch.setattr(profiling, "_DIRECT_FAILED", "")
+    prof, calls = _profile(monkeypatch, _FakeTrace(fail_start=True))
+    assert len(calls) == 3  # profiled once, under torch's profiler
+    assert prof["detail_ms"]["cupti_failed"] == 1.0 and prof["detail_ms"]["torch_profiler"] == 1.0
+    assert "another subscriber" in profiling._DIRECT_FAILED
