@@ -69,6 +69,7 @@ def warm_profiler(device: str) -> float:
     CUPTI), later ones about a millisecond; the direct recorder's costs
     its library's load. A warm spare pays it before its task arrives.
     Returns ms."""
+    global _DIRECT_FAILED
     if not is_cuda(device):
         return 0.0
     t0 = _perf_ns()
@@ -80,7 +81,6 @@ def warm_profiler(device: str) -> float:
             tr.stop()
             return (_perf_ns() - t0) / 1e6
         except Exception as e:  # noqa: BLE001 - torch.profiler then
-            global _DIRECT_FAILED
             _DIRECT_FAILED = f"{type(e).__name__}: {e}"[:200]
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     prof = torch.profiler.profile(activities=acts)
@@ -231,14 +231,19 @@ def _direct_events(tr: Any, call: Callable, arg_sets: list, device: str,
     tr.start()
     lap("start")
     try:
-        for args in arg_sets:
-            call(args)
-        sync(device)
-        lap("run")
+        _run(call, arg_sets, device, lap)
     finally:
         events = tr.stop()
     lap("stop")
     return [(n, us) for n, us in events if not _skip(n)]
+
+
+def _run(call: Callable, arg_sets: list, device: str, lap: Callable[[str], None]) -> None:
+    """The profiled calls themselves, synchronised (either recorder's)."""
+    for args in arg_sets:
+        call(args)
+    sync(device)
+    lap("run")
 
 
 def _torch_events(call: Callable, arg_sets: list, device: str, lap: Callable[[str], None],
@@ -249,10 +254,7 @@ def _torch_events(call: Callable, arg_sets: list, device: str, lap: Callable[[st
     prof.__enter__()
     lap("start")
     try:
-        for args in arg_sets:
-            call(args)
-        sync(device)
-        lap("run")
+        _run(call, arg_sets, device, lap)
     finally:
         prof.__exit__(None, None, None)
     lap("stop")
