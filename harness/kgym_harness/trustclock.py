@@ -186,8 +186,7 @@ def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
     if cuda and host_ms is not None and host_ms < HOST_BOUND * floor:
         # device-bound (the host's work per call well below the wall's): a
         # block overlaps host and device, so its time is the device's and
-        # the lead hid nothing a claim may leave out (a claim halved by a
-        # frame walk of 0.6 ms a call on a 1.8 ms kernel hid behind it)
+        # the lead hid nothing a claim may leave out
         allow = 0.0
     if (cand_median + allow) * (1.0 if cuda else GROSS_CPU) < floor:
         out["verdict"] = "timer_tamper"

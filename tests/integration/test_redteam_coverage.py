@@ -86,9 +86,8 @@ def test_cheats_caught_or_no_gain_and_honest_unchanged(profile_proc):
     # the spinning cheats claimed far more than they are credited with
     spun = rows["cpu/profile_forgery__covlr_spin_in_profiler_frames"]
     assert "profile_forgery" in spun["result"]["hack_reasons"]
-    # judged 0.14-0.21 of a claimed 0.94-0.95 on an idle machine; under a
-    # full make test's load the judge's clock for a call (the cap) grew and
-    # judged 0.57 once: still far below the claim, and the verdict is hacked
+    # the cap follows the judge's clock for a call, which a loaded machine
+    # stretches: held relative to the claim, not to a fixed figure
     judged, claimed = cov(spun)
     assert claimed > 0.5 and claimed - judged >= 0.25, (judged, claimed)
 
