@@ -291,6 +291,9 @@ def profile_cuda(call: Callable, make_args: Callable, iters: int, device: str,
         except CuptiError as e:  # another subscriber, a driver refusal: torch's then
             _DIRECT_FAILED = str(e)[:200]
             detail["cupti_failed"] = 1.0
+            # the calls may have run before the failure (at stop): their
+            # host times are dropped so the rerun below is counted once
+            RECORDER.take_times()
     if events is None:
         detail["torch_profiler"] = 1.0
         events = _torch_events(call, arg_sets, device, lap, detail)

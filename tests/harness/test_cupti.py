@@ -49,8 +49,9 @@ def test_the_profiler_process_by_default_only_for_torchs_profiler(monkeypatch):
 class _FakeTrace:
     """Stands in for cupti.KernelTrace: what CUPTI would have recorded."""
 
-    def __init__(self, rows=None, fail_start=False):
+    def __init__(self, rows=None, fail_start=False, fail_stop=False):
         self.rows, self.fail_start, self.started = rows or [], fail_start, 0
+        self.fail_stop = fail_stop
 
     def start(self):
         if self.fail_start:
@@ -58,6 +59,8 @@ class _FakeTrace:
         self.started += 1
 
     def stop(self):
+        if self.fail_stop:
+            raise cupti.CuptiError("CUPTI flush: 7 buffer lost")
         return list(self.rows)
 
 
@@ -86,3 +89,22 @@ def test_a_recorder_that_cannot_start_falls_back_to_torchs(monkeypatch):
     assert len(calls) == 3  # profiled once, under torch's profiler
     assert prof["detail_ms"]["cupti_failed"] == 1.0 and prof["detail_ms"]["torch_profiler"] == 1.0
     assert "another subscriber" in profiling._DIRECT_FAILED
+
+
+def test_a_recorder_that_fails_at_stop_counts_host_times_once(monkeypatch):
+    """The calls ran once under the failed recorder and once under torch's:
+    a row's host time is the second run's alone."""
+    monkeypatch.setattr(profiling, "_DIRECT_FAILED", "")
+    row = "my_relu(float*, int)"
+    monkeypatch.setattr(profiling, "_torch_events",
+                        lambda call, arg_sets, device, lap, detail:
+                        [(row, 10.0)] * len([call(a) for a in arg_sets]))
+
+    def call(args):
+        profiling.RECORDER.add_time("my_relu", 1000)  # 1 us of host work a call
+    monkeypatch.setattr(profiling, "_direct", lambda: _FakeTrace(fail_stop=True))
+    src = "__global__ void my_relu(float* y, int n) {}"
+    prof = profiling.profile_cuda(call, lambda i: [i], 3, "cpu", src)
+    assert prof["detail_ms"]["cupti_failed"] == 1.0
+    got = {r["name"]: r for r in prof["kernels"]}[row]
+    assert got["calls"] == 3 and abs(got["cpu_us"] - 3.0) < 1e-9
