@@ -18,7 +18,8 @@ Triton; 5 correctness and 100 timed trials, profiling and hack checks on):
  group   16 distinct candidates (bench/variants.py) with one `kgym submit
          --wait` to `kgym serve --workers auto` (the build's defaults), and
          to `kgym serve` plus `kgym worker --concurrency 4`; the wall of
-         the submit alone (the workers registered before)
+         the submit alone (the workers registered before); --group-setups
+         picks them (workers-cN: serve --worker-concurrency N)
  rollout bench/rollout/run.py, 16 x 3 x --rollout-problems (default 1)
  faults  the fault kinds back to back in one kgym eval (segfault, spin,
          host and device memory bombs, fork bomb, kill-parent, daemon,
@@ -247,8 +248,10 @@ def group(side: Side, cfg: dict, setup: str, cands_dir: str) -> dict:
     try:
         serve_cmd = [side.kgym, "serve", "--listen", url[7:], "--data-dir", data,
                      "--token-file", token]
-        if setup == "workers-auto":
+        if setup.startswith("workers-"):  # workers-auto, workers-cN: N tasks in flight
             serve_cmd += ["--workers", "auto"]
+            if setup != "workers-auto":
+                serve_cmd += ["--worker-concurrency", setup[len("workers-c"):]]
         procs.append(subprocess.Popen(serve_cmd, stdout=open(log, "w"),
                                       stderr=subprocess.STDOUT, env=env))
         if setup == "worker-c4":
@@ -328,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench",
                                                                           "results"))
     ap.add_argument("--only", default="cold,warm,group,rollout,faults")
+    ap.add_argument("--group-setups", default="workers-auto,worker-c4",
+                    help="workers-auto, workers-cN (serve --worker-concurrency N), worker-c4")
     ap.add_argument("--rollout-problems", type=int, default=1)
     a = ap.parse_args(argv)
     only = set(a.only.split(","))
@@ -340,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
                                "1_Linear_ReLU." + ("triton" if gpu else "cpu") + ".py"),
            "correct": 5 if gpu else 1, "perf": 100 if gpu else 3, "profiling": gpu,
            "rollout_mode": "gpu" if gpu else "cpu", "ro_samples": 16 if gpu else 2,
-           "ro_turns": 3 if gpu else 2, "ro_problems": a.rollout_problems if gpu else 1}
+           "ro_turns": 3 if gpu else 2, "ro_problems": a.rollout_problems if gpu else 1,
+           "group_setups": [g for g in a.group_setups.split(",") if g]}
     os.makedirs(a.out, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d-%H%M", time.gmtime())
     base = os.path.join(a.out, f"speed-{'dry-' if a.dry else ''}{stamp}")
@@ -386,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"    prev each {p['later_s']}; last: {p['phases_last']}")
             say(f"    cur  each {c['later_s']}; last: {c['phases_last']}")
         if "group" in only:
-            for setup in ("workers-auto", "worker-c4"):
+            for setup in cfg["group_setups"]:
                 for s in sides:
                     figs[s.name][f"group-{setup}"] = group(s, cfg, setup, cands)
                 p, c = figs["prev"][f"group-{setup}"], figs["cur"][f"group-{setup}"]
