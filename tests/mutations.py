@@ -489,6 +489,11 @@ MUTATIONS = [
              "    if (running == 0 || held + need <= fits)",
              "    if (running == 0 || held >= 0 || fits < 0)",
              ["unit:test_engine_admission"]),
+    Mutation("worker-admit-refuses-on-bound", "a problem whose 3x bound is above the "
+             "device but whose footprint fits runs alone, not refused",
+             "src/worker/engine_admit.c", "    if (floor > budget)", "    if (floor * 3.0 > budget)",
+             ["unit:test_engine_admission",
+              "tests/integration/test_kernelbench_cli.py -k bound_is_above"]),
     Mutation("worker-first-task-ungated", "a problem's first task needs an equal share of "
              "the device, not nothing", "src/worker/engine_admit.c",
              "    return eng_equal_share(e->dev_total, MEM_SHARE, e->nslots);",

@@ -53,11 +53,12 @@ static void fail_start(kg_engine *e, struct slot *sl, const kg_err *serr,
     eng_free_slot(e, sl);
 }
 
-/* A task whose problem cannot fit on the device even alone: problem_error
- * naming both sizes (the problem's, not the candidate's fault), without
- * starting anything. */
+/* A task whose problem cannot fit on the device even alone (its footprint,
+ * foot bytes, is more than the usable memory): problem_error naming both
+ * sizes (the problem's, not the candidate's fault), without starting
+ * anything. */
 static void refuse_too_large(kg_engine *e, struct slot *sl, struct pending *p,
-                             double need, kg_engine_done_fn done, void *ctx)
+                             double foot, kg_engine_done_fn done, void *ctx)
 {
     slot_clear(sl);
     sl->task = p->task;
@@ -69,11 +70,11 @@ static void refuse_too_large(kg_engine *e, struct slot *sl, struct pending *p,
     slot_set_state(sl, S_RUNNING);
     char msg[300];
     snprintf(msg, sizeof msg,
-             "the problem needs about %.1f GiB of device memory (%.0fx its "
-             "footprint of %.1f GiB, judge and candidate together); the "
-             "device has %.1f GiB (%.0f%% usable): it cannot run here",
-             need / 1073741824.0, MEM_FACTOR, need / MEM_FACTOR / 1073741824.0,
-             e->dev_total / 1073741824.0, MEM_SHARE * 100);
+             "the problem's footprint is %.1f GiB of device memory (the "
+             "least its judge holds; about %.0fx that with the candidate); "
+             "the device has %.1f GiB (%.0f%% usable): it cannot run here",
+             foot / 1073741824.0, MEM_FACTOR, e->dev_total / 1073741824.0,
+             MEM_SHARE * 100);
     json_t *r = eng_verdict(sl, "problem_error", "PROBLEM_ERROR", msg);
     eng_stamp(e, sl, r);
     eng_hand_out(done, ctx, sl, r);
@@ -99,12 +100,14 @@ static void start_queued(kg_engine *e, kg_engine_done_fn done, void *ctx)
             break; /* the device is kept for a rerun alone */
         int running;
         double need = eng_task_need(e, e->head->task);
+        double foot = eng_task_footprint(e, e->head->task);
         double held = eng_mem_held(e->slots, e->nslots, &running);
-        int adm = eng_mem_admit(need, held, running, e->dev_total, MEM_SHARE);
+        int adm = eng_mem_admit(need, foot, held, running, e->dev_total,
+                                MEM_SHARE);
         if (adm == ADMIT_WAIT)
             break; /* in order: it starts when the others' memory is back */
         if (adm == ADMIT_NEVER) {
-            refuse_too_large(e, sl, pop_pending(e), need, done, ctx);
+            refuse_too_large(e, sl, pop_pending(e), foot, done, ctx);
             continue;
         }
         int staged =

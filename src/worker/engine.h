@@ -101,8 +101,9 @@ int kg_engine_cancel(kg_engine *e, void *user);
  * memory.footprint_bytes a judge reported for a task of this reference
  * code) and the device's memory (memory.device_total_bytes; 0: unknown),
  * as a finished task of it would. Tasks of a known problem then start only
- * while MEM_FACTOR x their footprints fit the device together; one that
- * cannot fit alone gets problem_error naming both sizes. */
+ * while MEM_FACTOR x their footprints fit the device together (or alone);
+ * one whose footprint alone is more than the device gets problem_error
+ * naming both sizes. */
 void kg_engine_note_footprint(kg_engine *e, const char *reference_code,
                               double bytes, double device_total);
 

@@ -122,17 +122,20 @@ int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
 
 /* ---- admission by memory ------------------------------------------------ */
 
-int eng_mem_admit(double need, double held, int running, double total,
-                  double share)
+int eng_mem_admit(double need, double floor, double held, int running,
+                  double total, double share)
 {
     if (!(need > 0) || !(total > 0))
         return ADMIT_GO;
     double budget = share * total;
-    if (need > budget)
-        return ADMIT_NEVER;
+    if (floor > budget)
+        return ADMIT_NEVER; /* even the least it holds cannot fit */
     /* a relative 1e-9 of slack: equal shares (eng_equal_share) of the
      * budget sum to it, not one rounding above */
     double fits = budget * (1 + 1e-9);
+    /* alone it starts even when its bound (need) is above the budget: the
+     * bound is MEM_FACTOR x, an honest task holds less, and its need held
+     * keeps every other task waiting while it runs */
     if (running == 0 || held + need <= fits)
         return ADMIT_GO;
     return ADMIT_WAIT;

@@ -372,19 +372,26 @@ static void test_mem_admit_fits_waits_or_never(void **st)
     (void)st;
     const double total = 100, share = MEM_SHARE; /* 90 usable */
     /* unknown need or unknown device: no gate */
-    assert_int_equal(eng_mem_admit(0, 80, 3, total, share), ADMIT_GO);
-    assert_int_equal(eng_mem_admit(50, 80, 3, 0, share), ADMIT_GO);
+    assert_int_equal(eng_mem_admit(0, 0, 80, 3, total, share), ADMIT_GO);
+    assert_int_equal(eng_mem_admit(50, 10, 80, 3, 0, share), ADMIT_GO);
     /* fits beside the others, or not yet */
-    assert_int_equal(eng_mem_admit(30, 60, 2, total, share), ADMIT_GO);
-    assert_int_equal(eng_mem_admit(31, 60, 2, total, share), ADMIT_WAIT);
+    assert_int_equal(eng_mem_admit(30, 10, 60, 2, total, share), ADMIT_GO);
+    assert_int_equal(eng_mem_admit(31, 10, 60, 2, total, share), ADMIT_WAIT);
     /* alone it always starts when it fits the device at all */
-    assert_int_equal(eng_mem_admit(89, 0, 0, total, share), ADMIT_GO);
+    assert_int_equal(eng_mem_admit(89, 30, 0, 0, total, share), ADMIT_GO);
     /* unknown-need tasks running hold nothing admitted: it still waits for
      * what the known ones hold */
-    assert_int_equal(eng_mem_admit(60, 40, 3, total, share), ADMIT_WAIT);
-    /* more than the device even alone: never, whatever runs */
-    assert_int_equal(eng_mem_admit(91, 0, 0, total, share), ADMIT_NEVER);
-    assert_int_equal(eng_mem_admit(91, 50, 1, total, share), ADMIT_NEVER);
+    assert_int_equal(eng_mem_admit(60, 20, 40, 3, total, share), ADMIT_WAIT);
+    /* its bound above the usable memory but its footprint within: it runs
+     * alone (an honest one holds less than the bound), never beside others
+     * (level1/38_L1Norm_ on an 80 GB card: footprint 24.1 GiB, bound
+     * 72.2 GiB, 41 GiB held alone) */
+    assert_int_equal(eng_mem_admit(120, 40, 0, 0, total, share), ADMIT_GO);
+    assert_int_equal(eng_mem_admit(120, 40, 5, 1, total, share), ADMIT_WAIT);
+    /* its footprint alone more than the usable memory: never, whatever
+     * runs */
+    assert_int_equal(eng_mem_admit(273, 91, 0, 0, total, share), ADMIT_NEVER);
+    assert_int_equal(eng_mem_admit(273, 91, 50, 1, total, share), ADMIT_NEVER);
 }
 
 static void test_mem_held_sums_active_tasks(void **st)
@@ -449,11 +456,24 @@ static void test_footprints_remembered_per_problem(void **st)
     json_decref(r);
     assert_true(eng_task_need(&e, sl.task) == MEM_FACTOR * 10);
     assert_true(e.dev_total == 100);
-    /* a problem of 40 on this device of 100: never (120 > 90) */
+    /* a problem of 40 on this device of 100: alone only (a bound of
+     * 120 > 90, a footprint of 40 <= 90); of 95: never */
     r = result_with(40, -1);
     eng_note_footprint(&e, &sl, r);
     json_decref(r);
-    assert_int_equal(eng_mem_admit(eng_task_need(&e, sl.task), 0, 0,
+    assert_int_equal(eng_mem_admit(eng_task_need(&e, sl.task),
+                                   eng_task_footprint(&e, sl.task), 0, 0,
+                                   e.dev_total, MEM_SHARE),
+                     ADMIT_GO);
+    assert_int_equal(eng_mem_admit(eng_task_need(&e, sl.task),
+                                   eng_task_footprint(&e, sl.task), 1, 1,
+                                   e.dev_total, MEM_SHARE),
+                     ADMIT_WAIT);
+    r = result_with(95, -1);
+    eng_note_footprint(&e, &sl, r);
+    json_decref(r);
+    assert_int_equal(eng_mem_admit(eng_task_need(&e, sl.task),
+                                   eng_task_footprint(&e, sl.task), 0, 0,
                                    e.dev_total, MEM_SHARE),
                      ADMIT_NEVER);
     assert_int_equal(e.nfoot, 1);
@@ -476,14 +496,14 @@ static void test_first_task_needs_an_equal_share(void **st)
     assert_true(eng_task_need(&e, fresh) == MEM_SHARE * 100 / 4);
     assert_true(eng_task_footprint(&e, fresh) == 0);
     /* a known problem holding 75 of the 90 usable: the newcomer waits */
-    assert_int_equal(eng_mem_admit(eng_task_need(&e, fresh), 75, 1,
+    assert_int_equal(eng_mem_admit(eng_task_need(&e, fresh), eng_task_footprint(&e, fresh), 75, 1,
                                    e.dev_total, MEM_SHARE),
                      ADMIT_WAIT);
     /* once its footprint is learnt, the problem's own need counts */
     kg_engine_note_footprint(&e, "class Model: new", 2, 0);
     assert_true(eng_task_footprint(&e, fresh) == 2);
     assert_true(eng_task_need(&e, fresh) == MEM_FACTOR * 2);
-    assert_int_equal(eng_mem_admit(eng_task_need(&e, fresh), 75, 1,
+    assert_int_equal(eng_mem_admit(eng_task_need(&e, fresh), eng_task_footprint(&e, fresh), 75, 1,
                                    e.dev_total, MEM_SHARE),
                      ADMIT_GO);
     json_decref(fresh);
@@ -502,12 +522,12 @@ static void test_equal_shares_fill_the_slots(void **st)
             double held = 0;
             for (int i = 0; i < n; i++) {
                 assert_int_equal(
-                    eng_mem_admit(share, held, i, totals[k], MEM_SHARE),
+                    eng_mem_admit(share, 0, held, i, totals[k], MEM_SHARE),
                     ADMIT_GO);
                 held += share;
             }
             assert_int_equal(
-                eng_mem_admit(share, held, n, totals[k], MEM_SHARE),
+                eng_mem_admit(share, 0, held, n, totals[k], MEM_SHARE),
                 ADMIT_WAIT);
         }
     assert_true(eng_equal_share(0, MEM_SHARE, 4) == 0);
