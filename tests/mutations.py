@@ -491,13 +491,13 @@ MUTATIONS = [
              ["unit:test_engine_admission"]),
     Mutation("worker-admit-refuses-on-bound", "a problem whose 3x bound is above the "
              "device but whose footprint fits runs alone, not refused",
-             "src/worker/engine_admit.c", "    if (floor > budget)", "    if (floor * 3.0 > budget)",
+             "src/worker/engine_admit.c", "    if (least > budget)", "    if (least * 3.0 > budget)",
              ["unit:test_engine_admission",
               "tests/integration/test_kernelbench_cli.py -k bound_is_above"]),
     Mutation("worker-first-task-ungated", "a problem's first task needs an equal share of "
              "the device, not nothing", "src/worker/engine_admit.c",
              "    return eng_equal_share(e->dev_total, MEM_SHARE, e->nslots);",
-             "    return 0;", ["unit:test_engine_admission",
+             "    return 0.0 * e->nslots;", ["unit:test_engine_admission",
                           "tests/integration/test_kernelbench_cli.py -k first_task"]),
     Mutation("worker-oom-rerun-skipped", "a judge's or reference's out of memory beside "
              "others runs once more, alone", "src/worker/engine_rerun.c",

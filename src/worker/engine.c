@@ -99,8 +99,8 @@ static void start_queued(kg_engine *e, kg_engine_done_fn done, void *ctx)
         if (eng_alone_gate(e) == GATE_SHUT)
             break; /* the device is kept for a rerun alone */
         int running;
-        double need = eng_task_need(e, e->head->task);
         double foot = eng_task_footprint(e, e->head->task);
+        double need = eng_need_of(e, foot);
         double held = eng_mem_held(e->slots, e->nslots, &running);
         int adm = eng_mem_admit(need, foot, held, running, e->dev_total,
                                 MEM_SHARE);

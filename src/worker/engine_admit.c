@@ -122,13 +122,13 @@ int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
 
 /* ---- admission by memory ------------------------------------------------ */
 
-int eng_mem_admit(double need, double floor, double held, int running,
+int eng_mem_admit(double need, double least, double held, int running,
                   double total, double share)
 {
     if (!(need > 0) || !(total > 0))
         return ADMIT_GO;
     double budget = share * total;
-    if (floor > budget)
+    if (least > budget)
         return ADMIT_NEVER; /* even the least it holds cannot fit */
     /* a relative 1e-9 of slack: equal shares (eng_equal_share) of the
      * budget sum to it, not one rounding above */
@@ -199,9 +199,13 @@ double eng_task_footprint(const kg_engine *e, const json_t *task)
  * or 0 (ungated) while the device's size is not known either. */
 double eng_task_need(const kg_engine *e, const json_t *task)
 {
-    double fp = eng_task_footprint(e, task);
-    if (fp > 0)
-        return MEM_FACTOR * fp;
+    return eng_need_of(e, eng_task_footprint(e, task));
+}
+
+double eng_need_of(const kg_engine *e, double footprint)
+{
+    if (footprint > 0)
+        return MEM_FACTOR * footprint;
     return eng_equal_share(e->dev_total, MEM_SHARE, e->nslots);
 }
 

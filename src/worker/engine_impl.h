@@ -223,21 +223,23 @@ void eng_grant_device(kg_engine *e);
 int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
                    kg_err *err);
 /* Admission by memory: a task needing need bytes (its bound) and holding
- * at least floor bytes (its problem's footprint; 0: not known), with held
+ * no less than least bytes (its problem's footprint; 0: not known), with held
  * bytes admitted to the running tasks (running of them), on a device of
  * total bytes. ADMIT_GO: start it (an unknown need or total, 0, always
  * starts; so does any task with nothing else running). ADMIT_WAIT: not
- * while the others hold theirs. ADMIT_NEVER: its floor is more than
+ * while the others hold theirs. ADMIT_NEVER: its least is more than
  * share x total, so it cannot fit even alone. A problem's first task
  * needs an equal share (eng_equal_share). */
 enum { ADMIT_GO, ADMIT_WAIT, ADMIT_NEVER };
-int eng_mem_admit(double need, double floor, double held, int running,
+int eng_mem_admit(double need, double least, double held, int running,
                   double total, double share);
 double eng_mem_held(const struct slot *slots, int n, int *running);
 double eng_equal_share(double total, double share, int slots);
 uint64_t eng_problem_key(const json_t *task);
 double eng_task_footprint(const kg_engine *e, const json_t *task);
 double eng_task_need(const kg_engine *e, const json_t *task);
+/* The same from the footprint already looked up (0: not known). */
+double eng_need_of(const kg_engine *e, double footprint);
 void eng_note_footprint(kg_engine *e, const struct slot *sl, const json_t *r);
 
 /* ---- engine_spare.c: the warm spare pool --------------------------------- */

@@ -398,9 +398,8 @@ def test_a_problem_that_cannot_fit_the_device_is_refused_naming_sizes(tree, tmp_
 
 
 def test_a_problem_whose_bound_is_above_the_device_runs_alone(tree, tmp_path):
-    """A footprint within the device but 3x of it above (level1/38_L1Norm_
-    on an 80 GB card: 24.1 GiB, 72.2 GiB bound, 41 GiB held): the task
-    runs, alone, and passes; it is no problem_error."""
+    """A footprint within the device's usable memory but its 3x bound
+    above it: the task runs, alone, and passes; it is no problem_error."""
     earlier = tmp_path / "earlier.jsonl"
     earlier.write_text(json.dumps({
         "problem": "1_Relu", "level": 1,

@@ -383,9 +383,7 @@ static void test_mem_admit_fits_waits_or_never(void **st)
      * what the known ones hold */
     assert_int_equal(eng_mem_admit(60, 20, 40, 3, total, share), ADMIT_WAIT);
     /* its bound above the usable memory but its footprint within: it runs
-     * alone (an honest one holds less than the bound), never beside others
-     * (level1/38_L1Norm_ on an 80 GB card: footprint 24.1 GiB, bound
-     * 72.2 GiB, 41 GiB held alone) */
+     * alone (an honest one holds less than the bound), never beside others */
     assert_int_equal(eng_mem_admit(120, 40, 0, 0, total, share), ADMIT_GO);
     assert_int_equal(eng_mem_admit(120, 40, 5, 1, total, share), ADMIT_WAIT);
     /* its footprint alone more than the usable memory: never, whatever
