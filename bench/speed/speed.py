@@ -141,9 +141,24 @@ def cold(side: Side, cfg: dict) -> dict:
     finally:
         shutil.rmtree(fresh, ignore_errors=True)
     r = res[0] if res else {}
-    return {"wall_s": round(wall, 3), "task_s": round(((r.get("timings") or {}).get("total")
-                                                       or 0) / 1e3, 3),
-            "verdicts": verdicts(res), "phases": phases(r)}
+    t = r.get("timings") or {}
+    return {"wall_s": round(wall, 3), "task_s": round((t.get("total") or 0) / 1e3, 3),
+            "verdicts": verdicts(res), "phases": phases(r), "start": start_split(t, wall)}
+
+
+def start_split(t: dict, wall: float) -> str:
+    """A cold wall beyond its task: the engine's start (timings.engine_start,
+    from kg_engine_new: the zygote ready, its imports within it, the task's
+    start) and what is left after the task (the process's exit)."""
+    st = t.get("engine_start")
+    if not isinstance(st, dict):
+        return "(no timings.engine_start)"
+    parts = [f"{k} {st[k] / 1e3:.2f}" for k in ("zygote_ready", "import_ms", "cpp_extension_ms",
+                                                 "task_start") if isinstance(st.get(k), (int, float))]
+    begun = st.get("task_start")
+    if isinstance(begun, (int, float)) and isinstance(t.get("total"), (int, float)):
+        parts.append(f"after the task {wall - (begun + t['total']) / 1e3:.2f}")
+    return " ".join(parts)
 
 
 def warm(side: Side, cfg: dict) -> dict:
@@ -153,7 +168,25 @@ def warm(side: Side, cfg: dict) -> dict:
     return {"wall_s": round(wall, 3), "first_s": round(each[0] if each else 0, 3),
             "median_later_s": round(statistics.median(later), 3),
             "later_s": [round(x, 3) for x in later], "verdicts": verdicts(res),
-            "phases_last": phases(res[-1]) if res else ""}
+            "phases_last": phases(res[-1]) if res else "",
+            "timing_last": timing_split(res[-1]) if res else ""}
+
+
+def timing_split(r: dict) -> str:
+    """Where the timing phase went (timings.timing_detail, ms), and the
+    calls' own time: n timed calls a side at the medians."""
+    t = r.get("timings") or {}
+    d = t.get("timing_detail")
+    if not isinstance(d, dict):
+        return "(no timings.timing_detail)"
+    keys = ("reference_timer", "prewarm", "exclusive_wait", "blocks", "blocks_reference",
+            "blocks_kernel", "clock", "after_first")
+    out = [f"{k} {d[k]:.0f}" for k in keys if isinstance(d.get(k), (int, float))]
+    n = ((r.get("runtime_stats") or {}).get("kernel") or {}).get("n") or 0
+    ref, ker = r.get("reference_runtime"), r.get("kernel_runtime")
+    if n and isinstance(ref, (int, float)) and isinstance(ker, (int, float)):
+        out.append(f"calls {n} x ({ref:.3f} + {ker:.3f}) = {n * (ref + ker):.0f}")
+    return f"timing {t.get('timing', 0):.0f} ms: " + " ".join(out)
 
 
 FAULTS = ["segfault", "infinite_loop", "alloc_unbounded", "fork_bomb", "kill_parent", "daemon",
@@ -382,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
             compare("cold: its task's total s", "task_s", p, c)
             say(f"    prev phases: {p['phases']}")
             say(f"    cur  phases: {c['phases']}")
+            say(f"    prev start (s): {p['start']}")
+            say(f"    cur  start (s): {c['start']}")
         if "warm" in only:
             for s in sides:
                 figs[s.name]["warm"] = warm(s, cfg)
@@ -391,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
             compare("warm: six in one engine, wall s", "wall_s", p, c)
             say(f"    prev each {p['later_s']}; last: {p['phases_last']}")
             say(f"    cur  each {c['later_s']}; last: {c['phases_last']}")
+            say(f"    prev {p['timing_last']}")
+            say(f"    cur  {c['timing_last']}")
         if "group" in only:
             for setup in cfg["group_setups"]:
                 for s in sides:

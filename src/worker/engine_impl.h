@@ -203,6 +203,10 @@ struct kg_engine {
     } foot[MAX_FOOTPRINTS];
     int nfoot;
     double dev_total;
+    /* the engine's own start (timings.engine_start of its first result):
+     * when kg_engine_new began, and when the zygote was last ready */
+    double t_created, t_zygote_ready;
+    int start_stamped;
 };
 
 /* What --verbose shows: at info level with it, at debug level without. */

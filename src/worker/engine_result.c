@@ -177,6 +177,30 @@ static json_t *build_result(struct slot *sl)
     return r;
 }
 
+/* Where the engine's own start went, on its first result (a cold kgym
+ * eval's wall beyond the task): kg_engine_new to the zygote ready, the
+ * zygote's imports within it, and to this task's start (its pair's warm-up
+ * is timings.warm_spare). Milliseconds. */
+static void stamp_engine_start(kg_engine *e, struct slot *sl, json_t *t)
+{
+    if (e->start_stamped || !e->zy)
+        return;
+    e->start_stamped = 1;
+    const json_t *info = kg_zygote_info(e->zy);
+    json_t *s = json_object();
+    json_object_set_new(s, "zygote_ready",
+                        json_real(e->t_zygote_ready - e->t_created));
+    const char *keys[] = {"import_ms", "cpp_extension_ms", "meta_ms"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        json_t *v = json_object_get(info, keys[i]);
+        if (json_is_number(v))
+            json_object_set(s, keys[i], v);
+    }
+    json_object_set_new(s, "submitted", json_real(sl->t_submit - e->t_created));
+    json_object_set_new(s, "task_start", json_real(sl->t_start - e->t_created));
+    json_object_set_new(t, "engine_start", s);
+}
+
 /* The engine's part of a result: the queue, spawn and total times, and
  * which worker, device and mode ran it. */
 void eng_stamp(kg_engine *e, struct slot *sl, json_t *r)
@@ -190,6 +214,7 @@ void eng_stamp(kg_engine *e, struct slot *sl, json_t *r)
     json_object_set_new(t, "queued", json_real(sl->t_start - sl->t_submit));
     json_object_set_new(t, "spawn", json_real(sl->t_spawned - sl->t_start));
     json_object_set_new(t, "total", json_real(end - sl->t_start));
+    stamp_engine_start(e, sl, t);
     json_t *d = json_object_get(r, "device");
     if (!json_is_object(d)) {
         d = json_object();

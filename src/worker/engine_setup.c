@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "worker/engine_impl.h"
 
 /* (Re)starts the zygote. Tasks in flight die with the old one: their
@@ -49,7 +50,10 @@ int eng_restart_zygote(kg_engine *e, kg_err *err)
                         .env = env,
                         .log_fd = e->cfg.verbose ? 2 : -1,
                         .ready_timeout_ms = 180000};
-    return kg_zygote_start(&e->zy, &zc, err);
+    int rc = kg_zygote_start(&e->zy, &zc, err);
+    if (!rc)
+        e->t_zygote_ready = kg_now_ms();
+    return rc;
 }
 
 /* 1 if uid/gid nobody can search path (every directory on the way), as
@@ -308,6 +312,7 @@ int kg_engine_new(kg_engine **out, const kg_engine_cfg *cfg, kg_err *err)
     if (!e)
         return kg_errf(err, KG_ENOMEM, "out of memory");
     e->cfg = *cfg;
+    e->t_created = kg_now_ms();
     resolve_counts(e, cfg);
     rc = valid_device(cfg->device)
              ? 0

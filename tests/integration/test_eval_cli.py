@@ -56,6 +56,26 @@ def test_json_result_has_the_design_fields():
     assert r["timings"]["total"] > 0
 
 
+def test_an_engines_first_result_splits_its_start_and_timing_phase():
+    """A cold wall is the engine's start, the task and the exit: the first
+    result says where the start went (timings.engine_start), the others
+    do not repeat it; each says where its timing phase went."""
+    p = run(["--ref", REF, "--cand", SOL, "--cand", SOL, "--backend", "triton", "--json",
+             "--num-perf-trials", "3", "--num-correct-trials", "2"])
+    assert p.returncode == 0, p.stderr
+    first, second = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    st = first["timings"]["engine_start"]
+    assert 0 < st["import_ms"] < st["zygote_ready"] <= st["submitted"] <= st["task_start"]
+    assert "engine_start" not in second["timings"]
+    for r in (first, second):
+        t = r["timings"]
+        d = t["timing_detail"]
+        assert d["passes"] >= 1 and d["blocks"] > 0 and d["clock"] > 0
+        assert d["blocks_reference"] + d["blocks_kernel"] <= d["blocks"]
+        inside = d["reference_timer"] + d["prewarm"] + d["blocks"] + d["clock"]
+        assert inside <= t["timing"] + 1.0  # ms, rounding
+
+
 def test_fresh_mode_with_a_bare_interpreter_name():
     """Regression: fresh mode exec'd KGYM_PYTHON with execve, which does not
     search PATH, so KGYM_PYTHON=python3 failed every task at once."""

@@ -26,6 +26,10 @@ from . import now
 SIDE_STREAM_PHASES = 3
 
 
+def _ms(seconds: float) -> float:
+    return round(seconds * 1e3, 2)
+
+
 class Timing:
     """The timing stage of Judge: holds the device exclusively from timing()
     until profiling ends; fills runtime_stats, kernel_runtime,
@@ -104,12 +108,19 @@ class Timing:
         self.phase = "timing"
         req = self.req
         plan = timing.block_plan(req["num_perf_trials"], req["num_warmup"], prewarmed=True)
+        # where the phase's time goes (ms): the judge's clock, diagnostics only
+        detail = self.result["timings"].setdefault("timing_detail", {})
+        t0 = now()
         self.lock_device(exclusive=False, label="timing/prewarm")
         ref_call, cached, key = self.reference_timer(plan)  # torch.compile: not while exclusive
         if timing.is_cuda(self.device):
             self.lock.intend()  # warm spares take no new hold until ours is granted
+        t1 = now()
         self.prewarm(ref_call, cached, plan)
+        t2 = now()
         self.lock_device(exclusive=True)
+        t3 = now()
+        detail.update(reference_timer=_ms(t1 - t0), prewarm=_ms(t2 - t1), exclusive_wait=_ms(t3 - t2))
         wall_call = ref_call if ref_call is not None else self.eager_reference()
         run, unexplained, clock = self._timed_phases(plan, ref_call, cached, wall_call)
         checks = self.result["checks"]
@@ -177,9 +188,15 @@ class Timing:
         calls under 4-way concurrency, docs/harness-notes.md), while a
         kernel's own side stream is there on every call of every phase."""
         n = self.req["num_perf_trials"]
+        detail = self.result["timings"].setdefault("timing_detail", {})
+        t0 = now()
         run = self._time_blocks(plan, ref_call, cached)
+        t1 = now()
         unexplained = self._unexplained(run, plan)
         clock = trustclock.check_phase(self, run, wall_call)
+        detail.update(blocks=_ms(t1 - t0), clock=_ms(now() - t1),
+                      blocks_reference=round(run["ref"].get("wall_ms", 0.0), 2),
+                      blocks_kernel=round(run["wall_ms"], 2))
         retried: list[dict] = []
         while len(retried) < SIDE_STREAM_PHASES - 1:
             side_found = timing.side_stream_found(len(run["side"]), n)
@@ -197,6 +214,8 @@ class Timing:
             unexplained = self._unexplained(run, plan)
             clock = trustclock.check_phase(self, run, wall_call)
             clock["mismatch"] = clock["mismatch"] or first_mismatch
+        detail["passes"] = 1 + len(retried)
+        detail["after_first"] = _ms(now() - t0) - detail["blocks"] - detail["clock"]
         if retried:
             self.result["checks"]["timing_retried"] = retried[0]
         if len(retried) > 1:
