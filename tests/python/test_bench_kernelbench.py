@@ -48,6 +48,20 @@ def line(verdict: str, speedup: float | None = None, rerun: dict | None = None) 
             "trusted_clock": {"verdict": "agree"}, "memory": None}
 
 
+def test_kernelbench_eval_runs_the_smallest_footprints_first(tmp_path):
+    """Its eval draws inputs on the host: the huge problems go last under
+    its cap (by the judge's footprints of this run), the unmeasured after."""
+    lines = [{"level": 1, "problem": "38_L1Norm_", "memory": {"footprint_bytes": 24e9}},
+             {"level": 1, "problem": "1_Small", "memory": {"footprint_bytes": 1e6}},
+             {"level": 3, "problem": "39_GRU", "memory": {"footprint_bytes": 2e8}}]
+    (tmp_path / "selfcheck_c1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (tmp_path / "selfcheck_c4.jsonl").write_text(json.dumps(
+        {"level": 1, "problem": "1_Small", "memory": {"footprint_bytes": 3e8}}) + "\n")
+    got = run.smallest_first(["level1/38_L1Norm_", "level2/9_Unseen", "level1/1_Small",
+                              "level3/39_GRU"], str(tmp_path))
+    assert got == ["level3/39_GRU", "level1/1_Small", "level1/38_L1Norm_", "level2/9_Unseen"]
+
+
 def test_report_counts_and_names_reruns_and_caps():
     problems = ["level1/1_A", "level1/2_B", "level2/3_C"]
     note = {"reason": "device out of memory beside 3 other pairs on the device",
@@ -117,3 +131,34 @@ def test_a_capped_dry_phase_reports_what_it_reached(tmp_path):
     assert "capped at 15 s: reached 1 of 3 problems" in report, report
     assert "rerun alone after an out of memory beside others (R): 0" in report, report
     assert "level1/2_Slow" in report and "not run" in report, report
+
+
+def test_from_an_earlier_run_reports_its_lines_beside_this_ones(tmp_path):
+    """--only kb --from DIR: the earlier selfcheck lines are copied in and
+    reported in their column; KernelBench's eval (the CPU's own timing
+    under --dry) runs the problems smallest footprint first."""
+    kb = tmp_path / "kb"
+    lvl = kb / "KernelBench" / "level1"
+    lvl.mkdir(parents=True)
+    for name in ("1_Big", "2_Small"):
+        (lvl / f"{name}.py").write_text(PROBLEM.format(sleep=0))
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "selfcheck_c1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in (
+        {"level": 1, "problem": "1_Big", "verdict": "pass", "speedup": 1.01,
+         "memory": {"footprint_bytes": 9e9}},
+        {"level": 1, "problem": "2_Small", "verdict": "pass", "speedup": 0.99,
+         "memory": {"footprint_bytes": 1e3}})))
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), KGYM_BIN=KGYM, TMPDIR="/tmp")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "kernelbench", "run.py"),
+                        "--dry", "--kb", str(kb), "--problems", "level1/*", "--only", "kb",
+                        "--from", str(earlier)], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (res,) = list(out.iterdir())
+    ran = [json.loads(x)["problem"] for x in open(res / "kernelbench_eval.jsonl") if x.strip()]
+    assert ran == ["2_Small", "1_Big"], ran
+    report = (res / "report.txt").read_text()
+    assert "kgym selfcheck concurrency 1: 2/2 pass" in report, report
+    assert "kernelbench eval" in report and "2/2 correct" in report, report
