@@ -310,6 +310,15 @@ MUTATIONS = [
              "            if fail:\n                self.result[\"mismatch\"] = dict(fail, trial=where)",
              "            if False:\n                self.result[\"mismatch\"] = dict(fail, trial=where)",
              [f"{CPU_VERDICTS} -k test_output_cache_caught_by_recheck"]),
+    Mutation("reftime-probe-ignored", "a cached reference time stands in only while this "
+             "phase's probe agrees with it", "harness/kgym_harness/timing.py",
+             "    return abs(ratio - 1.0) <= PROBE_TOL, ratio",
+             "    return True, ratio",
+             [f"{CPU_VERDICTS} -k fresh_reference_time"]),
+    Mutation("reftime-stale-used", "a cached reference time older than REFTIME_FRESH_S is "
+             "not probed", "harness/kgym_harness/timing.py",
+             "not 0 <= now_s - t <= REFTIME_FRESH_S", "not 0 <= now_s - t",
+             [f"{CPU_VERDICTS} -k fresh_reference_time"]),
     Mutation("judge-no-unexplained-time", "time the claims leave unexplained is timer_tamper",
              "harness/kgym_harness/stages/timing.py", "        if unexplained > 0:\n",
              "        if False:\n", [f"{CPU_VERDICTS} -k stalling_every_timing_phase"]),

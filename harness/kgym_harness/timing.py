@@ -51,6 +51,7 @@ _elapsed = torch.cuda.Event.elapsed_time
 _record = torch.cuda.Event.record
 _event_sync = torch.cuda.Event.synchronize
 _current_stream = torch.cuda.current_stream
+_wall = time.time  # the reference-time cache's ages
 _urandom = os.urandom  # the spot checks' CSPRNG, as it was before candidate code ran
 # A device-side busy wait queued before each sample's start event, so the
 # host has launched the timed call before the device reaches the start:
@@ -80,6 +81,10 @@ LEAD_PAD_NS = 20_000      # plus this,
 LEAD_MIN_NS = 20_000      # at least this (the L2 flush before it adds ~30 us on the H200)
 LEAD_WINDOW = 4           # the calls whose slowest launch sizes the lead
 LEAD_MAX_NS = 20_000_000  # the longest lead: covers a level-3 model's launches
+REFTIME_FRESH_S = 120.0   # "fresh" reference-time cache: entries at most this old,
+PROBE_SPREAD = 0.02       # with samples this tight (interquartile range / median),
+PROBE_CALLS = 2           # stand in once this many reference calls per block
+PROBE_TOL = 0.02          # agree with them this closely (median against median)
 
 
 def is_cuda(device: str) -> bool:
@@ -783,6 +788,58 @@ def tamper_excess(claim_ms: float, n_iter: int, n_warmup: int, wall_ms: float,
 
 
 # ---- reference-time cache ---------------------------------------------------
+
+def reftime_mode(device: str) -> str:
+    """How the judge uses the reference-time cache (KGYM_REFTIME_CACHE):
+    "off" (0), "always" (1: any cached time, clock drift in) or "fresh": a
+    time this device took at most REFTIME_FRESH_S ago, whose samples are
+    tight, used only when a probe of PROBE_CALLS reference calls per block
+    in this phase agrees with it within PROBE_TOL (probe_agrees). Unset:
+    fresh on a GPU, off on the CPU (host timings share the host)."""
+    got = os.environ.get("KGYM_REFTIME_CACHE", "")
+    if got in ("0", "off"):
+        return "off"
+    if got in ("1", "always"):
+        return "always"
+    if got == "fresh" or (got == "" and is_cuda(device)):
+        return "fresh"
+    return "off"
+
+
+def wall_s() -> float:
+    """Seconds since the epoch: when a cached reference time was taken."""
+    return _wall()
+
+
+def spread(samples: list[float]) -> float:
+    """Interquartile range over median (inf when the median is not above 0)."""
+    if len(samples) < 4:
+        return math.inf
+    q = statistics.quantiles(samples, n=4)
+    med = statistics.median(samples)
+    return (q[2] - q[0]) / med if med > 0 else math.inf
+
+
+def fresh_enough(cached: dict, now_s: float) -> str | None:
+    """None when a cached reference time may stand in for this phase's (in
+    "fresh" mode, before its probe), else why not."""
+    t = cached.get("t")
+    if not isinstance(t, (int, float)) or not 0 <= now_s - t <= REFTIME_FRESH_S:
+        return "stale"
+    if spread(cached["samples_ms"]) > PROBE_SPREAD:
+        return "spread"
+    return None
+
+
+def probe_agrees(cached: list[float], probe: list[float]) -> tuple[bool, float]:
+    """(whether this phase's probe of the reference agrees with the cached
+    samples, probe median / cached median)."""
+    if not probe or not cached:
+        return False, math.nan
+    ref = statistics.median(cached)
+    ratio = statistics.median(probe) / ref if ref > 0 else math.inf
+    return abs(ratio - 1.0) <= PROBE_TOL, ratio
+
 
 def reftime_key(reference_code: str, config: dict, device_name: str) -> str:
     desc = {"ref": hashlib.sha256(reference_code.encode()).hexdigest(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import kit
+from kgym_harness import timing
 
 
 def test_honest_kernel_passes():
@@ -330,6 +331,54 @@ def test_reference_timing_is_cached_per_config(monkeypatch):
     assert [r["checks"]["reference_cached"] for r in (first, again, other, fresh)] == \
         [False, True, False, False]
     assert again["runtime_stats"]["reference"] == first["runtime_stats"]["reference"]
+
+
+SLEEPY_REF = kit.REF.replace("import torch\n", "import time\n\nimport torch\n", 1).replace(
+    "        return torch.relu", "        time.sleep(0.02)\n        return torch.relu")
+
+
+def test_fresh_reference_time_stands_in_only_while_its_probe_agrees(monkeypatch, tmp_path):
+    """KGYM_REFTIME_CACHE=fresh: a recent, tight reference time of this
+    device stands in once PROBE_CALLS reference calls per block agree with
+    it; one that has moved is timed again in full (and re-cached); one too
+    old is not probed. A 20 ms sleep on both sides keeps the CPU's times
+    tight."""
+    import glob
+    import json
+    monkeypatch.setenv("KGYM_REFTIME_CACHE", "fresh")
+    monkeypatch.setenv("KGYM_CACHE_DIR", str(tmp_path))
+    code = kit.cpu_kernel(kit.model_new("time.sleep(0.02)\nreturn add_relu_scale(a, b, self.scale)"),
+                          top="import time\n\n")
+    kw = {"reference_code": SLEEPY_REF, "num_perf_trials": 20}
+    first = kit.run(code, **kw)
+    assert first["verdict"] == "pass", first["feedback"]
+    assert first["checks"]["reference_cached"] is False
+    assert "reference_probe" not in first["checks"]
+    (entry,) = glob.glob(str(tmp_path / "**" / "reftime" / "*.json"), recursive=True)
+    again = kit.run(code, seed=5, **kw)
+    probe = again["checks"]["reference_probe"]
+    assert again["checks"]["reference_cached"] is True and probe["used"] is True, probe
+    assert probe["calls"] == 5 * timing.PROBE_CALLS and abs(probe["ratio"] - 1) <= timing.PROBE_TOL
+    assert again["runtime_stats"]["reference"] == first["runtime_stats"]["reference"]
+
+    obj = json.load(open(entry))
+    obj["samples_ms"] = [x * 1.5 for x in obj["samples_ms"]]  # the device has sped up since
+    json.dump(obj, open(entry, "w"))
+    moved = kit.run(code, seed=6, **kw)
+    probe = moved["checks"]["reference_probe"]
+    assert probe["used"] is False and probe["ratio"] < 1 - timing.PROBE_TOL, probe
+    assert moved["checks"]["reference_cached"] is False
+    ref = moved["runtime_stats"]["reference"]
+    assert ref["n"] == 20 and 19 < ref["median"] < 1.3 * 20, ref  # timed now, in full
+    assert json.load(open(entry))["samples_ms"] != obj["samples_ms"]  # cached again
+
+    obj = json.load(open(entry))
+    obj["t"] -= timing.REFTIME_FRESH_S + 1
+    json.dump(obj, open(entry, "w"))
+    stale = kit.run(code, seed=7, **kw)
+    assert stale["checks"]["reference_probe"] == {"used": False, "why": "stale"}
+    assert stale["checks"]["reference_cached"] is False
+    assert stale["verdict"] == "pass", stale["feedback"]
 
 
 def test_torch_compile_reference_backend():

@@ -38,24 +38,32 @@ class Timing:
 
     def reference_timer(self, plan: list[dict]) -> tuple[Any, dict | None, str | None]:
         """(forward of the reference as timed, cached pooled timing or None,
-        cache key when the cache is on). The cache is opt-in
-        (KGYM_REFTIME_CACHE=1): a cached time was taken at another moment,
-        so GPU clock drift would enter the speedup."""
+        cache key when the cache is on; timing.reftime_mode). "always": a
+        cached time stands in whole (None for the forward; clock drift
+        enters the speedup). "fresh": a recent, tight cached time stands in
+        only if this phase's probe agrees (timing()), so the forward is
+        built too. force_refresh reads no cached time."""
         req = self.req
         config = {"n_warmup": req["num_warmup"], "n_iter": req["num_perf_trials"],
                   "backend": req["reference_backend"], "entry": req["entry_point"],
                   "blocks": len(plan), "warmup_ms": timing.WARMUP_MIN_MS, "prewarmed": True,
                   "allow_tf32": req["allow_tf32"]}  # the reference's precision
-        key = None
-        if not req["force_refresh"] and os.environ.get("KGYM_REFTIME_CACHE", "0") == "1":
-            key = timing.reftime_key(req["reference_code"], config,
-                                     self.result["device"]["name"])
-            cached = timing.reftime_load(key)
-            if cached is not None:
-                self.result["checks"]["reference_cached"] = True
-                self.result["checks"]["reference_backend"] = str(cached.get("backend", "eager"))
-                return None, cached, key
-        self.result["checks"]["reference_cached"] = False
+        key, cached = None, None
+        mode = timing.reftime_mode(self.device)
+        checks = self.result["checks"]
+        if mode != "off":
+            key = timing.reftime_key(req["reference_code"], config, self.device_identity())
+            cached = None if req["force_refresh"] else timing.reftime_load(key)
+        if cached is not None and mode == "always":
+            checks["reference_cached"] = True
+            checks["reference_backend"] = str(cached.get("backend", "eager"))
+            return None, cached, key
+        if cached is not None:
+            why = timing.fresh_enough(cached, timing.wall_s())
+            if why is not None or cached.get("backend") != req["reference_backend"]:
+                checks["reference_probe"] = {"used": False, "why": why or "backend"}
+                cached = None
+        checks["reference_cached"] = False
         model = self.ref_model
         loader.set_mode(model, "train")
         fn: Any = model
@@ -71,7 +79,7 @@ class Timing:
                 self.result["warnings"].append(f"torch.compile failed, timed eager: {e}"[:500])
         self.result["checks"]["reference_backend"] = used
         if used != req["reference_backend"]:
-            key = None  # never cache a fallback
+            key, cached = None, None  # never cache (nor probe against) a fallback
 
         def call(args: Any) -> Any:
             # timed: no marker here (the caller marks the whole block), and
@@ -83,7 +91,16 @@ class Timing:
                 raise
             except BaseException as e:
                 raise problem.failed("reference:forward", e, "forward") from None
-        return call, None, key
+        return call, cached, key
+
+    def device_identity(self) -> str:
+        """The device's name and, on a GPU, its UUID: a cached reference
+        time is this physical device's own."""
+        name = str(self.result["device"]["name"])
+        if timing.is_cuda(self.device):
+            uuid = getattr(torch.cuda.get_device_properties(torch.device(self.device)), "uuid", "")
+            name += f" {uuid}"
+        return name
 
     def timing_inputs(self, i: int) -> list:
         return self.draw(loader.derive_seed(self.timing_seed, f"iter:{i}"))
@@ -109,7 +126,7 @@ class Timing:
         req = self.req
         plan = timing.block_plan(req["num_perf_trials"], req["num_warmup"], prewarmed=True)
         # where the phase's time goes (ms): the judge's clock, diagnostics only
-        detail = self.result["timings"].setdefault("timing_detail", {})
+        detail = self.result.setdefault("timings", {}).setdefault("timing_detail", {})
         t0 = now()
         self.lock_device(exclusive=False, label="timing/prewarm")
         ref_call, cached, key = self.reference_timer(plan)  # torch.compile: not while exclusive
@@ -123,11 +140,17 @@ class Timing:
         detail.update(reference_timer=_ms(t1 - t0), prewarm=_ms(t2 - t1), exclusive_wait=_ms(t3 - t2))
         wall_call = ref_call if ref_call is not None else self.eager_reference()
         run, unexplained, clock = self._timed_phases(plan, ref_call, cached, wall_call)
+        if cached is not None and ref_call is not None and not self._probe_agrees(cached, run):
+            # the reference's time has moved since it was cached: time the
+            # phase again in full, and cache what it measures
+            cached = None
+            run, unexplained, clock = self._timed_phases(plan, ref_call, None, wall_call)
         checks = self.result["checks"]
         n = req["num_perf_trials"]
         ref, cand, side = run["ref"], run["cand"], run["side"]
         if cached is None and key is not None:
-            timing.reftime_store(key, dict(ref, backend=req["reference_backend"]))
+            timing.reftime_store(key, dict(ref, backend=req["reference_backend"],
+                                           t=timing.wall_s()))
         kstats = timing.stats(cand)
         rstats = timing.stats(ref["samples_ms"])
         self.result["runtime_stats"] = {"kernel": kstats, "reference": rstats}
@@ -188,15 +211,15 @@ class Timing:
         calls under 4-way concurrency, docs/harness-notes.md), while a
         kernel's own side stream is there on every call of every phase."""
         n = self.req["num_perf_trials"]
-        detail = self.result["timings"].setdefault("timing_detail", {})
+        detail = self.result.setdefault("timings", {}).setdefault("timing_detail", {})
         t0 = now()
         run = self._time_blocks(plan, ref_call, cached)
         t1 = now()
         unexplained = self._unexplained(run, plan)
         clock = trustclock.check_phase(self, run, wall_call)
         detail.update(blocks=_ms(t1 - t0), clock=_ms(now() - t1),
-                      blocks_reference=round(run["ref"].get("wall_ms", 0.0), 2),
-                      blocks_kernel=round(run["wall_ms"], 2))
+                      blocks_reference=round((run.get("ref") or {}).get("wall_ms", 0.0), 2),
+                      blocks_kernel=round(run.get("wall_ms", 0.0), 2))
         retried: list[dict] = []
         while len(retried) < SIDE_STREAM_PHASES - 1:
             side_found = timing.side_stream_found(len(run["side"]), n)
@@ -221,6 +244,19 @@ class Timing:
         if len(retried) > 1:
             self.result["checks"]["timing_retried_side_stream"] = retried[1:]
         return run, unexplained, clock
+
+    def _probe_agrees(self, cached: dict, run: dict) -> bool:
+        """Whether this phase's probe of the reference (PROBE_CALLS a
+        block, timed here like the full blocks) agrees with the cached
+        time (timing.probe_agrees); checks.reference_probe and
+        checks.reference_cached say what was used."""
+        ok, ratio = timing.probe_agrees(cached["samples_ms"], run["probe"])
+        self.result["checks"]["reference_probe"] = {
+            "used": ok, "calls": len(run["probe"]), "ratio": round(ratio, 5),
+            "age_s": round(timing.wall_s() - cached["t"], 2),
+            "median_ms": round(timing.stats(run["probe"])["median"], 6) if run["probe"] else None}
+        self.result["checks"]["reference_cached"] = ok
+        return ok
 
     def trusted_clock(self, clock: dict) -> None:
         """What the judge's clock (trustclock.check_phase) says about the
@@ -267,7 +303,7 @@ class Timing:
         # exclusive section waited on other processes' driver work
         first = plan[0]["n_iter"] if os.environ.get("KGYM_TIMING_RESERVE", "1") != "0" else 0
         reserved = {}
-        if cached is None:
+        if ref_call is not None:  # timed in full, or probed against a cached time
             def inputs(i: int) -> list:
                 return self.draw(loader.derive_seed(seed, f"iter:{i}"))
             with self.marker.mark("reference:forward"):
@@ -300,11 +336,22 @@ class Timing:
                      "spots": self.spot_checks(),
                      "timed": set(), "l2_found": None, "l2_report": None}
         cand = run["cand"]
+        run["probe"] = []  # the reference's calls timed against a cached time
         for b, blk in enumerate(plan):
             for who in (("ref", "cand") if b % 2 == 0 else ("cand", "ref")):
-                if who == "ref":
-                    if cached is not None:
+                if who == "ref" and cached is not None:
+                    if ref_call is None:  # "always": the cached time stands in
                         continue
+                    with self.marker.mark("reference:forward"):
+                        r = timing.time_forward(ref_call, self.timing_inputs,
+                                                timing.rewarm(blk, run["probe"]),
+                                                min(timing.PROBE_CALLS, blk["n_iter"]),
+                                                self.device, start=blk["start"],
+                                                warmup_ms=blk["warmup_ms"],
+                                                timed_start=blk["timed_start"])
+                    run["probe"] += r["samples_ms"]
+                    continue
+                if who == "ref":
                     with self.marker.mark("reference:forward"):  # the block, not each call
                         r = timing.time_forward(ref_call, self.timing_inputs,
                                                 timing.rewarm(blk, ref["samples_ms"]),
