@@ -252,7 +252,8 @@ static int resolve_in_path(char *path, size_t n)
 }
 
 /* Sets e->python: cfg.python, else KGYM_PYTHON, else <root>/.venv's, else
- * what scripts/find-python prints (the first python3 with torch). */
+ * what scripts/find-python prints (the first python3 that has torch,
+ * found without importing it: this is on every cold start's path). */
 int eng_find_python(kg_engine *e, kg_err *err)
 {
     const char *env = getenv("KGYM_PYTHON");
