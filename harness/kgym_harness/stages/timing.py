@@ -340,33 +340,29 @@ class Timing:
         run["ref_wall_ms"] = 0.0  # the reference's blocks (full or probe) in this pass
         for b, blk in enumerate(plan):
             for who in (("ref", "cand") if b % 2 == 0 else ("cand", "ref")):
-                if who == "ref" and cached is not None:
+                if who == "ref":
                     if ref_call is None:  # "always": the cached time stands in
                         continue
-                    with self.marker.mark("reference:forward"):
+                    # against a cached time, a probe of PROBE_CALLS calls
+                    probing = cached is not None
+                    mine = run["probe"] if probing else ref["samples_ms"]
+                    with self.marker.mark("reference:forward"):  # the block, not each call
                         r = timing.time_forward(ref_call, self.timing_inputs,
-                                                timing.rewarm(blk, run["probe"]),
-                                                min(timing.PROBE_CALLS, blk["n_iter"]),
+                                                timing.rewarm(blk, mine),
+                                                min(timing.PROBE_CALLS, blk["n_iter"])
+                                                if probing else blk["n_iter"],
                                                 self.device, start=blk["start"],
                                                 warmup_ms=blk["warmup_ms"],
                                                 timed_start=blk["timed_start"])
-                    run["probe"] += r["samples_ms"]
+                    mine += r["samples_ms"]
                     run["ref_wall_ms"] += r["wall_ms"]
-                    continue
-                if who == "ref":
-                    with self.marker.mark("reference:forward"):  # the block, not each call
-                        r = timing.time_forward(ref_call, self.timing_inputs,
-                                                timing.rewarm(blk, ref["samples_ms"]),
-                                                blk["n_iter"], self.device, start=blk["start"],
-                                                warmup_ms=blk["warmup_ms"],
-                                                timed_start=blk["timed_start"])
-                    ref["samples_ms"] += r["samples_ms"]
+                    if probing:
+                        continue
                     run["ref_side"] += len(r["side_stream"])
                     run["excess"]["reference"].append(r["sync_excess_ms"])
                     run["latency"]["reference"].append(r["sync_latency_ms"])
                     run["lead"]["reference"] = [r["lead_us"] or 0.0,
                                                 run["lead"]["reference"][1] + r["lead_short"]]
-                    run["ref_wall_ms"] += r["wall_ms"]
                     for k in ("prep_ms", "warmup_ms", "wall_ms"):
                         ref[k] += r[k]
                     _add_host(run["host"]["reference"], r, r["wall_ms"])
