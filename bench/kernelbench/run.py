@@ -163,6 +163,29 @@ def reruns(rows: dict) -> list[str]:
     return sorted(p for p, r in rows.items() if r.get("rerun"))
 
 
+# the judge's stages in pipeline order (harness judge.PIPELINE); timing
+# holds the device alone, so its sum bounds a run at any concurrency
+PHASES = ("setup", "compile", "gate", "correctness", "timing", "profiling",
+          "timing_checks", "recheck")
+
+
+def phase_seconds(rows: dict) -> str:
+    """Each stage's seconds summed over rows (the selfcheck lines' phases),
+    with the timing stage's share: where a run's time went."""
+    tot = {k: 0.0 for k in PHASES}
+    for r in rows.values():
+        ph = r.get("phases") or {}
+        for k in PHASES:
+            if isinstance(ph.get(k), (int, float)):
+                tot[k] += ph[k] / 1e3
+    s = sum(tot.values())
+    if not s:
+        return "phases: none recorded"
+    return ("phases, s summed over problems: "
+            + " ".join(f"{k} {v:.0f}" for k, v in tot.items() if v >= 0.5)
+            + f"; timing (device held alone) {100 * tot['timing'] / s:.0f}% of {s:.0f}")
+
+
 def report(problems: list[str], runs: dict, elapsed: dict, f,
            capped: dict | None = None) -> None:
     """capped: phase -> its cap in seconds, for the phases stopped at it."""
@@ -220,6 +243,7 @@ def report(problems: list[str], runs: dict, elapsed: dict, f,
                     f"{per_min}")
             if bad:
                 notes.append(f"not pass: {bad}")
+            notes.append(phase_seconds(rows))
             again = reruns(rows)
             notes.append(f"rerun alone after an out of memory beside others (R): {len(again)}"
                          + (f" ({', '.join(again)})" if again else ""))

@@ -243,6 +243,8 @@ json_t *kb_line(const kb_problem *p, const json_t *result)
     copy_field(l, "timing_lead", checks, NULL);
     /* run again alone after an out of memory beside others (docs/worker.md) */
     copy_field(l, "rerun", checks, NULL);
+    /* where its time went (ms per phase: docs/worker.md) */
+    copy_field(l, "timings", result, "phases");
     json_t *t = json_object_get(json_object_get(result, "timings"), "total");
     json_object_set_new(l, "seconds",
                         json_is_number(t)

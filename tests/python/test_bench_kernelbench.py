@@ -127,10 +127,23 @@ def test_a_capped_dry_phase_reports_what_it_reached(tmp_path):
     (res,) = list(out.iterdir())
     lines = [json.loads(x) for x in open(res / "selfcheck_c1.jsonl") if x.strip()]
     assert [x["problem"] for x in lines] == ["1_Fast"], lines
+    # each line says where its time went, and the report sums it by stage
+    assert lines[0]["phases"]["correctness"] > 0 and lines[0]["phases"]["total"] > 0, lines
     report = (res / "report.txt").read_text()
     assert "capped at 15 s: reached 1 of 3 problems" in report, report
     assert "rerun alone after an out of memory beside others (R): 0" in report, report
     assert "level1/2_Slow" in report and "not run" in report, report
+    assert "phases, s summed over problems:" in report, report
+
+
+def test_phase_seconds_sums_each_stage_and_the_timing_share():
+    rows = {"a": {"phases": {"setup": 1000, "correctness": 2000, "timing": 6000, "total": 9000}},
+            "b": {"phases": {"setup": 1000, "timing": 2000, "engine_start": {"x": 1}}},
+            "c": {"phases": None}}
+    got = run.phase_seconds(rows)
+    assert got.startswith("phases, s summed over problems: setup 2 correctness 2 timing 8;"), got
+    assert got.endswith("timing (device held alone) 67% of 12"), got
+    assert run.phase_seconds({"c": {}}) == "phases: none recorded"
 
 
 def test_from_an_earlier_run_reports_its_lines_beside_this_ones(tmp_path):
