@@ -88,6 +88,13 @@ def _failure(exc: BaseException, phase: str, state: CandidateState) -> dict:
     return {"ok": False, "failure": loader.classify(exc, phase, state.kernel_path)}
 
 
+def _device_full(exc: BaseException) -> bool:
+    """exc is a device allocation failure (torch's OutOfMemoryError, or the
+    CUDA runtime's "out of memory" raised as another error)."""
+    return isinstance(exc, torch.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and "out of memory" in str(exc))
+
+
 def _setup_backend(backend: str, device: str, kernel_code: str) -> list[str]:
     """Install the launch hooks before any candidate code is imported."""
     if backend == "triton" and torch.device(device).type == "cpu":
@@ -612,6 +619,13 @@ def run_candidate(chan_fd: int) -> None:
                 header, tensors = chan.recv()
             except PeerClosed:
                 return
+            except Exception as e:  # noqa: BLE001 - only a device full is answered
+                if not _device_full(e):
+                    raise
+                # the judge's tensors found no room on the device (it is
+                # shared): a failure of this call, not a dead process
+                chan.send(_failure(e, "run", state))
+                continue
             cmd = header.get("cmd")
             if cmd == "exit":
                 chan.send({"ok": True})

@@ -169,6 +169,10 @@ class Region:
 # once it is sent and copied out, so that neither holds a copy of its
 # largest message while it works (same rule on both sides).
 SHM_FINE_REGION = 1 << 30
+# The same rule for device regions (devregion.py): one above this carries
+# one message, then its sender frees it and its receiver unmaps it, so that
+# neither process keeps a device copy of its largest message while it works.
+DEV_FINE_REGION = 1 << 30
 
 
 def region_size(need: int) -> int:
@@ -225,6 +229,7 @@ class Channel:
         self._next_id = 1
         self._dev_out: DevRegion | None = None
         self._dev_in: DevRegion | None = None
+        self._dev_spent = False  # _dev_out carried a large message: freed at the reply
         self._dev_announced = False        # our first device region was offered
         self.dev_peer_ok = False           # the peer mapped it: we may send through it
         self._dev_answer: bool | None = None  # to tell the peer about its region
@@ -310,6 +315,8 @@ class Channel:
             # it until it has copied out, then drops it too: _drop_large_in)
             self._out.close()
             self._out = None
+        if "dev" in header and self._dev_out is not None and self._dev_out.size > DEV_FINE_REGION:
+            self._dev_spent = True  # freed once the peer answers (it has copied out)
         if "shm" in header or "dev" in header:
             return  # the bytes are in a region: none follow on the socket
         for t in tensors:
@@ -360,7 +367,7 @@ class Channel:
         message then goes through shared memory."""
         offsets, need = _layout(specs)
         assert self._dev_out is not None  # _on_device said so
-        if self._dev_out.size < need:
+        if self._dev_out.size < need or self._dev_out.bytes is None:  # small, or spent
             t0 = time.perf_counter()
             grown = self._dev_out.grown(need, self._next_id)
             if grown is None:
@@ -458,6 +465,9 @@ class Channel:
     def recv(self) -> tuple[dict, list[torch.Tensor]]:
         """Receive one message, validating everything before allocating."""
         n, fds = self._recv_prefix()
+        if self._dev_spent and self._dev_out is not None:  # the peer copied it out
+            self._dev_spent = False
+            self._dev_out.close()
         new_fd = fds.pop(0) if fds else -1
         for fd in fds:
             os.close(fd)
@@ -557,6 +567,9 @@ class Channel:
             tensors.append(out)
         region.sync()
         self._lap("take", t0)
+        if region.size > DEV_FINE_REGION:  # copied out; its sender frees it at our answer
+            region.close()
+            self._dev_in = None
         return tensors
 
     def _in_region(self, shm: Any, new_fd: int) -> Region:

@@ -98,11 +98,42 @@ def device_bytes(ptr: int, nbytes: int, device: str) -> torch.Tensor:
     return torch.as_tensor(_View(ptr, nbytes), device=device)
 
 
+# Above FINE_REGION a region grows by an eighth of the next power of two,
+# not to it: a 6 GiB message maps 6 GiB, not 8 GiB, on a device where
+# every GiB is another task's (the same rule as channel.region_size).
+FINE_REGION = 1 << 30
+
+# Bytes of regions of ours alive now, and the most at once: memstat adds the
+# latter to torch's peak, since a region is no allocator block.
+owned_bytes = 0
+owned_peak = 0
+
+
 def region_size(need: int) -> int:
     size = MIN_REGION
     while size < need:
         size *= 2
+    if size > FINE_REGION:
+        step = size // 8
+        size = -(-need // step) * step
     return -(-size // PAGE) * PAGE
+
+
+def _note_owned(delta: int) -> None:
+    global owned_bytes, owned_peak
+    owned_bytes += delta
+    owned_peak = max(owned_peak, owned_bytes)
+
+
+def _malloc(rt: Any, ptr: ctypes.c_void_p, size: int) -> bool:
+    """cudaMalloc of size bytes into ptr; when the device is full, once more
+    after torch's allocator gave back its cached free blocks (they are no
+    use to a cudaMalloc of ours, and a large region needs them)."""
+    if rt.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(size)) == 0 and ptr.value:
+        return True
+    rt.cudaGetLastError()  # an allocation failure is not sticky; clear it
+    torch.cuda.empty_cache()
+    return rt.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(size)) == 0 and bool(ptr.value)
 
 
 class DevRegion:
@@ -130,12 +161,14 @@ class DevRegion:
         ptr = ctypes.c_void_p()
         try:
             torch.cuda.set_device(torch.device(device))
-            if rt.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(size)) != 0 or not ptr.value:
+            if not _malloc(rt, ptr, size):
+                rt.cudaGetLastError()
                 return None
             h = _Handle()
             if rt.cudaIpcGetMemHandle(ctypes.byref(h), ptr) != 0:
                 rt.cudaFree(ptr)
                 return None
+            _note_owned(size)
             return DevRegion(ptr.value, size, rid, device, True, bytes(h))
         except (AttributeError, RuntimeError, OSError):
             return None
@@ -206,6 +239,7 @@ class DevRegion:
             torch.cuda.synchronize(torch.device(self.device))
             if self.owned:
                 rt.cudaFree(ctypes.c_void_p(self.ptr))
+                _note_owned(-self.size)
             else:
                 rt.cudaIpcCloseMemHandle(ctypes.c_void_p(self.ptr))
         except (AttributeError, RuntimeError, OSError):

@@ -3,7 +3,10 @@
 Linux is in KiB and counts the process since its fork, the warm-up and
 the zygote's pages included) and, on CUDA, torch's peak of allocated
 device memory (torch.cuda.max_memory_allocated: the caching allocator's
-blocks in use, not its cache nor the context). The judge reports its own;
+blocks in use, not its cache nor the context) plus the most bytes of
+channel regions it held at once (devregion.py: cudaMalloc'd, no allocator
+block); the sum of the two peaks, never below the true one.
+The judge reports its own;
 the candidate's figures come in its replies and are its claim. Also the
 problem's footprint (begin_pass/end_pass), which the engine's admission
 by memory reads. And the judge's rule for tensors large relative to its
@@ -16,6 +19,7 @@ from typing import Any
 
 import torch
 
+from . import devregion
 
 def peak(before: int | None = None) -> dict:
     """{"host_peak_bytes": int, "device_peak_bytes": int or None (no CUDA
@@ -25,7 +29,7 @@ def peak(before: int | None = None) -> dict:
     dev = None
     try:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
-            dev = max(int(torch.cuda.max_memory_allocated()), before or 0)
+            dev = max(int(torch.cuda.max_memory_allocated()), before or 0) + devregion.owned_peak
     except Exception:  # a broken CUDA state must not cost the reply
         dev = None
     return {"host_peak_bytes": int(host), "device_peak_bytes": dev}

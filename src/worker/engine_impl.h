@@ -319,7 +319,10 @@ void eng_settle_probe(kg_engine *e, kg_engine_done_fn done, void *ctx);
  * REFERENCE_ERROR) whose error says the device ran out of memory; never a
  * candidate's verdict (runtime_error). */
 int eng_oom_not_candidates(const json_t *r);
-/* Whether r is to be run again alone: such an out of memory, with other
+/* r is the candidate's runtime_error OUT_OF_MEMORY, or CUDA_ERROR saying
+ * out of memory: its claim, which can earn it one run alone, no verdict. */
+int eng_oom_candidates(const json_t *r);
+/* Whether r is to be run again alone: either out of memory, with other
  * pairs beside it on the device, and not a rerun already (reran). */
 int eng_rerun_wanted(const json_t *r, int others, int reran);
 /* Raises each active task's company to the other pairs on the device now

@@ -1,6 +1,6 @@
-/* engine_rerun.c - a task whose judge or reference ran out of device memory
- * while other pairs shared the device is not reported: it runs once more,
- * alone (docs/worker.md, "Out of memory beside others"). Which results
+/* engine_rerun.c - a task whose judge, reference or candidate ran out of
+ * device memory while other pairs shared the device is not reported: it
+ * runs once more, alone (docs/worker.md, "Out of memory beside others"). Which results
  * qualify, the company each task had, the gate that keeps the device for
  * the rerun, and what its result says. */
 #include <stdio.h>
@@ -47,9 +47,25 @@ int eng_oom_not_candidates(const json_t *r)
            says_device_oom(str_of(err, "type"));
 }
 
+/* The candidate's own out of memory: runtime_error OUT_OF_MEMORY (torch's
+ * error) or CUDA_ERROR saying so (the runtime's). Its claim, which earns
+ * nothing but one run alone, whose verdict stands. */
+int eng_oom_candidates(const json_t *r)
+{
+    const char *code = str_of(r, "error_code");
+    if (strcmp(str_of(r, "verdict"), "runtime_error") ||
+        (strcmp(code, "OUT_OF_MEMORY") && strcmp(code, "CUDA_ERROR")))
+        return 0;
+    const json_t *err = json_object_get(r, "error");
+    return says_device_oom(str_of(r, "error_message")) ||
+           says_device_oom(str_of(err, "message")) ||
+           says_device_oom(str_of(err, "type"));
+}
+
 int eng_rerun_wanted(const json_t *r, int others, int reran)
 {
-    return !reran && others > 0 && eng_oom_not_candidates(r);
+    return !reran && others > 0 &&
+           (eng_oom_not_candidates(r) || eng_oom_candidates(r));
 }
 
 /* Pairs on the device now: tasks active (running, staged, being killed),
@@ -196,7 +212,7 @@ void eng_rerun_mark(const struct slot *sl, json_t *r)
     char text[512];
     snprintf(text, sizeof text,
              "rerun alone: the first run ran out of device memory beside "
-             "%d other pair(s) (%s / %s, not the candidate's); this is the "
+             "%d other pair(s) (%s / %s); this is the "
              "result of the second run, alone on the device",
              (int)json_integer_value(json_object_get(sl->rerun, "others")),
              str_of(json_object_get(sl->rerun, "first_error"), "verdict"),

@@ -109,18 +109,35 @@ static void test_judge_and_reference_ooms_qualify(void **st)
     json_decref(r);
 }
 
-static void test_a_candidates_oom_never_qualifies(void **st)
+static void test_a_candidates_oom_beside_others_qualifies_once(void **st)
 {
     (void)st;
-    /* the candidate's code ran out: its verdict, whatever shared the device */
+    /* the candidate's process found no room beside others (KernelBench's
+     * 8 GiB reductions at concurrency 4): one run alone, whose verdict
+     * stands; never when it ran alone, never twice */
     json_t *r = result("runtime_error", "OUT_OF_MEMORY",
                        "CUDA out of memory. Tried to allocate 2.00 GiB",
                        "OutOfMemoryError");
     assert_false(eng_oom_not_candidates(r));
-    assert_false(eng_rerun_wanted(r, 5, 0));
+    assert_true(eng_oom_candidates(r));
+    assert_true(eng_rerun_wanted(r, 5, 0));
+    assert_false(eng_rerun_wanted(r, 0, 0));
+    assert_false(eng_rerun_wanted(r, 5, 1));
     json_decref(r);
     r = result("runtime_error", "CUDA_ERROR", "CUDA error: out of memory",
                "CUDA error: out of memory");
+    assert_true(eng_rerun_wanted(r, 5, 0));
+    json_decref(r);
+    /* its other failures are its verdict, whatever their text says */
+    r = result("runtime_error", "FORWARD_EXCEPTION", "out of memory, it says",
+               "ValueError");
+    assert_false(eng_rerun_wanted(r, 5, 0));
+    json_decref(r);
+    r = result("runtime_error", "CUDA_ERROR", "CUDA error: illegal memory access",
+               "CUDA error: an illegal memory access was encountered");
+    assert_false(eng_rerun_wanted(r, 5, 0));
+    json_decref(r);
+    r = result("runtime_error", "CHILD_DIED", "out of memory", "ChildDied");
     assert_false(eng_rerun_wanted(r, 5, 0));
     json_decref(r);
     /* an infra_error of another kind (the engine's own spawn) */
@@ -231,8 +248,9 @@ static void test_taken_then_reported_once(void **st)
     free_queue(e);
 }
 
-/* A candidate's out of memory beside others goes out as it is. */
-static void test_candidates_oom_is_not_taken(void **st)
+/* A candidate's out of memory beside others is run again alone, its first
+ * error in the rerun note; alone, it goes out as it is, sizes not added. */
+static void test_candidates_oom_is_taken_beside_others_only(void **st)
 {
     (void)st;
     kg_engine *e = engine(2);
@@ -241,6 +259,17 @@ static void test_candidates_oom_is_not_taken(void **st)
     sl->company = 4;
     const char *m = "CUDA out of memory. Tried to allocate 2.00 GiB";
     json_t *r = result("runtime_error", "OUT_OF_MEMORY", m, "OutOfMemoryError");
+    assert_int_equal(eng_rerun_take(e, sl, r), 1);
+    assert_int_equal(e->npending, 1);
+    assert_true(e->head->alone);
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_object_get(e->head->rerun, "first_error"), "error_code")),
+        "OUT_OF_MEMORY");
+    json_decref(r);
+    free_queue(e);
+    sl->company = 0;
+    r = result("runtime_error", "OUT_OF_MEMORY", m, "OutOfMemoryError");
     assert_int_equal(eng_rerun_take(e, sl, r), 0);
     assert_int_equal(e->npending, 0);
     assert_string_equal(msg_of(r), m);
@@ -368,11 +397,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_judge_and_reference_ooms_qualify),
-        cmocka_unit_test(test_a_candidates_oom_never_qualifies),
+        cmocka_unit_test(test_a_candidates_oom_beside_others_qualifies_once),
         cmocka_unit_test(test_other_failures_do_not_qualify),
         cmocka_unit_test(test_rerun_only_beside_others_and_once),
         cmocka_unit_test(test_taken_then_reported_once),
-        cmocka_unit_test(test_candidates_oom_is_not_taken),
+        cmocka_unit_test(test_candidates_oom_is_taken_beside_others_only),
         cmocka_unit_test(test_alone_oom_names_its_sizes),
         cmocka_unit_test(test_company_counts_tasks_spares_and_exiting_pairs),
         cmocka_unit_test(test_gate),
