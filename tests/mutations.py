@@ -503,6 +503,11 @@ MUTATIONS = [
              "src/worker/engine_admit.c", "    if (least > budget)", "    if (least * 3.0 > budget)",
              ["unit:test_engine_admission",
               "tests/integration/test_kernelbench_cli.py -k bound_is_above"]),
+    Mutation("worker-footprint-note-ignored", "a judge's footprint note raises what its "
+             "running task holds at once, not at its result", "src/worker/engine_admit.c",
+             "        if (fp > 0 && eng_need_of(e, fp) > sl->need)",
+             "        if (0 && fp > 0 && eng_need_of(e, fp) > sl->need)",
+             ["unit:test_engine_admission"]),
     Mutation("worker-first-task-ungated", "a problem's first task needs an equal share of "
              "the device, not nothing", "src/worker/engine_admit.c",
              "    return eng_equal_share(e->dev_total, MEM_SHARE, e->nslots);",

@@ -649,6 +649,8 @@ def run_candidate(chan_fd: int) -> None:
             chan.send(reply, out)
             del reply, out  # hold nothing of this call while serving the next
             _scrub(state.snaps)
+            if cmd == "spots":  # the timed outputs are gone: their memory too
+                memstat.give_back(state.device)
     finally:
         chan.close()
         if state.workdir:

@@ -13,6 +13,11 @@ import os
 RESULT_MAGIC = b"KGYMRES1"
 RESULT_TRAILER = b"KGYMEND1"
 MAX_RESULT = 64 << 20
+# Before the frame, when its task says result_notes (the worker's engine),
+# a judge may write notes: b"KGYMNOTE" | 8-byte big-endian length | a JSON
+# object of at most MAX_NOTE bytes (src/worker/frame.h).
+NOTE_MAGIC = b"KGYMNOTE"
+MAX_NOTE = 4096
 
 
 def encode_result(obj: dict) -> bytes:
@@ -23,6 +28,17 @@ def encode_result(obj: dict) -> bytes:
 def write_result(fd: int, obj: dict) -> None:
     """Write the one result frame to fd (all of it, retrying short writes)."""
     data = memoryview(encode_result(obj))
+    while data:
+        n = os.write(fd, data)
+        data = data[n:]
+
+
+def write_note(fd: int, obj: dict) -> None:
+    """Write one note to fd, whole (a pipe write of this size is atomic)."""
+    body = json.dumps(obj, allow_nan=False).encode("utf-8")
+    if len(body) > MAX_NOTE:
+        raise ValueError(f"note of {len(body)} bytes is too large")
+    data = memoryview(NOTE_MAGIC + len(body).to_bytes(8, "big") + body)
     while data:
         n = os.write(fd, data)
         data = data[n:]

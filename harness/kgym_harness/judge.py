@@ -27,7 +27,7 @@ import torch
 from . import audit, cpustat, loader, memstat, precision, problem, schema, timing
 from .devlock import DeviceLock, LockTimeout
 from .channel import Channel, ChannelTimeout, PeerClosed, ProtocolError
-from .frame import write_result
+from .frame import write_note, write_result
 from .feedback import make_feedback
 from .problem import ReferenceFailed
 from .remote import CandidateFailed, Remote
@@ -117,6 +117,8 @@ class Judge(Correctness, Precision, Timing, Integrity, Profiling):
         self.facts = audit.ReferenceFacts()   # what the reference does to its inputs
         self.samples: list[tuple[list, Any]] = []  # (input digests, expected), 2 trials
         self.footprint: int | None = None  # memstat.end_pass after the first reference pass
+        self.large_output = False  # a passing trial's output was memstat.is_large
+        self.note_fd: int | None = None  # the result pipe, for notes before the frame
         self.peak0: int | None = None  # the device peak before that pass reset it
         self.low_precision: set[str] = set()  # the candidate's fp16/bf16 evidence
         self.precision64_found: list = []  # trial 0's measured downgrade, reported after it
@@ -243,6 +245,16 @@ class Judge(Correctness, Precision, Timing, Integrity, Profiling):
         if self.remote.ahead is not None:  # its claim too: diagnostics only
             self.result["checks"]["compile_ahead"] = self.remote.ahead
         self.result["compiled"] = True
+
+    def note(self, obj: dict) -> None:
+        """A note to the worker before the result (frame.write_note), when
+        its task asked for notes; a pipe that fails takes no more."""
+        if self.note_fd is None:
+            return
+        try:
+            write_note(self.note_fd, obj)
+        except (OSError, ValueError):
+            self.note_fd = None
 
     def wait_for_device(self) -> None:
         """A staged task (kgym eval --stage: started beyond --concurrency in
@@ -427,6 +439,8 @@ def run_judge(task: dict, chan_fd: int, result_fd: int, chan: Channel | None = N
             result["timings"]["warm_spare"] = warm  # before the task: not in total
         judge = Judge(task, chan, result)
         judge.gate_fd, gate_fd = gate_fd, None
+        if task.get("result_notes") is True:  # the worker's engine reads them
+            judge.note_fd = result_fd
         judge.guarded_run()
     except BaseException as e:
         result["verdict"], result["correctness"] = "infra_error", False

@@ -167,3 +167,19 @@ def trim(device: str, need: int) -> bool:
         return False
     torch.cuda.empty_cache()
     return True
+
+
+def give_back(device: str) -> bool:
+    """On CUDA, torch.cuda.empty_cache() when the allocator caches free
+    blocks worth a large tensor (large_bytes): after the candidate's timed
+    outputs are taken, so the judge's next large work finds the device's
+    memory, not this process's cache. True when the cache was emptied."""
+    if not str(device).startswith("cuda"):
+        return False
+    limit = large_bytes(device)
+    dev = torch.device(device)
+    cached = int(torch.cuda.memory_reserved(dev)) - int(torch.cuda.memory_allocated(dev))
+    if limit is None or cached < limit:
+        return False
+    torch.cuda.empty_cache()
+    return True

@@ -72,6 +72,7 @@ SIDE_SLACK_FRAC = 0.1     # or by this fraction of t_stream, whichever is larger
 PERF_BLOCKS = 5           # interleaved reference/candidate blocks
 REWARM_MAX_MS = 10.0      # later blocks re-warm with one call if calls are this fast
 SPOT_CHECKS = 3           # timed outputs kept per timing phase for the judge to check
+SPOT_CHECKS_LARGE = 1     # the same when an output is large (memstat.is_large)
 PREDRAW_BYTES = 1 << 30   # CUDA: timed calls' inputs drawn ahead, at most this much at once
 PREDRAW_BYTES_CPU = 256 << 20  # the CPU's (inputs as cold as in the judge's wall blocks)
 RESERVE_MAX_BYTES = 4 << 30  # CUDA: what a warm-up keeps cached for the timed loop, at most

@@ -173,6 +173,7 @@ static void read_children(kg_engine *e)
         if (!slot_active(sl))
             continue;
         eng_drain_result(sl);
+        eng_take_notes(e, sl);
         eng_drain_log(e, &sl->judge, "judge");
         eng_drain_log(e, &sl->cand, "candidate");
     }

@@ -216,6 +216,7 @@ json_t *eng_judge_task(kg_engine *e, const struct slot *sl)
     json_object_set_new(t, "device", json_string(eng_child_device(e)));
     if (sl->state == S_STAGED)
         json_object_set_new(t, "device_gate", json_true());
+    json_object_set_new(t, "result_notes", json_true()); /* eng_take_notes */
     /* the judge's own clock must aim at the worker's deadline (absolute
      * Unix seconds), not at its start: a fresh interpreter's start-up
      * would otherwise eat the margin, and the worker's kill would come

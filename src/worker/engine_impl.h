@@ -245,6 +245,8 @@ double eng_task_need(const kg_engine *e, const json_t *task);
 /* The same from the footprint already looked up (0: not known). */
 double eng_need_of(const kg_engine *e, double footprint);
 void eng_note_footprint(kg_engine *e, const struct slot *sl, const json_t *r);
+/* Takes the judge's notes from the front of sl's result pipe (frame.h). */
+void eng_take_notes(kg_engine *e, struct slot *sl);
 
 /* ---- engine_spare.c: the warm spare pool --------------------------------- */
 struct slot *eng_spare_pick(struct slot *spares, int n, int interp, int prof);

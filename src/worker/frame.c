@@ -44,6 +44,39 @@ json_t *kg_frame_parse(const char *buf, size_t n, kg_err *err)
     return obj;
 }
 
+static const char NOTE[8] = {'K', 'G', 'Y', 'M', 'N', 'O', 'T', 'E'};
+
+int kg_note_take(const char *buf, size_t n, json_t **note, size_t *used,
+                 kg_err *err)
+{
+    *note = NULL;
+    *used = 0;
+    if (n < 8 ? memcmp(buf, NOTE, n) != 0 : memcmp(buf, NOTE, 8) != 0)
+        return 0; /* a frame, or nothing yet */
+    if (n < 16)
+        return 0;
+    uint64_t len = 0;
+    for (int i = 0; i < 8; i++)
+        len = len << 8 | (unsigned char)buf[8 + i];
+    if (len > KG_NOTE_MAX) {
+        kg_errf(err, KG_EPARSE, "note of %llu bytes is too large",
+                (unsigned long long)len);
+        return -1;
+    }
+    if (n < 16 + len)
+        return 0;
+    json_error_t je;
+    json_t *obj = json_loadb(buf + 16, (size_t)len, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(obj)) {
+        json_decref(obj);
+        kg_errf(err, KG_EPARSE, "note is not a JSON object");
+        return -1;
+    }
+    *note = obj;
+    *used = 16 + (size_t)len;
+    return 1;
+}
+
 int kg_frame_encode(const json_t *obj, char **out, size_t *n, kg_err *err)
 {
     char *s = json_dumps(obj, JSON_COMPACT);

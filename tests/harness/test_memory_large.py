@@ -298,3 +298,14 @@ def test_float_distance_sums_every_chunk(monkeypatch):
         monkeypatch.setattr(chunked, "CHUNK", chunk)
         assert guards.float_distance(a, b) == 5.0
         assert guards.float_distance([a], [b.new_zeros(()).expand(b.shape)]) == 0.0
+
+
+def test_a_large_output_keeps_one_spot_check(large):
+    """Each spot check kept is a whole timed output in the candidate's
+    process: with a large output one, not three (three 6 GiB copies once
+    left KernelBench's Swish no room for the reference's recheck)."""
+    from kgym_harness import timing
+    r = kit.run(kit.cpu_kernel(), num_perf_trials=10)
+    assert r["verdict"] == "pass", r["feedback"]
+    spots = r["checks"]["spot_checks"]
+    assert spots["n"] == timing.SPOT_CHECKS_LARGE < timing.SPOT_CHECKS, spots

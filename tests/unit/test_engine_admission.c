@@ -532,10 +532,65 @@ static void test_equal_shares_fill_the_slots(void **st)
     assert_true(eng_equal_share(100, MEM_SHARE, 0) == 0);
 }
 
+/* The judge's footprint note (frame.h), read at the front of its result
+ * pipe: the problem's footprint is known and the running task holds
+ * MEM_FACTOR x of it from then on; the frame behind it stays whole; a
+ * note that has not all arrived waits; a bad one ends the pipe. */
+static void put_note(struct slot *sl, const char *json, size_t cut)
+{
+    char head[16] = {'K', 'G', 'Y', 'M', 'N', 'O', 'T', 'E'};
+    size_t n = strlen(json);
+    for (int i = 0; i < 8; i++)
+        head[8 + i] = (char)((uint64_t)n >> (56 - 8 * i));
+    char all[256];
+    memcpy(all, head, 16);
+    memcpy(all + 16, json, n);
+    assert_int_equal(kg_dynbuf_put(&sl->res.d, all, cut ? cut : 16 + n), 0);
+}
+
+static void test_footprint_note_raises_the_need_at_once(void **st)
+{
+    (void)st;
+    static kg_engine e;
+    memset(&e, 0, sizeof e);
+    e.nslots = 4;
+    struct slot sl;
+    running(&sl, 1);
+    sl.res_fd = -1;
+    sl.task = task_of("class Model: noted");
+    sl.need = 10; /* admitted as a share, before anything was known */
+    const char *note = "{\"footprint_bytes\": 30, \"device_total_bytes\": 400}";
+    put_note(&sl, note, 20); /* part of it: nothing yet */
+    eng_take_notes(&e, &sl);
+    assert_true(eng_task_footprint(&e, sl.task) == 0);
+    assert_int_equal(sl.res.d.len, 20);
+    eng_buf_free(&sl.res);
+    put_note(&sl, note, 0);
+    assert_int_equal(kg_dynbuf_put(&sl.res.d, "KGYMRES1", 8), 0);
+    eng_take_notes(&e, &sl);
+    assert_true(eng_task_footprint(&e, sl.task) == 30);
+    assert_true(e.dev_total == 400);
+    assert_true(sl.need == MEM_FACTOR * 30);
+    assert_int_equal(sl.res.d.len, 8); /* the frame's bytes, untouched */
+    assert_memory_equal(sl.res.d.p, "KGYMRES1", 8);
+    /* a smaller footprint later never lowers what it holds */
+    eng_buf_free(&sl.res);
+    put_note(&sl, "{\"footprint_bytes\": 5}", 0);
+    eng_take_notes(&e, &sl);
+    assert_true(sl.need == MEM_FACTOR * 30);
+    /* a bad note: the pipe is dropped, its bytes too */
+    put_note(&sl, "[1, 2]", 0);
+    eng_take_notes(&e, &sl);
+    assert_int_equal(sl.res.d.len, 0);
+    eng_buf_free(&sl.res);
+    json_decref(sl.task);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_transitions_allowed),
+        cmocka_unit_test(test_footprint_note_raises_the_need_at_once),
         cmocka_unit_test(test_transitions_refused),
         cmocka_unit_test(test_forbidden_transition_aborts),
         cmocka_unit_test(test_running_takes_a_device_slot_until_cleared),

@@ -140,6 +140,9 @@ class Correctness:
             self.footprint, self.peak0 = memstat.end_pass(
                 self.device, begun, inputs, expected, self.ref_model,
                 clone_skipped=memstat.is_large(inputs, self.device))
+            # the worker's admission needs it now, not at the result
+            self.note({"footprint_bytes": self.footprint,
+                       "device_total_bytes": memstat.device_total(self.device)})
         t3 = now()
         if guard:
             late = audit.deferred(reply)  # explains a never-written output better than stale
@@ -174,6 +177,7 @@ class Correctness:
         a large output (memstat.is_large) as its audit.Sketch, so that no
         whole output outlives its trial."""
         if memstat.is_large(expected, self.device):
+            self.large_output = True  # fewer spot checks kept (stages/timing.py)
             # degenerate() reads the constant test of the first only
             expected = audit.Sketch(expected, self.req["atol"], self.req["rtol"],
                                     constant=not self.samples)

@@ -316,8 +316,12 @@ class Timing:
             self.result["checks"]["timing_reserved"] = reserved  # bytes; the kernel's is its claim
 
     def spot_checks(self) -> int:
-        """Timed outputs the candidate keeps for the spot checks."""
-        return timing.SPOT_CHECKS if self.req["run_hack_checks"] else 0
+        """Timed outputs the candidate keeps for the spot checks: one when
+        an output is large (each copy kept is a whole output, and three of
+        KernelBench's 6 GiB ones left no room for the reference's recheck)."""
+        if not self.req["run_hack_checks"]:
+            return 0
+        return timing.SPOT_CHECKS_LARGE if self.large_output else timing.SPOT_CHECKS
 
     def _time_blocks(self, plan: list[dict], ref_call: Any, cached: dict | None) -> dict:
         """One pass over the interleaved blocks; what each side measured and
