@@ -508,6 +508,15 @@ MUTATIONS = [
              "        if (fp > 0 && eng_need_of(e, fp) > sl->need)",
              "        if (0 && fp > 0 && eng_need_of(e, fp) > sl->need)",
              ["unit:test_engine_admission"]),
+    Mutation("worker-timing-priority-skipped", "a pair timing alone runs at TIMING_NICE, "
+             "and at 0 after", "src/worker/engine_notes.c",
+             "            eng_timing_priority(e, sl, json_is_true(t));",
+             "            (void)t;", ["unit:test_engine_admission"]),
+    Mutation("harness-timing-note-missing", "the device lock says when an exclusive hold "
+             "ends", "harness/kgym_harness/devlock.py",
+             "            if self.mode == \"exclusive\" and self.on_exclusive is not None:\n"
+             "                self.on_exclusive(False)",
+             "            pass", ["tests/harness/test_timing_lock.py"]),
     Mutation("worker-first-task-ungated", "a problem's first task needs an equal share of "
              "the device, not nothing", "src/worker/engine_admit.c",
              "    return eng_equal_share(e->dev_total, MEM_SHARE, e->nslots);",

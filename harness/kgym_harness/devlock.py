@@ -64,6 +64,9 @@ class DeviceLock:
         self._asked = 0.0
         self.intending = False
         self.yielded_ms = 0.0  # a spare's waits for timing phases (yield_to_timing)
+        # called with True once an exclusive hold is granted, False as it ends
+        # (the judge tells its worker: the timing pair's CPU priority)
+        self.on_exclusive: Callable[[bool], None] | None = None
 
     def _open(self) -> bool:
         if self.path is None or self.error is not None:
@@ -133,6 +136,8 @@ class DeviceLock:
         self._since = time.perf_counter()
         if mode == "exclusive":
             self.unintend()  # granted: later takers queue at the turnstile
+            if self.on_exclusive is not None:
+                self.on_exclusive(True)
 
     def intend(self) -> None:
         """Say a timing phase is coming (byte 1, shared; see the module's
@@ -178,6 +183,8 @@ class DeviceLock:
     def release(self) -> None:
         if self.mode is not None and self.fd >= 0:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
+            if self.mode == "exclusive" and self.on_exclusive is not None:
+                self.on_exclusive(False)
             held = time.perf_counter() - self._since
             self.held_ms[self.mode] += held * 1e3
             if self.trace is not None and len(self.trace) < 500:

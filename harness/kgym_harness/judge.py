@@ -183,6 +183,8 @@ class Judge(Correctness, Precision, Timing, Integrity, Profiling):
         except ValueError as e:
             self.fail("infra_error", "INFRA_ERROR", "ValueError", str(e))
         self.lock = DeviceLock(req["device_lock"])
+        # the worker raises the pair's CPU priority while it times alone
+        self.lock.on_exclusive = lambda held: self.note({"timing": held})
         secret = req["seed"]
         self.init_seed = loader.derive_seed(secret, "init")
         self.timing_seed = loader.derive_seed(secret, "timing")

@@ -11,7 +11,6 @@
 #include "common/clock.h"
 #include "common/request.h"
 #include "worker/engine_impl.h"
-#include "worker/frame.h"
 
 /* Device slots taken among slots[0..n): the tasks that started on one or
  * were granted one, until they are finished. At most cfg.concurrency. */
@@ -232,42 +231,6 @@ void eng_note_footprint(kg_engine *e, const struct slot *sl, const json_t *r)
     int at = e->nfoot < MAX_FOOTPRINTS ? e->nfoot++ : (int)(key % MAX_FOOTPRINTS);
     e->foot[at].key = key;
     e->foot[at].bytes = fp;
-}
-
-/* The judge's notes at the front of its result pipe (frame.h), taken out
- * so that the frame stays alone: a footprint note, written after the
- * reference's first pass, tells the problem's footprint long before the
- * result, and raises what the running task holds to MEM_FACTOR x of it,
- * so that tasks after it start only while they fit beside it. A bad note
- * ends the pipe (the judge then has no frame: not a pass). */
-void eng_take_notes(kg_engine *e, struct slot *sl)
-{
-    for (;;) {
-        json_t *note;
-        size_t used;
-        kg_err err;
-        int rc = kg_note_take(sl->res.d.p ? sl->res.d.p : "", sl->res.d.len,
-                              &note, &used, &err);
-        if (rc == 0)
-            return;
-        if (rc < 0) {
-            eng_log_verbose(e, "task %s: %s",
-                            json_string_value(json_object_get(sl->task, "task_id")),
-                            err.msg);
-            eng_close_fd(&sl->res_fd);
-            eng_buf_free(&sl->res);
-            return;
-        }
-        memmove(sl->res.d.p, sl->res.d.p + used, sl->res.d.len - used);
-        sl->res.d.len -= used;
-        json_t *r = json_pack("{s:O}", "memory", note);
-        eng_note_footprint(e, sl, r);
-        double fp = eng_task_footprint(e, sl->task);
-        if (fp > 0 && eng_need_of(e, fp) > sl->need)
-            sl->need = eng_need_of(e, fp);
-        json_decref(r);
-        json_decref(note);
-    }
 }
 
 void kg_engine_note_footprint(kg_engine *e, const char *reference_code,

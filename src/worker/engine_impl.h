@@ -43,6 +43,7 @@
  * sum stays within MEM_SHARE of the device's memory. */
 #define MEM_FACTOR 3.0
 #define MEM_SHARE 0.9
+#define TIMING_NICE (-10) /* a pair timing alone (engine_notes.c) */
 #define MAX_SPARES 32
 #define MAX_DYING 8        /* pairs whose result is out, still exiting */
 #define MAX_STALE 64       /* task cgroups still emptying after their task */
@@ -179,6 +180,7 @@ struct kg_engine {
     int spare_mem_cap;      /* most spares the device's memory allows
                              * (eng_note_memory); -1: no limit seen */
     double mem_floor;       /* least free share (eng_mem_floor) */
+    int nice_refused;       /* setpriority failed once (said once) */
     /* a candidate cgroup that did not empty within the kill grace (a fork
      * bomb's hundreds of exiting processes) is kept here with its pair's
      * uid and retried each step; the uid is not handed out again before */
@@ -245,8 +247,12 @@ double eng_task_need(const kg_engine *e, const json_t *task);
 /* The same from the footprint already looked up (0: not known). */
 double eng_need_of(const kg_engine *e, double footprint);
 void eng_note_footprint(kg_engine *e, const struct slot *sl, const json_t *r);
+/* ---- engine_notes.c: a judge's notes before its result ------------------ */
 /* Takes the judge's notes from the front of sl's result pipe (frame.h). */
 void eng_take_notes(kg_engine *e, struct slot *sl);
+/* The timing pair's main threads at TIMING_NICE while it times alone
+ * (timing), every thread of both back to 0 after. */
+void eng_timing_priority(kg_engine *e, struct slot *sl, int timing);
 
 /* ---- engine_spare.c: the warm spare pool --------------------------------- */
 struct slot *eng_spare_pick(struct slot *spares, int n, int interp, int prof);

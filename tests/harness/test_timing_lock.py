@@ -417,3 +417,25 @@ def test_side_stream_rule_wants_more_than_half_of_the_samples():
     assert not timing.side_stream_found(1, 2) and timing.side_stream_found(2, 2)
     assert not timing.side_stream_found(50, 100) and timing.side_stream_found(51, 100)
     assert not timing.side_stream_found(0, 0)
+
+
+def test_the_lock_says_when_an_exclusive_hold_begins_and_ends(tmp_path):
+    """on_exclusive (the judge's timing note to its worker, which raises
+    the pair's CPU priority meanwhile): True once granted, False as it
+    ends, by release or by a change to shared; shared holds say nothing."""
+    lock = DeviceLock(str(tmp_path / "lock"))
+    said: list[bool] = []
+    lock.on_exclusive = said.append
+    lock.shared()
+    lock.release()
+    assert said == []
+    lock.exclusive()
+    assert said == [True]
+    lock.exclusive()  # held already: nothing new
+    lock.shared()
+    assert said == [True, False]
+    lock.exclusive()
+    lock.release()
+    lock.release()
+    assert said == [True, False, True, False]
+    lock.close()

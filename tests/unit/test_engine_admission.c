@@ -8,8 +8,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -586,11 +588,58 @@ static void test_footprint_note_raises_the_need_at_once(void **st)
     json_decref(sl.task);
 }
 
+/* A judge's timing notes: its pair's main threads run at TIMING_NICE while
+ * it times alone, and at 0 after (root only: CAP_SYS_NICE). */
+static pid_t sleeper(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        pause();
+        _exit(0);
+    }
+    return pid;
+}
+
+static void test_timing_note_raises_the_pairs_priority(void **st)
+{
+    (void)st;
+    if (geteuid() != 0)
+        skip();
+    static kg_engine e;
+    memset(&e, 0, sizeof e);
+    struct slot sl;
+    running(&sl, 1);
+    sl.res_fd = -1;
+    sl.task = task_of("class Model: timed");
+    sl.judge.pid = sleeper();
+    sl.cand.pid = sleeper();
+    pid_t other = sleeper(); /* another task's: never touched */
+    put_note(&sl, "{\"timing\": true}", 0);
+    eng_take_notes(&e, &sl);
+    errno = 0;
+    assert_int_equal(getpriority(PRIO_PROCESS, (id_t)sl.judge.pid), TIMING_NICE);
+    assert_int_equal(getpriority(PRIO_PROCESS, (id_t)sl.cand.pid), TIMING_NICE);
+    assert_int_equal(getpriority(PRIO_PROCESS, (id_t)other), 0);
+    put_note(&sl, "{\"timing\": false}", 0);
+    eng_take_notes(&e, &sl);
+    assert_int_equal(getpriority(PRIO_PROCESS, (id_t)sl.judge.pid), 0);
+    assert_int_equal(getpriority(PRIO_PROCESS, (id_t)sl.cand.pid), 0);
+    assert_int_equal(sl.res.d.len, 0);
+    pid_t all[3] = {sl.judge.pid, sl.cand.pid, other};
+    for (int i = 0; i < 3; i++) {
+        kill(all[i], SIGKILL);
+        waitpid(all[i], NULL, 0);
+    }
+    eng_buf_free(&sl.res);
+    json_decref(sl.task);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_transitions_allowed),
         cmocka_unit_test(test_footprint_note_raises_the_need_at_once),
+        cmocka_unit_test(test_timing_note_raises_the_pairs_priority),
         cmocka_unit_test(test_transitions_refused),
         cmocka_unit_test(test_forbidden_transition_aborts),
         cmocka_unit_test(test_running_takes_a_device_slot_until_cleared),
