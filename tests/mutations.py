@@ -517,6 +517,10 @@ MUTATIONS = [
              "            if self.mode == \"exclusive\" and self.on_exclusive is not None:\n"
              "                self.on_exclusive(False)",
              "            pass", ["tests/harness/test_timing_lock.py"]),
+    Mutation("harness-hoarder-oom-infra", "a candidate's out of memory stands when the "
+             "reference then runs out too", "harness/kgym_harness/stages/correctness.py",
+             "                if _device_full(failed) and _device_full(ref_failed):",
+             "                if False:", ["tests/harness/test_device_full_verdicts.py"]),
     Mutation("worker-first-task-ungated", "a problem's first task needs an equal share of "
              "the device, not nothing", "src/worker/engine_admit.c",
              "    return eng_equal_share(e->dev_total, MEM_SHARE, e->nslots);",

@@ -23,6 +23,18 @@ MODES = (("train", False), ("train", True), ("eval", False))
 RECHECK_TRIALS = 2
 
 
+def _device_full(exc: BaseException) -> bool:
+    """exc says the device ran out of memory: the candidate's OUT_OF_MEMORY
+    (or CUDA_ERROR saying so), torch's own, or the reference's failure
+    from one."""
+    if isinstance(exc, CandidateFailed):
+        code, text = exc.info.get("code"), str(exc.info.get("message", ""))
+        return code == "OUT_OF_MEMORY" or (code == "CUDA_ERROR" and "out of memory" in text)
+    if isinstance(exc, problem.ReferenceFailed):
+        return exc.type == "OutOfMemoryError" or "out of memory" in exc.message
+    return isinstance(exc, torch.OutOfMemoryError)
+
+
 class Correctness:
     """The correctness stage of Judge (judge.py): reads self.req, self.ref_model,
     self.remote; fills self.launches, self.launched, self.kernel_names,
@@ -99,11 +111,19 @@ class Correctness:
         t1 = now()
         try:
             reply = self.remote.run(inputs, mode, grad, guard)
-        except (CandidateFailed, ProtocolError):
+        except (CandidateFailed, ProtocolError) as failed:
             # the candidate failed (or died) on these inputs: its failure
             # only if the reference itself does not fail on them too (a
             # candidate that inherits a broken forward is not at fault)
-            self.reference_forward(inputs, mode, grad)
+            try:
+                self.reference_forward(inputs, mode, grad)
+            except (problem.ReferenceFailed, torch.OutOfMemoryError) as ref_failed:
+                # the candidate ran out of device memory, and then so did the
+                # reference, on a device its process still fills: its failure
+                # (a hoarder would otherwise turn it into an unscored infra_error)
+                if _device_full(failed) and _device_full(ref_failed):
+                    raise failed from None
+                raise
             raise
         got, out_problem, launches = reply.output, reply.problem, reply.launches
         t2 = now()
