@@ -521,6 +521,15 @@ MUTATIONS = [
              "reference then runs out too", "harness/kgym_harness/stages/correctness.py",
              "                if _device_full(failed) and _device_full(ref_failed):",
              "                if False:", ["tests/harness/test_device_full_verdicts.py"]),
+    Mutation("worker-unknown-starts-blind", "a task of an unknown problem waits until "
+             "every active task has told its size", "src/worker/engine_admit.c",
+             "    return !(foot > 0) && eng_unsized_active(e);",
+             "    return !(foot > 0) && 0 && eng_unsized_active(e);",
+             ["unit:test_engine_admission"]),
+    Mutation("worker-estimate-outlives-measure", "a measured footprint replaces an "
+             "estimate, and no estimate replaces a measure", "src/worker/engine_admit.c",
+             "            if (estimate && !e->foot[i].estimated)\n                return; /* measured stands */\n",
+             "", ["unit:test_engine_admission"]),
     Mutation("worker-first-task-ungated", "a problem's first task needs an equal share of "
              "the device, not nothing", "src/worker/engine_admit.c",
              "    return eng_equal_share(e->dev_total, MEM_SHARE, e->nslots);",

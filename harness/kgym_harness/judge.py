@@ -236,6 +236,13 @@ class Judge(Correctness, Precision, Timing, Integrity, Profiling):
         with self.reference("reference:init", f"{entry}(*get_init_inputs())"):
             self.ref_model = loader.build_model(cls, init, self.init_seed, self.device)
             timing.sync(self.device)
+        # the worker admits the next problem it does not know yet once this
+        # one has told its size: an estimate now, measured after the first pass
+        if self.note_fd is not None:
+            with self.reference("reference:get_inputs", "get_inputs() on the meta device"):
+                guess = memstat.estimate(self.ref_module, self.ref_model)
+            self.note({"footprint_bytes": guess, "estimate": True,
+                       "device_total_bytes": memstat.device_total(self.device)})
 
     def compile(self) -> None:
         """Collect the reply to the load command sent in setup."""

@@ -96,6 +96,23 @@ def end_pass(device: str, begun: tuple[int, int] | None, inputs: Any, expected: 
     return fixed + max(work, tensor_bytes(expected)), begun[1]
 
 
+def estimate(module: Any, model: Any) -> int | None:
+    """The problem's footprint guessed before any pass, for the worker's
+    admission: the model's parameters and buffers plus 3x its inputs'
+    bytes (the inputs, the judge's copy, an output as large: what the
+    first pass measures for KernelBench's elementwise problems), the
+    inputs from get_inputs() on the meta device (shapes, no memory). None
+    when get_inputs() cannot run there (it reads values, say)."""
+    try:
+        with torch.device("meta"):
+            raw = module.get_inputs()
+        inputs = tensor_bytes(list(raw))
+        params = sum(tensor_bytes(t) for t in list(model.parameters()) + list(model.buffers()))
+    except Exception:  # noqa: BLE001 - a guess: none rather than a failure
+        return None
+    return int(params + 3 * inputs)
+
+
 def device_total(device: str) -> int | None:
     """The task's device memory in bytes (the host's on the CPU), or None."""
     try:

@@ -100,6 +100,8 @@ static void start_queued(kg_engine *e, kg_engine_done_fn done, void *ctx)
             break; /* the device is kept for a rerun alone */
         int running;
         double foot = eng_task_footprint(e, e->head->task);
+        if (eng_hold_unknown(e, foot))
+            break; /* unknown: it starts once the one before has told its size */
         double need = eng_need_of(e, foot);
         double held = eng_mem_held(e->slots, e->nslots, &running);
         int adm = eng_mem_admit(need, foot, held, running, e->dev_total,

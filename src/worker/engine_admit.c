@@ -107,6 +107,7 @@ int eng_start_task(kg_engine *e, struct slot *sl, struct pending *p, int staged,
     sl->rerun = p->rerun; /* the slot owns it from here */
     p->rerun = NULL;
     sl->need = eng_task_need(e, p->task);
+    sl->sized = eng_task_footprint(e, p->task) > 0;
     sl->t_start = kg_now_ms();
     slot_set_state(sl, staged && sl->warm ? S_STAGED : S_RUNNING);
     kg_request_view req;
@@ -209,9 +210,12 @@ double eng_need_of(const kg_engine *e, double footprint)
     return eng_equal_share(e->dev_total, MEM_SHARE, e->nslots);
 }
 
-/* Remembers a result's memory.footprint_bytes for its problem (the largest
- * seen) and memory.device_total_bytes: what the judge measured over the
- * reference's first pass (memstat.footprint), never the candidate's. */
+/* Remembers a result's memory.footprint_bytes for its problem and
+ * memory.device_total_bytes: what the judge measured over the reference's
+ * first pass (memstat.footprint), never the candidate's; the largest
+ * measured is kept. With memory.estimate true (a judge's note from its
+ * set-up, before any pass: judge.py) it is an estimate, kept only until a
+ * measured one comes, which replaces it whatever its size. */
 void eng_note_footprint(kg_engine *e, const struct slot *sl, const json_t *r)
 {
     const json_t *m = json_object_get(r, "memory");
@@ -221,16 +225,34 @@ void eng_note_footprint(kg_engine *e, const struct slot *sl, const json_t *r)
     double fp = json_number_value(json_object_get(m, "footprint_bytes"));
     if (!(fp > 0) || !sl->task)
         return;
+    int estimate = json_is_true(json_object_get(m, "estimate"));
     uint64_t key = eng_problem_key(sl->task);
     for (int i = 0; i < e->nfoot; i++)
         if (e->foot[i].key == key) {
-            if (fp > e->foot[i].bytes)
+            if (estimate && !e->foot[i].estimated)
+                return; /* measured stands */
+            if (fp > e->foot[i].bytes || (!estimate && e->foot[i].estimated))
                 e->foot[i].bytes = fp;
+            e->foot[i].estimated = estimate;
             return;
         }
     int at = e->nfoot < MAX_FOOTPRINTS ? e->nfoot++ : (int)(key % MAX_FOOTPRINTS);
     e->foot[at].key = key;
     e->foot[at].bytes = fp;
+    e->foot[at].estimated = estimate;
+}
+
+int eng_unsized_active(const kg_engine *e)
+{
+    for (int i = 0; i < e->nslots; i++)
+        if (slot_active(&e->slots[i]) && !e->slots[i].sized)
+            return 1;
+    return 0;
+}
+
+int eng_hold_unknown(const kg_engine *e, double foot)
+{
+    return !(foot > 0) && eng_unsized_active(e);
 }
 
 void kg_engine_note_footprint(kg_engine *e, const char *reference_code,

@@ -134,6 +134,9 @@ struct slot {
      * by the state: a staged task may also be released or time out. */
     int device;
     double need; /* bytes of device memory admitted for it (0: unknown) */
+    /* its problem's size is known to the engine (at its start, or from its
+     * judge's first note): until then no other unknown problem starts */
+    int sized;
     /* The most other pairs (tasks, spares, pairs still exiting) that shared
      * the device with it while it was active (eng_note_company). */
     int company;
@@ -202,6 +205,7 @@ struct kg_engine {
     struct {
         uint64_t key;
         double bytes;
+        int estimated; /* from a judge's estimate, not yet measured */
     } foot[MAX_FOOTPRINTS];
     int nfoot;
     double dev_total;
@@ -247,6 +251,13 @@ double eng_task_need(const kg_engine *e, const json_t *task);
 /* The same from the footprint already looked up (0: not known). */
 double eng_need_of(const kg_engine *e, double footprint);
 void eng_note_footprint(kg_engine *e, const struct slot *sl, const json_t *r);
+/* Whether an active task's problem has not told its size yet (its judge's
+ * estimate note not in): a task of an unknown problem then waits. */
+int eng_unsized_active(const kg_engine *e);
+/* Whether the queue's head, of footprint foot (0: unknown), waits for that:
+ * an unknown problem starts only while every active task has told its
+ * size, so that two never start blind beside each other. */
+int eng_hold_unknown(const kg_engine *e, double foot);
 /* ---- engine_notes.c: a judge's notes before its result ------------------ */
 /* Takes the judge's notes from the front of sl's result pipe (frame.h). */
 void eng_take_notes(kg_engine *e, struct slot *sl);

@@ -1,6 +1,7 @@
 /* engine_notes.c - what a judge tells its worker before its result, as
  * notes ahead of its frame on the result pipe (frame.h): the problem's
- * footprint once the reference's first pass is done (admission by memory),
+ * footprint, estimated at its set-up and measured once the reference's
+ * first pass is done (admission by memory),
  * and when its timing phase holds the device alone and when that ends (the
  * pair's CPU priority). The judge is ours; the candidate writes no note. */
 #include <dirent.h>
@@ -84,6 +85,8 @@ void eng_take_notes(kg_engine *e, struct slot *sl)
         json_t *r = json_pack("{s:O}", "memory", note);
         eng_note_footprint(e, sl, r);
         json_decref(r);
+        if (json_object_get(note, "footprint_bytes"))
+            sl->sized = 1; /* told (a null estimate too): others may start */
         double fp = eng_task_footprint(e, sl->task);
         if (fp > 0 && eng_need_of(e, fp) > sl->need)
             sl->need = eng_need_of(e, fp);

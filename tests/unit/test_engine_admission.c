@@ -634,12 +634,55 @@ static void test_timing_note_raises_the_pairs_priority(void **st)
     json_decref(sl.task);
 }
 
+/* A judge's estimate (its set-up's note) sizes its problem until the
+ * measured footprint replaces it, whatever the two sizes; a later
+ * estimate never replaces a measure. Until a task has told its size, a
+ * task of another unknown problem waits; one of a known problem does not. */
+static void test_estimates_and_the_unknown_hold(void **st)
+{
+    (void)st;
+    static kg_engine e;
+    memset(&e, 0, sizeof e);
+    e.nslots = 4;
+    struct slot sl;
+    running(&sl, 1);
+    sl.res_fd = -1;
+    sl.task = task_of("class Model: guessed");
+    e.slots[0] = sl; /* active, not sized */
+    assert_true(eng_unsized_active(&e));
+    assert_true(eng_hold_unknown(&e, 0));
+    assert_false(eng_hold_unknown(&e, 5)); /* a known problem starts */
+    put_note(&e.slots[0], "{\"footprint_bytes\": 60, \"estimate\": true}", 0);
+    eng_take_notes(&e, &e.slots[0]);
+    assert_true(e.slots[0].sized);
+    assert_false(eng_unsized_active(&e));
+    assert_false(eng_hold_unknown(&e, 0));
+    assert_true(eng_task_footprint(&e, sl.task) == 60);
+    assert_true(e.slots[0].need == MEM_FACTOR * 60);
+    /* measured smaller: it replaces the estimate */
+    put_note(&e.slots[0], "{\"footprint_bytes\": 40}", 0);
+    eng_take_notes(&e, &e.slots[0]);
+    assert_true(eng_task_footprint(&e, sl.task) == 40);
+    /* a later estimate, larger or not, changes nothing measured */
+    put_note(&e.slots[0], "{\"footprint_bytes\": 90, \"estimate\": true}", 0);
+    eng_take_notes(&e, &e.slots[0]);
+    assert_true(eng_task_footprint(&e, sl.task) == 40);
+    /* a null estimate (get_inputs() could not run on meta) still tells */
+    e.slots[0].sized = 0;
+    put_note(&e.slots[0], "{\"footprint_bytes\": null, \"estimate\": true}", 0);
+    eng_take_notes(&e, &e.slots[0]);
+    assert_true(e.slots[0].sized);
+    eng_buf_free(&e.slots[0].res);
+    json_decref(sl.task);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_transitions_allowed),
         cmocka_unit_test(test_footprint_note_raises_the_need_at_once),
         cmocka_unit_test(test_timing_note_raises_the_pairs_priority),
+        cmocka_unit_test(test_estimates_and_the_unknown_hold),
         cmocka_unit_test(test_transitions_refused),
         cmocka_unit_test(test_forbidden_transition_aborts),
         cmocka_unit_test(test_running_takes_a_device_slot_until_cleared),
