@@ -460,6 +460,8 @@ def run_judge(task: dict, chan_fd: int, result_fd: int, chan: Channel | None = N
         if gate_fd is not None:  # the judge never got as far as its gate
             os.close(gate_fd)
         _finish(result, judge, started)
+        if judge is not None:
+            judge.note_fd = None  # nothing follows the frame: its fd is closed next
         write_result(result_fd, result)
         try:
             os.close(result_fd)  # the reader sees EOF now, not when we exit
