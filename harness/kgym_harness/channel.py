@@ -559,17 +559,21 @@ class Channel:
             raise ProtocolError(f"message names device region {dev!r}, which we do not hold")
         t0 = time.perf_counter()
         tensors = []
-        for spec, (dtype, shape, nbytes) in zip(specs, plan):
-            off = _offset(spec, nbytes, region.size, "device-region")
-            out = torch.empty(shape, dtype=dtype, device=region.device)
-            if nbytes:
-                out.copy_(region.view(off, dtype, shape, nbytes))
-            tensors.append(out)
-        region.sync()
+        try:
+            for spec, (dtype, shape, nbytes) in zip(specs, plan):
+                off = _offset(spec, nbytes, region.size, "device-region")
+                out = torch.empty(shape, dtype=dtype, device=region.device)
+                if nbytes:
+                    out.copy_(region.view(off, dtype, shape, nbytes))
+                tensors.append(out)
+            region.sync()
+        finally:
+            # copied out, or failed to (a full device): a large one is let go
+            # either way; its sender frees it at our answer
+            if region.size > DEV_FINE_REGION:
+                region.close()
+                self._dev_in = None
         self._lap("take", t0)
-        if region.size > DEV_FINE_REGION:  # copied out; its sender frees it at our answer
-            region.close()
-            self._dev_in = None
         return tensors
 
     def _in_region(self, shm: Any, new_fd: int) -> Region:

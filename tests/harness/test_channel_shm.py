@@ -486,3 +486,33 @@ def test_device_regions_above_a_gib_grow_by_eighths():
     assert devregion.region_size(6 * gib + 5) == 7 * gib  # not 8 GiB
     assert devregion.region_size(gib) == gib and devregion.region_size(1) == 32 << 20
     assert devregion.region_size(3 * gib) % devregion.PAGE == 0
+
+
+def test_a_large_device_region_is_let_go_when_its_copy_fails(dev_pair, monkeypatch):
+    """A receiver whose device is full (its copy out raises) unmaps the
+    large region all the same: it would otherwise keep the sender's
+    memory alive for the rest of its task."""
+    monkeypatch.setattr(channel, "DEV_FINE_REGION", 32 << 20)
+    a, b = dev_pair
+    _exchange(a, b, {}, [torch.ones(1 << 20)])
+    _exchange(b, a, {}, [torch.ones(1 << 20)])
+    real_view = FakeDevRegion.view
+
+    def view(self, *args):
+        if not self.owned:  # the receiver's copy out: its device is full
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 40.00 MiB")
+        return real_view(self, *args)
+    monkeypatch.setattr(FakeDevRegion, "view", view)
+    box = {}
+
+    def receive():
+        try:
+            box["got"] = b.recv()
+        except torch.OutOfMemoryError as e:
+            box["err"] = e
+    t = threading.Thread(target=receive)
+    t.start()
+    a.send({}, [torch.randn(10 << 20)])
+    t.join(30)
+    assert "err" in box, box
+    assert b._dev_in is None
