@@ -34,7 +34,10 @@ the device (through shared memory, a first 256 MiB message once made and
 page-locked a region on both sides for itself). Only a side whose region the
 peer could open sends tensors that way ("dev": {id, size}); every other
 message uses shared memory as above, so a device or sandbox that refuses
-CUDA IPC costs nothing but speed.
+CUDA IPC costs nothing but speed. A region grown above DEV_FINE_REGION
+carries one message only (announced with it, freed by its sender at the
+answer, unmapped by the receiver once copied out), as a large shared one
+does.
 """
 
 from __future__ import annotations
