@@ -504,9 +504,9 @@ MUTATIONS = [
              ["unit:test_engine_admission",
               "tests/integration/test_kernelbench_cli.py -k bound_is_above"]),
     Mutation("worker-footprint-note-ignored", "a judge's footprint note raises what its "
-             "running task holds at once, not at its result", "src/worker/engine_admit.c",
-             "        if (fp > 0 && eng_need_of(e, fp) > sl->need)",
-             "        if (0 && fp > 0 && eng_need_of(e, fp) > sl->need)",
+             "running task holds at once, not at its result", "src/worker/engine_notes.c",
+             "            if (need > sl->need)",
+             "            if (0 && need > sl->need)",
              ["unit:test_engine_admission"]),
     Mutation("worker-timing-priority-skipped", "a pair timing alone runs at TIMING_NICE, "
              "and at 0 after", "src/worker/engine_notes.c",

@@ -88,13 +88,6 @@ def _failure(exc: BaseException, phase: str, state: CandidateState) -> dict:
     return {"ok": False, "failure": loader.classify(exc, phase, state.kernel_path)}
 
 
-def _device_full(exc: BaseException) -> bool:
-    """exc is a device allocation failure (torch's OutOfMemoryError, or the
-    CUDA runtime's "out of memory" raised as another error)."""
-    return isinstance(exc, torch.OutOfMemoryError) or (
-        isinstance(exc, RuntimeError) and "out of memory" in str(exc))
-
-
 def _setup_backend(backend: str, device: str, kernel_code: str) -> list[str]:
     """Install the launch hooks before any candidate code is imported."""
     if backend == "triton" and torch.device(device).type == "cpu":
@@ -620,7 +613,7 @@ def run_candidate(chan_fd: int) -> None:
             except PeerClosed:
                 return
             except Exception as e:  # noqa: BLE001 - only a device full is answered
-                if not _device_full(e):
+                if not memstat.device_full(e):
                     raise
                 # the judge's tensors found no room on the device (it is
                 # shared): a failure of this call, not a dead process

@@ -10,7 +10,8 @@ The judge reports its own;
 the candidate's figures come in its replies and are its claim. Also the
 problem's footprint (begin_pass/end_pass), which the engine's admission
 by memory reads. And the judge's rule for tensors large relative to its
-device (large_bytes, is_large) and for giving its cached blocks back (trim)."""
+device (large_bytes, is_large), for giving its cached blocks back (trim),
+and what counts as a full device (device_full)."""
 from __future__ import annotations
 
 import os
@@ -20,6 +21,14 @@ from typing import Any
 import torch
 
 from . import devregion
+
+
+def device_full(exc: BaseException) -> bool:
+    """exc is a device allocation failure: torch's OutOfMemoryError, or the
+    CUDA runtime's "out of memory" raised as another error."""
+    return isinstance(exc, torch.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and "out of memory" in str(exc))
+
 
 def peak(before: int | None = None) -> dict:
     """{"host_peak_bytes": int, "device_peak_bytes": int or None (no CUDA

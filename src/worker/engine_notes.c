@@ -81,15 +81,18 @@ void eng_take_notes(kg_engine *e, struct slot *sl)
         memmove(sl->res.d.p, sl->res.d.p + used, sl->res.d.len - used);
         sl->res.d.len -= used;
         /* the footprint: the problem is known from now on, and the running
-         * task holds MEM_FACTOR x of it (never less than it held) */
-        json_t *r = json_pack("{s:O}", "memory", note);
-        eng_note_footprint(e, sl, r);
-        json_decref(r);
-        if (json_object_get(note, "footprint_bytes"))
-            sl->sized = 1; /* told (a null estimate too): others may start */
-        double fp = eng_task_footprint(e, sl->task);
-        if (fp > 0 && eng_need_of(e, fp) > sl->need)
-            sl->need = eng_need_of(e, fp);
+         * task holds MEM_FACTOR x of it (never less than it held); told at
+         * all (a null estimate too), other unknown problems may start */
+        if (json_object_get(note, "footprint_bytes")) {
+            json_t *r = json_pack("{s:O}", "memory", note);
+            eng_note_footprint(e, sl, r);
+            json_decref(r);
+            sl->sized = 1;
+            double fp = eng_task_footprint(e, sl->task);
+            double need = fp > 0 ? eng_need_of(e, fp) : 0;
+            if (need > sl->need)
+                sl->need = need;
+        }
         const json_t *t = json_object_get(note, "timing");
         if (json_is_boolean(t))
             eng_timing_priority(e, sl, json_is_true(t));

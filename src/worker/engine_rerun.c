@@ -37,14 +37,21 @@ static int judges_own(const json_t *r)
            (!strcmp(code, "INFRA_ERROR") || !strcmp(code, "REFERENCE_ERROR"));
 }
 
-int eng_oom_not_candidates(const json_t *r)
+/* r's error (its message, error.message or error.type) says the device ran
+ * out of memory. */
+static int error_says_oom(const json_t *r)
 {
-    if (!judges_own(r))
-        return 0;
     const json_t *err = json_object_get(r, "error");
     return says_device_oom(str_of(r, "error_message")) ||
            says_device_oom(str_of(err, "message")) ||
            says_device_oom(str_of(err, "type"));
+}
+
+int eng_oom_not_candidates(const json_t *r)
+{
+    if (!judges_own(r))
+        return 0;
+    return error_says_oom(r);
 }
 
 /* The candidate's own out of memory: runtime_error OUT_OF_MEMORY (torch's
@@ -56,10 +63,7 @@ int eng_oom_candidates(const json_t *r)
     if (strcmp(str_of(r, "verdict"), "runtime_error") ||
         (strcmp(code, "OUT_OF_MEMORY") && strcmp(code, "CUDA_ERROR")))
         return 0;
-    const json_t *err = json_object_get(r, "error");
-    return says_device_oom(str_of(r, "error_message")) ||
-           says_device_oom(str_of(err, "message")) ||
-           says_device_oom(str_of(err, "type"));
+    return error_says_oom(r);
 }
 
 int eng_rerun_wanted(const json_t *r, int others, int reran)

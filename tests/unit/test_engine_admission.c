@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -550,50 +551,65 @@ static void put_note(struct slot *sl, const char *json, size_t cut)
     assert_int_equal(kg_dynbuf_put(&sl->res.d, all, cut ? cut : 16 + n), 0);
 }
 
-static void test_footprint_note_raises_the_need_at_once(void **st)
+/* A fake engine of 4 slots (zeroed, static: it is large) and a task of
+ * this reference running in sl, its results read from no pipe: the
+ * notes tests feed its buffer by hand. */
+static kg_engine *noted(struct slot *sl, const char *ref)
 {
-    (void)st;
     static kg_engine e;
     memset(&e, 0, sizeof e);
     e.nslots = 4;
+    running(sl, 1);
+    sl->res_fd = -1;
+    sl->task = task_of(ref);
+    return &e;
+}
+
+static void test_footprint_note_raises_the_need_at_once(void **st)
+{
+    (void)st;
     struct slot sl;
-    running(&sl, 1);
-    sl.res_fd = -1;
-    sl.task = task_of("class Model: noted");
+    kg_engine *e = noted(&sl, "class Model: noted");
     sl.need = 10; /* admitted as a share, before anything was known */
     const char *note = "{\"footprint_bytes\": 30, \"device_total_bytes\": 400}";
     put_note(&sl, note, 20); /* part of it: nothing yet */
-    eng_take_notes(&e, &sl);
-    assert_true(eng_task_footprint(&e, sl.task) == 0);
+    eng_take_notes(e, &sl);
+    assert_true(eng_task_footprint(e, sl.task) == 0);
     assert_int_equal(sl.res.d.len, 20);
     eng_buf_free(&sl.res);
     put_note(&sl, note, 0);
     assert_int_equal(kg_dynbuf_put(&sl.res.d, "KGYMRES1", 8), 0);
-    eng_take_notes(&e, &sl);
-    assert_true(eng_task_footprint(&e, sl.task) == 30);
-    assert_true(e.dev_total == 400);
+    eng_take_notes(e, &sl);
+    assert_true(eng_task_footprint(e, sl.task) == 30);
+    assert_true(e->dev_total == 400);
     assert_true(sl.need == MEM_FACTOR * 30);
     assert_int_equal(sl.res.d.len, 8); /* the frame's bytes, untouched */
     assert_memory_equal(sl.res.d.p, "KGYMRES1", 8);
     /* a smaller footprint later never lowers what it holds */
     eng_buf_free(&sl.res);
     put_note(&sl, "{\"footprint_bytes\": 5}", 0);
-    eng_take_notes(&e, &sl);
+    eng_take_notes(e, &sl);
     assert_true(sl.need == MEM_FACTOR * 30);
     /* a bad note: the pipe is dropped, its bytes too */
     put_note(&sl, "[1, 2]", 0);
-    eng_take_notes(&e, &sl);
+    eng_take_notes(e, &sl);
     assert_int_equal(sl.res.d.len, 0);
     eng_buf_free(&sl.res);
     json_decref(sl.task);
 }
 
 /* A judge's timing notes: its pair's main threads run at TIMING_NICE while
- * it times alone, and at 0 after (root only: CAP_SYS_NICE). */
+ * it times alone, and at 0 after (root only: CAP_SYS_NICE). A sleeper dies
+ * with the test and holds none of its output open, so a failed assertion
+ * ends the run at once instead of leaving it waiting on the pipe. */
 static pid_t sleeper(void)
 {
     pid_t pid = fork();
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, STDOUT_FILENO);
+        dup2(null, STDERR_FILENO);
         pause();
         _exit(0);
     }
@@ -605,12 +621,8 @@ static void test_timing_note_raises_the_pairs_priority(void **st)
     (void)st;
     if (geteuid() != 0)
         skip();
-    static kg_engine e;
-    memset(&e, 0, sizeof e);
     struct slot sl;
-    running(&sl, 1);
-    sl.res_fd = -1;
-    sl.task = task_of("class Model: timed");
+    kg_engine *e = noted(&sl, "class Model: timed");
     sl.judge.pid = sleeper();
     sl.cand.pid = sleeper();
     pid_t other = sleeper(); /* another task's: never touched */
@@ -626,13 +638,13 @@ static void test_timing_note_raises_the_pairs_priority(void **st)
     }
     setpriority(PRIO_PROCESS, (id_t)other, 0);
     put_note(&sl, "{\"timing\": true}", 0);
-    eng_take_notes(&e, &sl);
+    eng_take_notes(e, &sl);
     errno = 0;
     assert_int_equal(getpriority(PRIO_PROCESS, (id_t)sl.judge.pid), TIMING_NICE);
     assert_int_equal(getpriority(PRIO_PROCESS, (id_t)sl.cand.pid), TIMING_NICE);
     assert_int_equal(getpriority(PRIO_PROCESS, (id_t)other), 0);
     put_note(&sl, "{\"timing\": false}", 0);
-    eng_take_notes(&e, &sl);
+    eng_take_notes(e, &sl);
     assert_int_equal(getpriority(PRIO_PROCESS, (id_t)sl.judge.pid), 0);
     assert_int_equal(getpriority(PRIO_PROCESS, (id_t)sl.cand.pid), 0);
     assert_int_equal(sl.res.d.len, 0);
@@ -652,38 +664,33 @@ static void test_timing_note_raises_the_pairs_priority(void **st)
 static void test_estimates_and_the_unknown_hold(void **st)
 {
     (void)st;
-    static kg_engine e;
-    memset(&e, 0, sizeof e);
-    e.nslots = 4;
     struct slot sl;
-    running(&sl, 1);
-    sl.res_fd = -1;
-    sl.task = task_of("class Model: guessed");
-    e.slots[0] = sl; /* active, not sized */
-    assert_true(eng_unsized_active(&e));
-    assert_true(eng_hold_unknown(&e, 0));
-    assert_false(eng_hold_unknown(&e, 5)); /* a known problem starts */
-    put_note(&e.slots[0], "{\"footprint_bytes\": 60, \"estimate\": true}", 0);
-    eng_take_notes(&e, &e.slots[0]);
-    assert_true(e.slots[0].sized);
-    assert_false(eng_unsized_active(&e));
-    assert_false(eng_hold_unknown(&e, 0));
-    assert_true(eng_task_footprint(&e, sl.task) == 60);
-    assert_true(e.slots[0].need == MEM_FACTOR * 60);
+    kg_engine *e = noted(&sl, "class Model: guessed");
+    e->slots[0] = sl; /* active, not sized */
+    assert_true(eng_unsized_active(e));
+    assert_true(eng_hold_unknown(e, 0));
+    assert_false(eng_hold_unknown(e, 5)); /* a known problem starts */
+    put_note(&e->slots[0], "{\"footprint_bytes\": 60, \"estimate\": true}", 0);
+    eng_take_notes(e, &e->slots[0]);
+    assert_true(e->slots[0].sized);
+    assert_false(eng_unsized_active(e));
+    assert_false(eng_hold_unknown(e, 0));
+    assert_true(eng_task_footprint(e, sl.task) == 60);
+    assert_true(e->slots[0].need == MEM_FACTOR * 60);
     /* measured smaller: it replaces the estimate */
-    put_note(&e.slots[0], "{\"footprint_bytes\": 40}", 0);
-    eng_take_notes(&e, &e.slots[0]);
-    assert_true(eng_task_footprint(&e, sl.task) == 40);
+    put_note(&e->slots[0], "{\"footprint_bytes\": 40}", 0);
+    eng_take_notes(e, &e->slots[0]);
+    assert_true(eng_task_footprint(e, sl.task) == 40);
     /* a later estimate, larger or not, changes nothing measured */
-    put_note(&e.slots[0], "{\"footprint_bytes\": 90, \"estimate\": true}", 0);
-    eng_take_notes(&e, &e.slots[0]);
-    assert_true(eng_task_footprint(&e, sl.task) == 40);
+    put_note(&e->slots[0], "{\"footprint_bytes\": 90, \"estimate\": true}", 0);
+    eng_take_notes(e, &e->slots[0]);
+    assert_true(eng_task_footprint(e, sl.task) == 40);
     /* a null estimate (get_inputs() could not run on meta) still tells */
-    e.slots[0].sized = 0;
-    put_note(&e.slots[0], "{\"footprint_bytes\": null, \"estimate\": true}", 0);
-    eng_take_notes(&e, &e.slots[0]);
-    assert_true(e.slots[0].sized);
-    eng_buf_free(&e.slots[0].res);
+    e->slots[0].sized = 0;
+    put_note(&e->slots[0], "{\"footprint_bytes\": null, \"estimate\": true}", 0);
+    eng_take_notes(e, &e->slots[0]);
+    assert_true(e->slots[0].sized);
+    eng_buf_free(&e->slots[0].res);
     json_decref(sl.task);
 }
 

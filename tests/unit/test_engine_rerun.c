@@ -80,6 +80,28 @@ static void free_queue(kg_engine *e)
     e->npending = 0;
 }
 
+/* Whether a result of these fields is the judge's or reference's out of
+ * memory. */
+static int judges_or_references(const char *verdict, const char *code,
+                                const char *msg, const char *type)
+{
+    json_t *r = result(verdict, code, msg, type);
+    int yes = eng_oom_not_candidates(r);
+    json_decref(r);
+    return yes;
+}
+
+/* Whether a result of these fields, reported beside others others, is
+ * rerun (its first run). */
+static int wanted(const char *verdict, const char *code, const char *msg,
+                  const char *type, int others)
+{
+    json_t *r = result(verdict, code, msg, type);
+    int w = eng_rerun_wanted(r, others, 0);
+    json_decref(r);
+    return w;
+}
+
 static const char *msg_of(const json_t *r)
 {
     return json_string_value(json_object_get(r, "error_message"));
@@ -94,19 +116,16 @@ static void test_judge_and_reference_ooms_qualify(void **st)
     assert_true(eng_oom_not_candidates(r));
     json_decref(r);
     /* the judge's own copies: INFRA_ERROR, by type or by text */
-    r = result("infra_error", "INFRA_ERROR", "allocating the expected copy",
-               "OutOfMemoryError");
-    assert_true(eng_oom_not_candidates(r));
-    json_decref(r);
-    r = result("infra_error", "INFRA_ERROR", "CUDA error: out of memory",
-               "RuntimeError");
-    assert_true(eng_oom_not_candidates(r));
-    json_decref(r);
-    r = result("infra_error", "REFERENCE_ERROR",
-               "CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate",
-               "RuntimeError");
-    assert_true(eng_oom_not_candidates(r));
-    json_decref(r);
+    assert_true(judges_or_references("infra_error", "INFRA_ERROR",
+                                     "allocating the expected copy",
+                                     "OutOfMemoryError"));
+    assert_true(judges_or_references("infra_error", "INFRA_ERROR",
+                                     "CUDA error: out of memory",
+                                     "RuntimeError"));
+    assert_true(judges_or_references("infra_error", "REFERENCE_ERROR",
+                                     "CUBLAS_STATUS_ALLOC_FAILED when "
+                                     "calling cublasCreate",
+                                     "RuntimeError"));
 }
 
 static void test_a_candidates_oom_beside_others_qualifies_once(void **st)
@@ -124,48 +143,36 @@ static void test_a_candidates_oom_beside_others_qualifies_once(void **st)
     assert_false(eng_rerun_wanted(r, 0, 0));
     assert_false(eng_rerun_wanted(r, 5, 1));
     json_decref(r);
-    r = result("runtime_error", "CUDA_ERROR", "CUDA error: out of memory",
-               "CUDA error: out of memory");
-    assert_true(eng_rerun_wanted(r, 5, 0));
-    json_decref(r);
+    assert_true(wanted("runtime_error", "CUDA_ERROR",
+                       "CUDA error: out of memory", "CUDA error: out of memory",
+                       5));
     /* its other failures are its verdict, whatever their text says */
-    r = result("runtime_error", "FORWARD_EXCEPTION", "out of memory, it says",
-               "ValueError");
-    assert_false(eng_rerun_wanted(r, 5, 0));
-    json_decref(r);
-    r = result("runtime_error", "CUDA_ERROR", "CUDA error: illegal memory access",
-               "CUDA error: an illegal memory access was encountered");
-    assert_false(eng_rerun_wanted(r, 5, 0));
-    json_decref(r);
-    r = result("runtime_error", "CHILD_DIED", "out of memory", "ChildDied");
-    assert_false(eng_rerun_wanted(r, 5, 0));
-    json_decref(r);
+    assert_false(wanted("runtime_error", "FORWARD_EXCEPTION",
+                        "out of memory, it says", "ValueError", 5));
+    assert_false(wanted("runtime_error", "CUDA_ERROR",
+                        "CUDA error: illegal memory access",
+                        "CUDA error: an illegal memory access was encountered",
+                        5));
+    assert_false(wanted("runtime_error", "CHILD_DIED", "out of memory",
+                        "ChildDied", 5));
     /* an infra_error of another kind (the engine's own spawn) */
-    r = result("infra_error", "SPAWN_FAILED", "fork: out of memory", "x");
-    assert_false(eng_rerun_wanted(r, 5, 0));
-    json_decref(r);
+    assert_false(wanted("infra_error", "SPAWN_FAILED", "fork: out of memory",
+                        "x", 5));
 }
 
 static void test_other_failures_do_not_qualify(void **st)
 {
     (void)st;
     /* the host's memory (MemoryError), a lock's timeout, a broken problem */
-    json_t *r = result("infra_error", "REFERENCE_ERROR",
-                       "the reference failed: get_inputs() raised "
-                       "MemoryError: can't allocate memory",
-                       "MemoryError");
-    assert_false(eng_rerun_wanted(r, 3, 0));
-    json_decref(r);
-    r = result("infra_error", "INFRA_ERROR", "the device lock timed out",
-               "LockTimeout");
-    assert_false(eng_rerun_wanted(r, 3, 0));
-    json_decref(r);
-    r = result("problem_error", "PROBLEM_ERROR", "CUDA out of memory", "x");
-    assert_false(eng_rerun_wanted(r, 3, 0));
-    json_decref(r);
-    r = result("pass", "", "", "");
-    assert_false(eng_rerun_wanted(r, 3, 0));
-    json_decref(r);
+    assert_false(wanted("infra_error", "REFERENCE_ERROR",
+                        "the reference failed: get_inputs() raised "
+                        "MemoryError: can't allocate memory",
+                        "MemoryError", 3));
+    assert_false(wanted("infra_error", "INFRA_ERROR",
+                        "the device lock timed out", "LockTimeout", 3));
+    assert_false(wanted("problem_error", "PROBLEM_ERROR", "CUDA out of memory",
+                        "x", 3));
+    assert_false(wanted("pass", "", "", "", 3));
 }
 
 /* Only beside others, and only once. */

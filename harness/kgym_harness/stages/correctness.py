@@ -32,7 +32,7 @@ def _device_full(exc: BaseException) -> bool:
         return code == "OUT_OF_MEMORY" or (code == "CUDA_ERROR" and "out of memory" in text)
     if isinstance(exc, problem.ReferenceFailed):
         return exc.type == "OutOfMemoryError" or "out of memory" in exc.message
-    return isinstance(exc, torch.OutOfMemoryError)
+    return memstat.device_full(exc)
 
 
 class Correctness:
