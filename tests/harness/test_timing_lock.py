@@ -81,10 +81,88 @@ def test_lead_follows_the_host_time_of_calls_within_its_bounds():
     for _ in range(20):  # the floor stays
         lead.observe(1_000)
     assert lead.ns() == pytest.approx(80_000)
-    for _ in range(40):  # late again and again: bounded by the calls seen bare
+    while lead.ns() < top and lead.short < 41:  # late again and again: up to the ceiling
         lead.late()
     bare_top = timing.LEAD_FACTOR * timing.LEAD_MAX_NS + timing.LEAD_PAD_NS
-    assert lead.short == 41 and lead.ns() == min(top, bare_top)
+    assert lead.short < 41 and lead.ns() == min(top, bare_top) and not lead.off
+
+
+def test_a_launch_beyond_the_ceiling_turns_the_lead_off():
+    """A launch longer than LEAD_MAX_NS (a 48 ms LSTM): LEAD_GIVE_UP late
+    calls in a row at the ceiling turn the lead off for good (samples are
+    then whole launches, not launch - lead); one launch within the lead
+    in between starts the count again."""
+    lead = timing.Lead("cuda:0")
+    lead.rate = 2.0
+    for _ in range(timing.LEAD_WINDOW):
+        lead.observe_bare(48_000_000)
+    assert lead.ns() == timing.LEAD_MAX_NS
+    for _ in range(timing.LEAD_GIVE_UP - 1):
+        lead.late()
+    lead.observe(1_000_000)  # one call launched within it
+    for _ in range(timing.LEAD_GIVE_UP - 1):
+        lead.late()
+    assert not lead.off and lead.ns() == timing.LEAD_MAX_NS
+    lead.late()
+    assert lead.off and lead.ns() == 0.0 and lead.short == 2 * timing.LEAD_GIVE_UP - 1
+    lead.observe(1_000)  # off stays off: the calls are this process's problem's
+    lead.late()
+    assert lead.off and lead.ns() == 0.0 and lead.short == 2 * timing.LEAD_GIVE_UP
+
+
+def test_no_busy_wait_once_the_lead_is_off(monkeypatch):
+    waits = []
+    monkeypatch.setattr(timing, "_gpu_sleep", waits.append)
+    lead = timing.Lead("cuda:0")
+    lead.rate = 2.0
+    lead.observe_bare(100_000)
+    lead.wait()
+    assert waits == [lead.cycles()]
+    lead.off = True
+    lead.wait()
+    assert waits == [int((timing.LEAD_FACTOR * 100_000 + timing.LEAD_PAD_NS) * 2.0)]
+
+
+def test_a_lead_below_the_ceiling_never_turns_off():
+    lead = timing.Lead("cuda:0")
+    lead.rate = 2.0
+    for _ in range(timing.LEAD_WINDOW):
+        lead.observe_bare(2_000_000)  # 2 ms launches that wait inside
+    for _ in range(100):
+        lead.late()
+    assert not lead.off and 0 < lead.ns() < timing.LEAD_MAX_NS
+
+
+def test_long_calls_are_timed_in_finer_blocks():
+    # short calls: PERF_BLOCKS, whatever their number
+    assert timing.blocks_for(100, None) == timing.PERF_BLOCKS
+    assert timing.blocks_for(100, 0.05) == timing.PERF_BLOCKS
+    assert timing.blocks_for(100, timing.REWARM_MAX_MS - 0.01) == timing.PERF_BLOCKS
+    # from REWARM_MAX_MS: blocks of about FINE_BLOCK_MS, within the bounds
+    assert timing.blocks_for(100, 28.0) == timing.FINE_BLOCKS_MAX  # 2.8 s a side
+    assert timing.blocks_for(20, 30.0) == 6
+    assert timing.blocks_for(100, timing.REWARM_MAX_MS) == 10
+    assert timing.blocks_for(10, 500.0) == 10  # never more blocks than calls
+    assert timing.blocks_for(3, 500.0) == timing.PERF_BLOCKS  # block_plan cuts to 3
+    assert timing.blocks_for(0, 50.0) == timing.PERF_BLOCKS
+    plan = timing.block_plan(100, 3, timing.blocks_for(100, 28.0), prewarmed=True)
+    assert [b["n_iter"] for b in plan] == [4] * 25
+    assert all(b["n_warmup"] <= 1 for b in plan)
+
+
+def test_a_slow_reference_is_timed_in_finer_blocks():
+    """The judge sizes the blocks from the reference's fastest forward in
+    correctness (its own clock): a 25 ms forward, 20 calls, 6 blocks."""
+    import kit
+    slow = "import time\n" + kit.REF.replace(
+        "        return torch.relu(a + b) * self.scale",
+        "        time.sleep(0.025)\n        return torch.relu(a + b) * self.scale")
+    cand = kit.cpu_kernel(kit.model_new("import time\ntime.sleep(0.025)\n"
+                                        "return add_relu_scale(a, b, self.scale)"))
+    r = kit.run(cand, reference_code=slow, num_perf_trials=20)
+    assert r["verdict"] == "pass", r["feedback"]
+    assert r["checks"]["timing_blocks"] == 6 and r["runtime_stats"]["kernel"]["n"] == 20
+    assert r["runtime_stats"]["reference"]["n"] == 20
 
 
 def test_a_call_that_waits_inside_does_not_raise_the_lead_to_the_ceiling():

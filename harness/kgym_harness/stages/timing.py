@@ -47,7 +47,8 @@ class Timing:
         config = {"n_warmup": req["num_warmup"], "n_iter": req["num_perf_trials"],
                   "backend": req["reference_backend"], "entry": req["entry_point"],
                   "blocks": len(plan), "warmup_ms": timing.WARMUP_MIN_MS, "prewarmed": True,
-                  "allow_tf32": req["allow_tf32"]}  # the reference's precision
+                  "allow_tf32": req["allow_tf32"],  # the reference's precision
+                  "lead_give_up": timing.LEAD_GIVE_UP}  # samples of the rule that made them
         key, cached = None, None
         mode = timing.reftime_mode(self.device)
         checks = self.result["checks"]
@@ -124,7 +125,9 @@ class Timing:
         the second phase's samples count."""
         self.phase = "timing"
         req = self.req
-        plan = timing.block_plan(req["num_perf_trials"], req["num_warmup"], prewarmed=True)
+        n_blocks = timing.blocks_for(req["num_perf_trials"], self.ref_forward_ms)
+        plan = timing.block_plan(req["num_perf_trials"], req["num_warmup"], n_blocks,
+                                 prewarmed=True)
         # where the phase's time goes (ms): the judge's clock, diagnostics only
         detail = self.result.setdefault("timings", {}).setdefault("timing_detail", {})
         t0 = now()
