@@ -83,8 +83,7 @@ LEAD_FACTOR = 2.0         # the lead: this many times the host time of a call,
 LEAD_PAD_NS = 20_000      # plus this,
 LEAD_MIN_NS = 20_000      # at least this (the L2 flush before it adds ~30 us on the H200)
 LEAD_WINDOW = 4           # the calls whose slowest launch sizes the lead
-LEAD_MAX_NS = 20_000_000  # the longest lead: covers most level-3 models' launches
-LEAD_GIVE_UP = 3          # late calls in a row at LEAD_MAX_NS: no lead from then on
+LEAD_MAX_NS = 40_000_000  # the longest lead: a level-3 model's launches on a loaded host
 REFTIME_FRESH_S = 120.0   # "fresh" reference-time cache: entries at most this old,
 PROBE_SPREAD = 0.02       # with samples this tight (interquartile range / median),
 PROBE_CALLS = 2           # stand in once this many reference calls per block
@@ -153,15 +152,7 @@ class Lead:
     warm-up's: for a call that synchronises inside, launch and device time
     together), so a synchronising call costs at most about three times
     its own time per sample rather than the ceiling. The busy wait takes
-    cycles: their rate is measured once with events (sleep_rate).
-
-    A call whose launch outlasts even LEAD_MAX_NS (LEAD_GIVE_UP late calls
-    in a row there) gets no lead at all from then on (off): a lead L under
-    a launch of H leaves samples of H - L, host time still, whose relative
-    spread is H / (H - L) times the launch's own (a level-3 LSTM on a
-    loaded host: 48 ms launches timed as 28 ms samples, self-speedups off
-    by 13-18 %), and costs L of idle device per call. Without one a sample
-    is the whole launch, as a same-process timed loop measures it."""
+    cycles: their rate is measured once with events (sleep_rate)."""
 
     def __init__(self, device: str):
         self.device = device
@@ -170,8 +161,6 @@ class Lead:
         self.bare: list[float] = []    # of the last LEAD_WINDOW calls without a lead
         self.floor_ns = 0.0    # raised by late calls
         self.short = 0
-        self.late_at_max = 0   # late calls in a row with the lead at LEAD_MAX_NS
-        self.off = False       # LEAD_GIVE_UP of them: no lead for this process
 
     def _measure_rate(self, k: int = 3) -> float:
         """sleep_rate of k busy waits of RATE_CYCLES, timed with events."""
@@ -196,7 +185,6 @@ class Lead:
 
     def observe(self, host_ns: float) -> None:
         """A call launched within its lead (or the warm-up's, see observe_bare)."""
-        self.late_at_max = 0
         self._push(self.recent, host_ns)
 
     def observe_bare(self, host_ns: float) -> None:
@@ -206,13 +194,6 @@ class Lead:
 
     def late(self) -> None:
         self.short += 1
-        if self.off:
-            return
-        if self.ns() >= self.max_ns():
-            self.late_at_max += 1
-            if self.late_at_max >= LEAD_GIVE_UP:
-                self.off = True
-                return
         # the bare calls' median, not their slowest: one preempted warm-up
         # call must not size the lead of a call that waits inside
         typical = statistics.median(self.bare) if self.bare else 0.0
@@ -226,16 +207,9 @@ class Lead:
         return LEAD_MAX_NS
 
     def ns(self) -> float:
-        if self.off:
-            return 0.0
         want = max(LEAD_FACTOR * max(self.recent, default=0.0) + LEAD_PAD_NS, LEAD_MIN_NS,
                    self.floor_ns)
         return min(want, self.max_ns())
-
-    def wait(self) -> None:
-        """The busy wait before a sample's start event (none once off)."""
-        if not self.off:
-            _gpu_sleep(self.cycles())
 
     def cycles(self) -> int:
         return max(1, int(self.ns() * (self.rate or 2.0)))
@@ -733,7 +707,7 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
             flusher.flush()
             stream = _current_stream(dev)
             if lead is not None:
-                lead.wait()
+                _gpu_sleep(lead.cycles())
             _record(begin, stream)
             out = call(args)
             if lead is not None:

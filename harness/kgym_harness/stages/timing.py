@@ -48,7 +48,7 @@ class Timing:
                   "backend": req["reference_backend"], "entry": req["entry_point"],
                   "blocks": len(plan), "warmup_ms": timing.WARMUP_MIN_MS, "prewarmed": True,
                   "allow_tf32": req["allow_tf32"],  # the reference's precision
-                  "lead_give_up": timing.LEAD_GIVE_UP}  # samples of the rule that made them
+                  "lead_max_ns": timing.LEAD_MAX_NS}  # samples of the lead that made them
         key, cached = None, None
         mode = timing.reftime_mode(self.device)
         checks = self.result["checks"]
