@@ -18,8 +18,10 @@ Triton; 5 correctness and 100 timed trials, profiling and hack checks on):
  group   16 distinct candidates (bench/variants.py) with one `kgym submit
          --wait` to `kgym serve --workers auto` (the build's defaults), and
          to `kgym serve` plus `kgym worker --concurrency 4`; the wall of
-         the submit alone (the workers registered before); --group-setups
-         picks them (workers-cN: serve --worker-concurrency N)
+         the submit alone (the workers registered before); then 16 other
+         variants on the same service ("again": the next RL step's group,
+         workers warm, nothing cached); --group-setups picks the setups
+         (workers-cN: serve --worker-concurrency N)
  rollout bench/rollout/run.py, 16 x 3 x --rollout-problems (default 1)
  faults  the fault kinds back to back in one kgym eval (segfault, spin,
          host and device memory bombs, fork bomb, kill-parent, daemon,
@@ -238,6 +240,24 @@ def faults(side: Side, cfg: dict, tmp: str) -> dict:
             "honest_passed": honest_ok, "rows": rows}
 
 
+def sixteen(sol: str, stamp: str) -> str:
+    """A folder of 16 distinct variants of the solution sol (distinct code:
+    no result cache answers them)."""
+    cands = tempfile.mkdtemp(prefix="kgym-speed-cands-")
+    os.chmod(cands, 0o755)
+    src = open(sol).read()
+    for i in range(16):
+        path = os.path.join(cands, f"c{i:02d}.py")
+        try:
+            code = distinct(src, f"speed-{stamp}-{secrets.token_hex(3)}-{i}")
+        except ValueError:  # a cpu solution: no Triton kernel
+            code = f"# kgym variant speed-{secrets.token_hex(3)}-{i}\n{src}"
+        with open(path, "w") as f:
+            f.write(code)
+        os.chmod(path, 0o644)
+    return cands
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -265,9 +285,12 @@ def _wait_workers(side: Side, url: str, token: str, proc, log: str, timeout: flo
         c.close()
 
 
-def group(side: Side, cfg: dict, setup: str, cands_dir: str) -> dict:
-    """16 distinct candidates, one kgym submit --wait; setup: 'workers-auto'
-    (kgym serve --workers auto) or 'worker-c4' (serve + kgym worker
+def group(side: Side, cfg: dict, setup: str, cands_dirs: list[str]) -> dict:
+    """16 distinct candidates, one kgym submit --wait, on a service just
+    started; then, on the same service, 16 others (cands_dirs[1]: an RL
+    step after the first, its workers warm, no result cached). setup:
+    'workers-auto' (kgym serve --workers auto), 'workers-cN' (serve
+    --worker-concurrency N) or 'worker-c4' (serve + kgym worker
     --concurrency 4)."""
     data = tempfile.mkdtemp(prefix="kgym-speed-data-", dir=side.tmp)
     token = os.path.join(data, "token")
@@ -296,19 +319,26 @@ def group(side: Side, cfg: dict, setup: str, cands_dir: str) -> dict:
         t_up = time.perf_counter()
         _wait_workers(side, url, token, procs[0], log)
         up = time.perf_counter() - t_up
-        cmd = [side.kgym, "submit", "--server", url, "--token-file", token, "--ref", cfg["ref"],
-               "--cand", cands_dir, "--wait", "--json", *task_args(cfg)]
-        t0 = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-        wall = time.perf_counter() - t0
-        res = results_of(p.stdout)
-        if len(res) != 16:
-            say(f"  {side.name} {setup}: {len(res)} results of 16; {p.stderr[-1000:]}")
-        each = sorted((((r.get("result") or r).get("timings") or {}).get("total") or 0) / 1e3
-                      for r in res)
-        return {"wall_s": round(wall, 3), "startup_s": round(up, 3), "verdicts": verdicts(res),
-                "task_s_min_med_max": [round(each[0], 2), round(statistics.median(each), 2),
-                                       round(each[-1], 2)] if each else []}
+        out: dict = {"startup_s": round(up, 3)}
+        for key, cands_dir in zip(("", "again_"), cands_dirs):
+            cmd = [side.kgym, "submit", "--server", url, "--token-file", token,
+                   "--ref", cfg["ref"], "--cand", cands_dir, "--wait", "--json",
+                   *task_args(cfg)]
+            t0 = time.perf_counter()
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+            wall = time.perf_counter() - t0
+            res = results_of(p.stdout)
+            if len(res) != 16:
+                say(f"  {side.name} {setup} {key or 'first'}: {len(res)} results of 16; "
+                    f"{p.stderr[-1000:]}")
+            each = sorted((((r.get("result") or r).get("timings") or {}).get("total") or 0)
+                          / 1e3 for r in res)
+            out.update({f"{key}wall_s": round(wall, 3), f"{key}verdicts": verdicts(res),
+                        f"{key}cached": sum(bool(r.get("cached")) for r in res),
+                        f"{key}task_s_min_med_max": [
+                            round(each[0], 2), round(statistics.median(each), 2),
+                            round(each[-1], 2)] if each else []})
+        return out
     finally:
         for p in reversed(procs):
             if p.poll() is None:
@@ -393,18 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.path.relpath(cfg['sol'], ROOT)}, {cfg['correct']} correctness + {cfg['perf']} "
         f"timed trials, profiling {'on' if cfg['profiling'] else 'off'}")
     figs: dict = {s.name: {} for s in sides}
-    cands = tempfile.mkdtemp(prefix="kgym-speed-cands-")
-    os.chmod(cands, 0o755)
-    src = open(cfg["sol"]).read()
-    for i in range(16):
-        path = os.path.join(cands, f"c{i:02d}.py")
-        try:
-            code = distinct(src, f"speed-{stamp}-{secrets.token_hex(3)}-{i}")
-        except ValueError:  # a cpu solution: no Triton kernel
-            code = f"# kgym variant speed-{secrets.token_hex(3)}-{i}\n{src}"
-        with open(path, "w") as f:
-            f.write(code)
-        os.chmod(path, 0o644)
+    cands, cands2 = (sixteen(cfg["sol"], stamp) for _ in range(2))
     t_all = time.perf_counter()
     try:
         if "cold" in only:
@@ -431,11 +450,15 @@ def main(argv: list[str] | None = None) -> int:
         if "group" in only:
             for setup in cfg["group_setups"]:
                 for s in sides:
-                    figs[s.name][f"group-{setup}"] = group(s, cfg, setup, cands)
+                    figs[s.name][f"group-{setup}"] = group(s, cfg, setup, [cands, cands2])
                 p, c = figs["prev"][f"group-{setup}"], figs["cur"][f"group-{setup}"]
                 compare(f"group of 16, {setup}, s", "wall_s", p, c,
                         f"[{p['verdicts']} | {c['verdicts']}] tasks min/med/max "
                         f"{p['task_s_min_med_max']} | {c['task_s_min_med_max']}")
+                compare(f"group of 16 again, {setup}, s", "again_wall_s", p, c,
+                        f"[{p['again_verdicts']} | {c['again_verdicts']}] tasks min/med/max "
+                        f"{p['again_task_s_min_med_max']} | {c['again_task_s_min_med_max']}; "
+                        f"cached {p['again_cached']} | {c['again_cached']}")
         if "rollout" in only:
             for s in sides:
                 say(f"  rollout, {s.name}:")
@@ -455,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s in sides:
             s.close()
-        shutil.rmtree(cands, ignore_errors=True)
+        for d in (cands, cands2):
+            shutil.rmtree(d, ignore_errors=True)
     say(f"# whole run {time.perf_counter() - t_all:.0f} s")
     with open(base + ".json", "w") as f:
         json.dump({"cfg": cfg, "figures": figs}, f, indent=1)
