@@ -229,6 +229,10 @@ MUTATIONS = [
              "        plan = timing.block_plan(req[\"num_perf_trials\"], req[\"num_warmup\"], n_blocks,",
              "        plan = timing.block_plan(req[\"num_perf_trials\"], req[\"num_warmup\"], 5,",
              ["tests/harness/test_timing_lock.py -k finer"]),
+    Mutation("timing-blocks-unsized", "the judge measures the reference's forward that "
+             "sizes the blocks", "harness/kgym_harness/stages/correctness.py",
+             "                self.ref_forward_ms = min(ms, self.ref_forward_ms or ms)",
+             "                pass", ["tests/harness/test_timing_lock.py -k finer"]),
 
     Mutation("warm-spare-lock-dropped", "a warm spare's task holds the device lock from "
              "its start message", "harness/kgym_harness/spare.py",
