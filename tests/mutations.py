@@ -231,8 +231,16 @@ MUTATIONS = [
              ["tests/harness/test_timing_lock.py -k finer"]),
     Mutation("timing-blocks-unsized", "the judge measures the reference's forward that "
              "sizes the blocks", "harness/kgym_harness/stages/correctness.py",
-             "                self.ref_forward_ms = min(ms, self.ref_forward_ms or ms)",
+             "                self.ref_forward_ms, self.ref_launch_ms = ms, (t1 - t0) * 1e3",
              "                pass", ["tests/harness/test_timing_lock.py -k finer"]),
+    Mutation("timing-blocks-draws-unbounded", "the finer blocks' fingerprint draws stay "
+             "within a share of the calls' time", "harness/kgym_harness/timing.py",
+             "    if draw_ms is not None and draw_ms > 0:",
+             "    if False:", ["tests/harness/test_timing_lock.py -k finer"]),
+    Mutation("timing-blocks-device-bound-fine", "only host-bound long calls are timed in "
+             "finer blocks", "harness/kgym_harness/timing.py",
+             "    if launch_ms is not None and launch_ms < FINE_HOST_SHARE * call_ms:",
+             "    if False:", ["tests/harness/test_timing_lock.py -k finer"]),
 
     Mutation("warm-spare-lock-dropped", "a warm spare's task holds the device lock from "
              "its start message", "harness/kgym_harness/spare.py",

@@ -118,9 +118,12 @@ class Judge(Correctness, Precision, Timing, Integrity, Profiling):
         self.samples: list[tuple[list, Any]] = []  # (input digests, expected), 2 trials
         self.footprint: int | None = None  # memstat.end_pass after the first reference pass
         self.large_output = False  # a passing trial's output was memstat.is_large
-        # the reference's fastest forward in correctness, ms by the judge's
-        # clock: how finely the timing phase interleaves (timing.blocks_for)
+        # the reference's fastest forward in correctness and the host's share
+        # of it (until the call returned), ms by the judge's clock: how finely
+        # the timing phase interleaves (timing.blocks_for)
         self.ref_forward_ms: float | None = None
+        self.ref_launch_ms: float | None = None
+        self.input_draw_ms: float | None = None  # the fastest input draw of a trial
         self.note_fd: int | None = None  # the result pipe, for notes before the frame
         self.peak0: int | None = None  # the device peak before that pass reset it
         self.low_precision: set[str] = set()  # the candidate's fp16/bf16 evidence

@@ -70,8 +70,10 @@ SYNC_CAL_ITERS = 20       # empty-body samples for the sync latency
 SIDE_SLACK_MS = 0.1       # t_dev - L may exceed t_stream by this before it counts,
 SIDE_SLACK_FRAC = 0.1     # or by this fraction of t_stream, whichever is larger
 PERF_BLOCKS = 5           # interleaved reference/candidate blocks
-FINE_BLOCK_MS = 100.0     # calls of REWARM_MAX_MS or more: blocks of about this long,
-FINE_BLOCKS_MAX = 25      # at most this many (blocks_for)
+FINE_BLOCK_MS = 100.0     # host-bound calls of REWARM_MAX_MS or more: blocks of about
+FINE_BLOCKS_MAX = 25      # this long, at most this many (blocks_for),
+FINE_HOST_SHARE = 0.5     # host-bound: the launch takes this share of the call or more
+FINE_DRAW_SHARE = 0.1     # blocks' fingerprint draws: at most this share of the calls' time
 REWARM_MAX_MS = 10.0      # later blocks re-warm with one call if calls are this fast
 SPOT_CHECKS = 3           # timed outputs kept per timing phase for the judge to check
 SPOT_CHECKS_LARGE = 1     # the same when an output is large (memstat.is_large)
@@ -303,17 +305,30 @@ def side_stream_found(wide: int, n: int) -> bool:
     return n > 0 and wide * 2 > n
 
 
-def blocks_for(n_iter: int, call_ms: float | None) -> int:
+def blocks_for(n_iter: int, call_ms: float | None, launch_ms: float | None = None,
+               draw_ms: float | None = None) -> int:
     """How many interleaved blocks time n_iter calls of about call_ms (the
-    reference's, by the judge's clock). Calls under REWARM_MAX_MS: PERF_BLOCKS.
-    Longer calls are host-bound or large, need no re-warm call per block, and
-    their blocks would span seconds: load from other evaluations (a CPU
+    reference's, by the judge's clock), launch_ms of it until the call
+    returned, draw_ms the draw of one input set (None: not known).
+    PERF_BLOCKS for calls under REWARM_MAX_MS and for device-bound ones
+    (launch under FINE_HOST_SHARE of the call).
+    A long host-bound call (a level-3 RNN) needs no re-warm call per block
+    and its blocks would span seconds: load from other evaluations (a CPU
     phase) that comes and goes on that scale then falls on one side's
-    blocks more than the other's. Blocks of about FINE_BLOCK_MS share it out
-    evenly (between PERF_BLOCKS and FINE_BLOCKS_MAX of them)."""
+    blocks more than the other's. Blocks of about FINE_BLOCK_MS share it
+    out evenly (between PERF_BLOCKS and FINE_BLOCKS_MAX of them). A
+    device-bound call does not feel that load, and each further block
+    costs a round trip and a fingerprint draw of its inputs (KernelBench's
+    L1Norm_, 15 ms on 8 GiB of inputs: 14 ms a block), so the draws stay
+    within FINE_DRAW_SHARE of the calls' time (a 3 GB input on the CPU,
+    drawn in seconds, keeps PERF_BLOCKS)."""
     if call_ms is None or call_ms < REWARM_MAX_MS or n_iter <= 0:
         return PERF_BLOCKS
+    if launch_ms is not None and launch_ms < FINE_HOST_SHARE * call_ms:
+        return PERF_BLOCKS
     want = math.ceil(n_iter * call_ms / FINE_BLOCK_MS)
+    if draw_ms is not None and draw_ms > 0:
+        want = min(want, int(FINE_DRAW_SHARE * n_iter * call_ms / draw_ms))
     return max(PERF_BLOCKS, min(want, FINE_BLOCKS_MAX, n_iter))
 
 

@@ -41,7 +41,7 @@ class Stub(Correctness):
         self.facts = audit.ReferenceFacts()
         self.samples: list = []
         self.footprint = None
-        self.ref_forward_ms = None
+        self.ref_forward_ms = self.ref_launch_ms = self.input_draw_ms = None
         self.result = {"checks": {}, "warnings": []}
         self.ref_module = types.ModuleType("kgym_reference_test")
         exec(compile(src, "reference.py", "exec"), self.ref_module.__dict__)

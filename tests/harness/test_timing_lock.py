@@ -99,6 +99,16 @@ def test_long_calls_are_timed_in_finer_blocks():
     assert timing.blocks_for(10, 500.0) == 10  # never more blocks than calls
     assert timing.blocks_for(3, 500.0) == timing.PERF_BLOCKS  # block_plan cuts to 3
     assert timing.blocks_for(0, 50.0) == timing.PERF_BLOCKS
+    # host-bound (the launch half the call or more) or not known: finer
+    assert timing.blocks_for(100, 28.0, 27.0) == timing.FINE_BLOCKS_MAX
+    assert timing.blocks_for(20, 30.0, 15.0) == 6
+    # device-bound (8 GiB of inputs, 15 ms, launched in 0.2 ms): as before
+    assert timing.blocks_for(100, 15.0, 0.2) == timing.PERF_BLOCKS
+    assert timing.blocks_for(100, 28.0, 13.9) == timing.PERF_BLOCKS
+    # the blocks' fingerprint draws stay within a tenth of the calls' time
+    assert timing.blocks_for(100, 28.0, 27.0, 0.1) == timing.FINE_BLOCKS_MAX
+    assert timing.blocks_for(100, 28.0, 27.0, 20.0) == 14
+    assert timing.blocks_for(100, 300.0, 300.0, 3000.0) == timing.PERF_BLOCKS
     plan = timing.block_plan(100, 3, timing.blocks_for(100, 28.0), prewarmed=True)
     assert [b["n_iter"] for b in plan] == [4] * 25
     assert all(b["n_warmup"] <= 1 for b in plan)

@@ -74,10 +74,11 @@ class Correctness:
             t0 = now()
             with torch.set_grad_enabled(grad):
                 out = self.ref_model(*args)
+            t1 = now()  # returned: its launches are queued
             timing.sync(self.device)
             ms = (now() - t0) * 1e3
-            if not grad:
-                self.ref_forward_ms = min(ms, self.ref_forward_ms or ms)
+            if not grad and (self.ref_forward_ms is None or ms < self.ref_forward_ms):
+                self.ref_forward_ms, self.ref_launch_ms = ms, (t1 - t0) * 1e3
         problem.check_output(out, self.device)
         after = guards.digests(args) if before is not None else None
         if sent is not None:
@@ -110,7 +111,10 @@ class Correctness:
         t0 = now()
         seed = loader.derive_seed(self.req["seed"], label)
         self.trim_for_trial()
+        t_draw = now()
         inputs = self.draw(seed, send=True)
+        ms = (now() - t_draw) * 1e3  # what a timing block's fingerprint draw costs, about
+        self.input_draw_ms = min(ms, self.input_draw_ms if self.input_draw_ms is not None else ms)
         sent = guards.digests(inputs) if guard else None
         t1 = now()
         try:

@@ -125,7 +125,8 @@ class Timing:
         the second phase's samples count."""
         self.phase = "timing"
         req = self.req
-        n_blocks = timing.blocks_for(req["num_perf_trials"], self.ref_forward_ms)
+        n_blocks = timing.blocks_for(req["num_perf_trials"], self.ref_forward_ms,
+                                    self.ref_launch_ms, self.input_draw_ms)
         plan = timing.block_plan(req["num_perf_trials"], req["num_warmup"], n_blocks,
                                  prewarmed=True)
         # where the phase's time goes (ms): the judge's clock, diagnostics only
