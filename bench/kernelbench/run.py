@@ -4,10 +4,12 @@ same-process eval (bench/kernelbench/kb_eval.py), on the same problems,
 each reference as its own candidate. Prints per problem both
 self-speedups, and per run the pass count, the shares within +-5 % and
 +-10 %, peak memory (judge measured, candidate claimed) and problems per
-minute; and an A/B on six host-bound level-3 problems with torch's
-profiler in the profiler's own process (KGYM_PROFILER=torch,
-harness/kgym_harness/profproc.py) against the default (CUPTI's activity
-API in the candidate, after its timing). Results (the JSONL
+minute; and an A/B at concurrency 1 on six host-bound level-3 problems
+with the environment --ab-env gives (default KGYM_PROFILER=torch: torch's
+profiler in the profiler's own process, harness/kgym_harness/profproc.py,
+against CUPTI's activity API in the candidate after its timing;
+KGYM_LEAD_FIT=0: the safe lead against the fitted one, lead.py), each
+problem's timing-stage seconds beside c1's. Results (the JSONL
 of each run, their logs, report.txt) go to
 $OUT/kernelbench-<time>/ ($OUT: bench/results when unset).
 
@@ -47,13 +49,12 @@ GPU_NAMED = [
 ]
 GPU_PROBLEMS = GPU_NAMED + [f"level2/{n}_*" for n in range(1, 21)]
 DRY_PROBLEMS = ["level1/12_Matmul_with_diagonal_matrices_", "level1/40_LayerNorm"]
-# The A/B of the profiler (KGYM_PROFILER=torch: torch's profiler in the
-# profiler's own process, the default before CUPTI's activity API),
-# concurrency 1.
+# The A/B (--ab-env, default AB_ENV), concurrency 1.
+AB_ENV = ["KGYM_PROFILER=torch"]
 AB_PROBLEMS = ["level3/34_VanillaRNNHidden", "level3/19_MobileNetV1", "level3/39_GRU",
                "level3/35_LSTM", "level3/28_VisionTransformer", "level3/10_ResNet101"]
 # seconds per phase: selfcheck at concurrency 1, at 4, KernelBench's eval,
-# the profiler A/B
+# the A/B
 CAPS = {"c1": 140, "c4": 90, "kb": 55, "ab": 45}
 DRY_FIELDS = ["--device", "cpu", "--backend", "cpu", "--num-correct-trials", "1",
               "--num-perf-trials", "3", "--num-warmup", "0", "--enable-profiling", "false"]
@@ -186,14 +187,25 @@ def phase_seconds(rows: dict) -> str:
             + f"; timing (device held alone) {100 * tot['timing'] / s:.0f}% of {s:.0f}")
 
 
+def timing_s(r: dict | None) -> str:
+    """The timing stage's seconds of a selfcheck line ("" when none)."""
+    t = ((r or {}).get("phases") or {}).get("timing")
+    return f"{t / 1e3:.1f}" if isinstance(t, (int, float)) else ""
+
+
 def report(problems: list[str], runs: dict, elapsed: dict, f,
-           capped: dict | None = None) -> None:
-    """capped: phase -> its cap in seconds, for the phases stopped at it."""
+           capped: dict | None = None, ab_env: list[str] | None = None) -> None:
+    """capped: phase -> its cap in seconds, for the phases stopped at it;
+    ab_env: the A/B's environment."""
     capped = capped or {}
+    ab_name = " ".join(ab_env or AB_ENV)
     cols = ["c1", "c4", "kb", "ab"]
     w = max(len(p) for p in problems) + 1
+    f.write(f"# A/B: concurrency 1 with {ab_name}; timing s: the timing stage (device"
+            " held alone)\n")
     f.write(f"{'problem':<{w}} {'kgym c1':>16} {'kgym c4':>16} {'kernelbench':>16}"
-            f" {'c1 torch prof.':>16} {'judge MiB':>10} {'cand MiB':>9}\n")
+            f" {'c1 A/B':>16} {'judge MiB':>10} {'cand MiB':>9} {'c1 timing s':>12}"
+            f" {'A/B timing s':>12}\n")
     for p in problems:
         cells = []
         for c in cols:
@@ -213,7 +225,8 @@ def report(problems: list[str], runs: dict, elapsed: dict, f,
         if p not in runs["ab"]:
             cells[3] = ""
         f.write(f"{p:<{w}} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16} {cells[3]:>16}"
-                f" {mib(j):>10} {mib(c):>9}\n")
+                f" {mib(j):>10} {mib(c):>9} {timing_s(runs['c1'].get(p)):>12}"
+                f" {timing_s(runs['ab'].get(p)):>12}\n")
     f.write("\n")
     for c in cols:
         rows = runs[c]
@@ -236,7 +249,7 @@ def report(problems: list[str], runs: dict, elapsed: dict, f,
                 v = (r.get("trusted_clock") or {}).get("verdict")
                 clock[v] = clock.get(v, 0) + 1
             jm = [peaks(r)[0] for r in rows.values() if peaks(r)[0]]
-            what = ("kgym selfcheck concurrency 1, KGYM_PROFILER=torch" if c == "ab"
+            what = (f"kgym selfcheck concurrency 1, {ab_name}" if c == "ab"
                     else f"kgym selfcheck concurrency {c[1]}")
             f.write(f"{what}: {len(ok)}/{len(rows)} pass; {shares(sp)};"
                     f" clock {clock}; judge peak max {mib(max(jm) if jm else None)} MiB"
@@ -282,6 +295,10 @@ def main() -> int:
                     help="seconds a phase may take (e.g. c4=330; default CAPS, x3 with "
                     "--dry); at its cap it starts no more problems and the report says "
                     "how many it reached")
+    ap.add_argument("--ab-env", action="append", default=[], metavar="VAR=VALUE",
+                    help=f"the A/B's environment (default {' '.join(AB_ENV)})")
+    ap.add_argument("--ab-problems", help="comma-separated levelN/glob: the A/B's problems "
+                    "(default: those of AB_PROBLEMS in the selection)")
     ap.add_argument("--from", dest="from_dir", metavar="DIR",
                     help="an earlier run's folder: its selfcheck lines are copied in and "
                     "reported beside this run's phases (and order KernelBench's eval)")
@@ -290,6 +307,10 @@ def main() -> int:
         given = parse_caps(a.cap, {})
     except ValueError as e:
         ap.error(str(e))
+    ab_env = a.ab_env or AB_ENV
+    for item in ab_env:
+        if "=" not in item or not item.split("=", 1)[0]:
+            ap.error(f"--ab-env {item!r}: VAR=VALUE")
     out = os.path.join(os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"),
                        time.strftime("kernelbench-%Y%m%d-%H%M%S"))
     os.makedirs(out, exist_ok=True)
@@ -339,20 +360,23 @@ def main() -> int:
         if hit:
             capped[c] = caps[c]
     if "ab" in phases:
-        ab = [p for p in resolve(a.kb, AB_PROBLEMS) if p in problems] or problems[:2]
+        ab = (resolve(a.kb, a.ab_problems.split(",")) if a.ab_problems
+              else [p for p in resolve(a.kb, AB_PROBLEMS) if p in problems] or problems[:2])
         jl = os.path.join(out, "selfcheck_ab.jsonl")
         if os.path.exists(jl):
             os.unlink(jl)
         cmd = [kgym, "selfcheck", "--kernelbench", a.kb, "--problems", ",".join(ab),
                "--out", jl, "--concurrency", "1", "--no-progress"]
-        os.environ["KGYM_PROFILER"] = "torch"
+        saved = dict(os.environ)
+        os.environ.update(dict(item.split("=", 1) for item in ab_env))
         try:
-            elapsed["ab"], hit = run_phase("selfcheck_ab_torch_profiler",
+            elapsed["ab"], hit = run_phase("selfcheck_ab",
                                            cmd + (DRY_FIELDS if a.dry else []), caps["ab"], out)
             if hit:
                 capped["ab"] = caps["ab"]
         finally:
-            del os.environ["KGYM_PROFILER"]
+            os.environ.clear()
+            os.environ.update(saved)
     if "kb" in phases:
         jl = os.path.join(out, "kernelbench_eval.jsonl")
         if os.path.exists(jl):
@@ -371,7 +395,7 @@ def main() -> int:
             "kb": load(os.path.join(out, "kernelbench_eval.jsonl")),
             "ab": load(os.path.join(out, "selfcheck_ab.jsonl"))}
     with open(os.path.join(out, "report.txt"), "w") as f:
-        report(problems, runs, elapsed, f, capped)
+        report(problems, runs, elapsed, f, capped, ab_env)
     sys.stdout.write(open(os.path.join(out, "report.txt")).read())
     return 0
 

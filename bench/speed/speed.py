@@ -162,7 +162,23 @@ def cold(side: Side, cfg: dict) -> dict:
     r = res[0] if res else {}
     t = r.get("timings") or {}
     return {"wall_s": round(wall, 3), "task_s": round((t.get("total") or 0) / 1e3, 3),
-            "verdicts": verdicts(res), "phases": phases(r), "start": start_split(t, wall)}
+            "verdicts": verdicts(res), "phases": phases(r), "start": start_split(t, wall),
+            "detail": cold_detail(t)}
+
+
+def cold_detail(t: dict) -> str:
+    """Where a cold task's setup and correctness went (ms): the judge's load
+    (timings.load_detail) and trials (timings.trials_detail: the candidate's
+    forwards hold its first call's compile), the children's spawn."""
+    parts = []
+    for key in ("load_detail", "trials_detail"):
+        d = t.get(key)
+        if isinstance(d, dict):
+            parts.append(key.split("_")[0] + " " + " ".join(
+                f"{k} {v:.0f}" for k, v in d.items() if isinstance(v, (int, float))))
+    if isinstance(t.get("spawn"), (int, float)):
+        parts.append(f"spawn {t['spawn']:.0f}")
+    return "; ".join(parts) or "(no timings.load_detail or trials_detail)"
 
 
 def start_split(t: dict, wall: float) -> str:
@@ -205,6 +221,16 @@ def timing_split(r: dict) -> str:
     ref, ker = r.get("reference_runtime"), r.get("kernel_runtime")
     if n and isinstance(ref, (int, float)) and isinstance(ker, (int, float)):
         out.append(f"calls {n} x ({ref:.3f} + {ker:.3f}) = {n * (ref + ker):.0f}")
+    # each side's timing commands, summed (checks.timing_host_ms): wall,
+    # input draws, warm-up, sync calibration, and per timed call the launch
+    # (flush, lead, the call), the wait for the device and the clock reads
+    host = (r.get("checks") or {}).get("timing_host_ms")
+    if isinstance(host, dict):
+        for side in ("kernel", "reference"):
+            parts = host.get(side)
+            if isinstance(parts, dict):
+                out.append(f"| {side} " + " ".join(
+                    f"{k} {v:.0f}" for k, v in parts.items() if isinstance(v, (int, float))))
     return f"timing {t.get('timing', 0):.0f} ms: " + " ".join(out)
 
 
@@ -454,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
             say(f"    cur  phases: {c['phases']}")
             say(f"    prev start (s): {p['start']}")
             say(f"    cur  start (s): {c['start']}")
+            say(f"    prev task (ms): {p['detail']}")
+            say(f"    cur  task (ms): {c['detail']}")
         if "warm" in only:
             for s in sides:
                 figs[s.name]["warm"] = warm(s, cfg)

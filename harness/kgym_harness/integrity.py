@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-_HARNESS_MODULES = ("kgym_harness.timing", "kgym_harness.hooks",
+_HARNESS_MODULES = ("kgym_harness.timing", "kgym_harness.lead", "kgym_harness.hooks",
                     "kgym_harness.candidate", "kgym_harness.channel",
                     "kgym_harness.profiling", "kgym_harness.integrity",
                     "kgym_harness.loader", "kgym_harness.guards",

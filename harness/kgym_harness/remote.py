@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import memstat, quiet, schema
+from . import lead, memstat, quiet, schema
 from .channel import Channel, ChannelTimeout, ProtocolError, pack, unpack
 
 MAX_TEXT = 4000
@@ -382,6 +382,7 @@ class Remote:
                 # diagnostics only (the lead decides nothing the judge trusts)
                 "lead_us": _num(t.get("lead_us") or 0.0),
                 "lead_short": _int(t.get("lead_short"), 0, 1 << 20) or 0,
+                "lead_fit": t.get("lead_fit") if t.get("lead_fit") in lead.STATES else None,
                 "host_ms": _host_ms(t.get("host_ms")),
                 "reserved": _int(t.get("reserved"), 0, 1 << 50) or 0,
                 "launches": _launches(reply.get("launches"))}

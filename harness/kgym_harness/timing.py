@@ -42,6 +42,8 @@ from typing import Any, Callable
 import torch
 
 from . import devregion
+from .lead import (LEAD_FACTOR, LEAD_MAX_NS, LEAD_MIN_NS, LEAD_PAD_NS,  # noqa: F401
+                   LEAD_WINDOW, Lead, _gpu_sleep, sleep_rate)
 from .paths import cache_dir
 
 _perf_ns = time.perf_counter_ns
@@ -53,15 +55,7 @@ _event_sync = torch.cuda.Event.synchronize
 _current_stream = torch.cuda.current_stream
 _wall = time.time  # the reference-time cache's ages
 _urandom = os.urandom  # the spot checks' CSPRNG, as it was before candidate code ran
-# A device-side busy wait queued before each sample's start event, so the
-# host has launched the timed call before the device reaches the start:
-# the sample is device time, not the host's launch latency, which differs
-# between the judge's and the candidate's processes (self-speedup off by
-# up to 30% on 0.15 ms kernels on the H200). Private torch API:
-# absent, the lead is simply not added.
-_gpu_sleep = getattr(torch.cuda, "_sleep", None)
 _event_query = torch.cuda.Event.query
-RATE_CYCLES = 200_000      # the busy wait that measures the cycle rate (~0.1 ms)
 
 DEFAULT_FLUSH_BYTES = 256 << 20
 WARMUP_MIN_MS = 20.0      # warm-up time target of a timing command (first block)
@@ -81,11 +75,6 @@ PREDRAW_BYTES = 1 << 30   # CUDA: timed calls' inputs drawn ahead, at most this 
 PREDRAW_BYTES_CPU = 256 << 20  # the CPU's (inputs as cold as in the judge's wall blocks)
 RESERVE_MAX_BYTES = 4 << 30  # CUDA: what a warm-up keeps cached for the timed loop, at most
 RESERVE_FREE_FRAC = 0.25     # and at most this share of the device's free memory
-LEAD_FACTOR = 2.0         # the lead: this many times the host time of a call,
-LEAD_PAD_NS = 20_000      # plus this,
-LEAD_MIN_NS = 20_000      # at least this (the L2 flush before it adds ~30 us on the H200)
-LEAD_WINDOW = 4           # the calls whose slowest launch sizes the lead
-LEAD_MAX_NS = 40_000_000  # the longest lead: a level-3 model's launches on a loaded host
 REFTIME_FRESH_S = 120.0   # "fresh" reference-time cache: entries at most this old,
 PROBE_SPREAD = 0.02       # with samples this tight (interquartile range / median),
 PROBE_CALLS = 2           # stand in once this many reference calls per block
@@ -132,99 +121,6 @@ class L2Flusher:
 
 
 _FLUSHERS: dict[str, L2Flusher] = {}
-
-
-class Lead:
-    """The lead of one process on one device: how long the device-side
-    busy wait before each sample's start event is. It must outlast the
-    host's launch of the timed call, else the sample holds host time: a
-    host-bound call (a level-3 model's hundreds of small launches) then
-    times as the launching process's Python speed, which is not the same
-    in the judge's and the candidate's processes. Anything beyond the launch is idle device time inside the
-    exclusive section, so it is sized from this process's own calls:
-    LEAD_FACTOR x the slowest host time of the last LEAD_WINDOW calls
-    whose launch it measured + LEAD_PAD_NS, within [LEAD_MIN_NS,
-    LEAD_MAX_NS].
-
-    A call's host time is its launch time when the device had not reached
-    the call's start when it returned (observe); a call that returned
-    after (late: a slow call, a preempted thread, or a call that waits for
-    the device inside) doubles the lead's floor instead, up to
-    LEAD_FACTOR x the slowest call seen without a lead (observe_bare, the
-    warm-up's: for a call that synchronises inside, launch and device time
-    together), so a synchronising call costs at most about three times
-    its own time per sample rather than the ceiling. The busy wait takes
-    cycles: their rate is measured once with events (sleep_rate)."""
-
-    def __init__(self, device: str):
-        self.device = device
-        self.rate = 0.0        # busy-wait cycles per ns (sleep_rate), measured once
-        self.recent: list[float] = []  # host times of the last LEAD_WINDOW launches
-        self.bare: list[float] = []    # of the last LEAD_WINDOW calls without a lead
-        self.floor_ns = 0.0    # raised by late calls
-        self.short = 0
-
-    def _measure_rate(self, k: int = 3) -> float:
-        """sleep_rate of k busy waits of RATE_CYCLES, timed with events."""
-        dev = torch.device(self.device)
-        stream = _current_stream(dev)
-        a, b = _Event(enable_timing=True), _Event(enable_timing=True)
-        samples = []
-        for _ in range(k):
-            _gpu_sleep(1000)
-            _record(a, stream)
-            _gpu_sleep(RATE_CYCLES)
-            _record(b, stream)
-            _event_sync(b)
-            samples.append(float(_elapsed(a, b)))
-        return sleep_rate(RATE_CYCLES, samples)
-
-    @staticmethod
-    def _push(window: list[float], host_ns: float) -> None:
-        # a first call's compile is no launch time: at most the ceiling counts
-        window.append(min(float(host_ns), LEAD_MAX_NS))
-        del window[:-LEAD_WINDOW]
-
-    def observe(self, host_ns: float) -> None:
-        """A call launched within its lead (or the warm-up's, see observe_bare)."""
-        self._push(self.recent, host_ns)
-
-    def observe_bare(self, host_ns: float) -> None:
-        """A call on an idle device without a lead (warm-up)."""
-        self._push(self.recent, host_ns)
-        self._push(self.bare, host_ns)
-
-    def late(self) -> None:
-        self.short += 1
-        # the bare calls' median, not their slowest: one preempted warm-up
-        # call must not size the lead of a call that waits inside
-        typical = statistics.median(self.bare) if self.bare else 0.0
-        top = LEAD_FACTOR * typical + LEAD_PAD_NS
-        self.floor_ns = min(self.max_ns(), max(self.floor_ns, min(2.0 * self.ns(), top)))
-        if self.bare:
-            # the window's launches no longer size a lead the call outlived
-            self.recent = [min(h, typical) for h in self.recent]
-
-    def max_ns(self) -> float:
-        return LEAD_MAX_NS
-
-    def ns(self) -> float:
-        want = max(LEAD_FACTOR * max(self.recent, default=0.0) + LEAD_PAD_NS, LEAD_MIN_NS,
-                   self.floor_ns)
-        return min(want, self.max_ns())
-
-    def cycles(self) -> int:
-        return max(1, int(self.ns() * (self.rate or 2.0)))
-
-
-def sleep_rate(cycles: int, samples_ms: list[float]) -> float:
-    """Busy-wait cycles per ns from the times of waits of `cycles`: the
-    fastest (time-slicing with another process's work only ever lengthens
-    a wait: one timed alone under 4-way concurrency on the H200 made the
-    rate 20x too low, and every lead 20x shorter than meant), 2.0 when
-    none was measurable."""
-    ok = [ms for ms in samples_ms if ms > 0.01]
-    return cycles / (min(ok) * 1e6) if ok else 2.0
 
 
 _LEADS: dict[str, Lead] = {}
@@ -721,17 +617,21 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
             t0 = _perf_ns()
             flusher.flush()
             stream = _current_stream(dev)
+            lead_ns = 0.0
             if lead is not None:
-                _gpu_sleep(lead.cycles())
+                lead_ns = lead.ns()
+                _gpu_sleep(lead.cycles(lead_ns))
             _record(begin, stream)
             out = call(args)
-            if lead is not None:
-                if _event_query(begin):  # the device waited for the host: raise the lead
-                    lead.late()
-                else:
-                    lead.observe(_perf_ns() - t0)
+            host_ns = _perf_ns() - t0
+            late = lead is not None and _event_query(begin)  # the device reached the start first
             _record(end_s, stream)
             t1 = _perf_ns()
+            backlog = None
+            if lead is not None and lead.wants_backlog(host_ns):
+                while not _event_query(end_s):  # what the device had left of the call
+                    pass
+                backlog = _perf_ns() - t1
             _cuda_sync(dev)
             _record(end_d, stream)
             _event_sync(end_d)
@@ -742,6 +642,8 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
             excess.append(t_d - lat - t_s)
             ms, wide = pick_sample(t_s, t_d, lat, slack)
             samples.append(ms)
+            if lead is not None:
+                lead.settle(lead_ns, host_ns, late, backlog, t_s)
             if wide:
                 side.append(i)
             read_ns += _perf_ns() - t2
@@ -762,6 +664,7 @@ def time_forward(call: Callable[[Any], Any], make_args: Callable[[int], Any],
             "sync_excess_ms": statistics.median(excess) if excess else 0.0,
             "lead_us": round(lead.ns() / 1e3, 1) if lead is not None else None,
             "lead_short": lead.short - short0 if lead is not None else 0,
+            "lead_fit": lead.state if lead is not None else None,
             "l2": l2.report() if l2 is not None else None, "reserved": reserved,
             # where the wall time went (CUDA; diagnostics): sync calibration,
             # and per timed call the launch (flush, lead, start event, the

@@ -77,6 +77,21 @@ static const char *cuda_connections(const kg_engine *e)
     return e->cuda_env[0] ? "1" : NULL;
 }
 
+/* How deep each child's CUDA launch queue is (CUDA_SCALE_LAUNCH_QUEUES):
+ * the worker's own setting when it has one, else 4x on a GPU. A level-3
+ * RNN queues about 1,000 launches per forward (VanillaRNNHidden), about
+ * the default queue's depth: within the timed call's lead the queue filled
+ * and the host then launched in lockstep with the device, so the sample
+ * held the launching process's speed (docs/harness-notes.md, "The lead").
+ * NULL: leave CUDA's default (no GPU). */
+static const char *cuda_launch_queues(const kg_engine *e)
+{
+    const char *v = getenv("CUDA_SCALE_LAUNCH_QUEUES");
+    if (v && *v)
+        return v;
+    return e->cuda_env[0] ? "4x" : NULL;
+}
+
 /* Copies the variables named in names[] (NULL-terminated) that the worker
  * has into env. */
 static void pass_env(json_t *env, const char *const *names)
@@ -137,13 +152,20 @@ json_t *eng_child_env(kg_engine *e, const char *role, const struct child *c,
          * harness/kgym_harness/devregion.py): both roles */
         "KGYM_CUDA_IPC",
         /* the device profiler, cupti or torch (profiling.backend) */
-        "KGYM_PROFILER", NULL};
+        "KGYM_PROFILER",
+        /* the timed calls' fitted lead (on unless "0", lead.py): both
+         * roles, an A/B switch for bench/kernelbench/lead.sh */
+        "KGYM_LEAD_FIT", NULL};
     json_t *env = json_object();
     pass_env(env, pass);
     const char *conns = cuda_connections(e);
     if (conns)
         json_object_set_new(env, "CUDA_DEVICE_MAX_CONNECTIONS",
                             json_string(conns));
+    const char *queues = cuda_launch_queues(e);
+    if (queues)
+        json_object_set_new(env, "CUDA_SCALE_LAUNCH_QUEUES",
+                            json_string(queues));
     if (!json_object_get(env, "PATH"))
         json_object_set_new(env, "PATH",
                             json_string("/usr/local/bin:/usr/bin:/bin"));

@@ -1,7 +1,7 @@
 """The timing loop's lead on a CUDA device (skipped without one; run on the
 H200 by `make test-gpu`): sized from the host time of the calls, the same
-samples as a fixed 0.2 ms lead, a host-bound call timed as device time,
-late calls counted."""
+samples as a fixed 0.2 ms lead, a host-bound call timed as device time
+under the safe and the fitted lead (lead.py), late calls counted."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from kgym_harness import timing
+from kgym_harness import lead, timing
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 DEV = "cuda:0"
@@ -75,22 +75,36 @@ def _host_ms(call, args, k: int = 20) -> float:
     return statistics.median(out)
 
 
-def test_a_host_bound_call_times_as_its_device_time():
-    """300 tiny launches: the host takes longer to launch them than the
-    device to run them; the sample is the device's share (a level-3
-    model's timing must not be the launching process's Python speed)."""
+def test_a_host_bound_call_times_as_its_device_time(monkeypatch):
+    """600 tiny launches (a few ms of host time, past lead.FIT_MIN_NS): the
+    host takes longer to launch them than the device to run them; the
+    sample is the device's share (a level-3 model's timing must not be the
+    launching process's Python speed), under the safe lead (longer than the launch) and under the fitted one
+    (shorter than the launch, late by design) alike."""
     def call(args):
         y = args[0]
-        for _ in range(300):
+        for _ in range(600):
             y = y + 1.0
         return y
     x = torch.randn(256, device=DEV)
-    timing._LEADS.clear()
     host = _host_ms(call, [x])
-    r = timing.time_forward(call, lambda i: [x], 5, 20, DEV, warmup_ms=5.0)
-    assert r["lead_short"] <= 3, r
-    assert r["lead_us"] / 1e3 >= host, (r["lead_us"], host)
-    assert statistics.median(r["samples_ms"]) < 0.8 * host, (r["samples_ms"], host)
+    assert host * 1e6 >= lead.FIT_MIN_NS, host
+    runs = {}
+    for fit in ("0", "1", "0", "1"):  # alternated: the clocks drift alike for both
+        monkeypatch.setenv("KGYM_LEAD_FIT", fit)
+        timing._LEADS.clear()
+        r = timing.time_forward(call, lambda i: [x], 5, 30, DEV, warmup_ms=5.0)
+        runs.setdefault(fit, []).append(r)
+    for r in runs["0"]:
+        assert r["lead_fit"] == "safe" and r["lead_short"] <= 3, r
+        assert r["lead_us"] / 1e3 >= host, (r["lead_us"], host)
+    for r in runs["1"]:
+        assert r["lead_fit"] == "fitted", r
+        assert r["lead_us"] / 1e3 < host, (r["lead_us"], host)
+    med = {fit: statistics.median(s for r in rs for s in r["samples_ms"])
+           for fit, rs in runs.items()}
+    assert med["0"] < 0.8 * host, (med, host)
+    assert abs(med["1"] - med["0"]) / med["0"] < 0.03, med
 
 
 def test_a_call_that_waits_inside_keeps_a_bounded_lead():

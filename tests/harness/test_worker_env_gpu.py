@@ -1,6 +1,7 @@
 """A GPU worker's children make their CUDA contexts with one hardware work
-queue (CUDA_DEVICE_MAX_CONNECTIONS=1) unless the worker's environment says
-otherwise (skipped without a CUDA device; `make test-gpu` runs it on the
+queue (CUDA_DEVICE_MAX_CONNECTIONS=1) and launch queues four times CUDA's
+default depth (CUDA_SCALE_LAUNCH_QUEUES=4x) unless the worker's environment
+says otherwise (skipped without a CUDA device; `make test-gpu` runs it on the
 H200). Both the judge, which loads the reference, and the candidate are
 checked: each file refuses to load with another value."""
 
@@ -20,17 +21,19 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 from kgym_env import env_probe, eval_json  # noqa: E402
 
 
-@pytest.mark.parametrize("given,want", [(None, "1"), ("2", "2")])
-def test_children_get_one_work_queue_unless_the_worker_says(tmp_path, given, want):
+@pytest.mark.parametrize("var,given,want", [
+    ("CUDA_DEVICE_MAX_CONNECTIONS", None, "1"), ("CUDA_DEVICE_MAX_CONNECTIONS", "2", "2"),
+    ("CUDA_SCALE_LAUNCH_QUEUES", None, "4x"), ("CUDA_SCALE_LAUNCH_QUEUES", "2x", "2x")])
+def test_children_get_cuda_queues_unless_the_worker_says(tmp_path, var, given, want):
     os.chmod(tmp_path, 0o755)
     ref, cand = tmp_path / "ref.py", tmp_path / "cand.py"
-    env_probe(GELU, ref, want)
-    env_probe(SOL, cand, want)
+    env_probe(GELU, ref, want, var)
+    env_probe(SOL, cand, want, var)
     env = dict(os.environ)
     env.setdefault("TMPDIR", "/tmp")  # enterable by the candidate's uid
-    env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    env.pop(var, None)
     if given:
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = given
+        env[var] = given
     rs, p = eval_json(["--ref", str(ref), "--cand", str(cand), "--cand", str(cand),
                        "--backend", "triton", "--device", "cuda:0",
                        "--num-perf-trials", "3", "--num-correct-trials", "2",

@@ -328,15 +328,16 @@ def posted(logs: str, task_id: str) -> list[str]:
     return out
 
 
-def env_probe(src_path: str, dest, want: str | None) -> None:
+def env_probe(src_path: str, dest, want: str | None,
+              var: str = "CUDA_DEVICE_MAX_CONNECTIONS") -> None:
     """Writes src_path's code to dest (a pathlib.Path) behind a check that
-    the process loading it sees CUDA_DEVICE_MAX_CONNECTIONS as want (None:
+    the process loading it sees the environment variable var as want (None:
     unset): a reference so made fails in the judge, a candidate in the
     candidate (test_eval_cli.py, tests/harness/test_worker_env_gpu.py)."""
     with open(src_path) as f:
         src = f.read()
     dest.write_text("import os as _os\n"
-                    f"assert _os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') == {want!r}, "
-                    "('CUDA_DEVICE_MAX_CONNECTIONS', _os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'))\n"
+                    f"assert _os.environ.get({var!r}) == {want!r}, "
+                    f"({var!r}, _os.environ.get({var!r}))\n"
                     + src)
     os.chmod(dest, 0o644)

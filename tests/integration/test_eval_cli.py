@@ -304,22 +304,25 @@ def test_device_must_be_cpu_or_cuda_with_an_index():
             (bad, p.returncode, p.stderr[-300:])
 
 
-@pytest.mark.parametrize("given", [None, "3"])
-def test_cuda_connections_reach_both_children_as_the_worker_has_them(tmp_path, given):
-    """A CPU worker leaves CUDA_DEVICE_MAX_CONNECTIONS to CUDA (unset); a
-    value in the worker's environment reaches the judge (which loads the
-    reference) and the candidate alike. (A GPU worker's default of 1:
-    tests/harness/test_worker_env_gpu.py.)"""
+@pytest.mark.parametrize("var,given", [("CUDA_DEVICE_MAX_CONNECTIONS", None),
+                                       ("CUDA_DEVICE_MAX_CONNECTIONS", "3"),
+                                       ("CUDA_SCALE_LAUNCH_QUEUES", None),
+                                       ("CUDA_SCALE_LAUNCH_QUEUES", "2x")])
+def test_cuda_settings_reach_both_children_as_the_worker_has_them(tmp_path, var, given):
+    """A CPU worker leaves CUDA's work queues and launch queues to CUDA
+    (unset); a value in the worker's environment reaches the judge (which
+    loads the reference) and the candidate alike. (A GPU worker's defaults,
+    1 and 4x: tests/harness/test_worker_env_gpu.py.)"""
     os.chmod(tmp_path, 0o755)
     ref, cand = tmp_path / "ref.py", tmp_path / "cand.py"
-    env_probe(os.path.join(ROOT, "problems", "cpu", "level1", "1_GELU.py"), ref, given)
+    env_probe(os.path.join(ROOT, "problems", "cpu", "level1", "1_GELU.py"), ref, given, var)
     env_probe(os.path.join(ROOT, "problems", "cpu", "level1", "solutions", "1_GELU.cpu.py"),
-              cand, given)
+              cand, given, var)
     e = dict(os.environ)
     e.setdefault("TMPDIR", "/tmp")  # must be enterable by the candidate's uid
-    e.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    e.pop(var, None)
     if given:
-        e["CUDA_DEVICE_MAX_CONNECTIONS"] = given
+        e[var] = given
     p = subprocess.run([KGYM, "eval", "--ref", str(ref), "--cand", str(cand), "--backend", "cpu",
                         "--json", *FAST], capture_output=True, text=True, env=e, timeout=300)
     r = json.loads(p.stdout.strip().splitlines()[-1])

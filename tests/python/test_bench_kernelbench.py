@@ -74,7 +74,7 @@ def test_report_counts_and_names_reruns_and_caps():
     f = io.StringIO()
     run.report(problems, runs, {"c1": 60.0, "c4": 30.0}, f, {"c1": 60.0})
     out = f.getvalue()
-    table = {ln.split()[0]: ln for ln in out.splitlines()[1:4]}
+    table = {ln.split()[0]: ln for ln in out.splitlines()[2:5]}
     assert "1.010 R" in table["level1/1_A"] and "infra_error R" in table["level1/2_B"], out
     assert " R" not in table["level2/3_C"], out
     c1, c4 = out.split("kgym selfcheck concurrency 1:")[1], out.split(
@@ -175,3 +175,43 @@ def test_from_an_earlier_run_reports_its_lines_beside_this_ones(tmp_path):
     report = (res / "report.txt").read_text()
     assert "kgym selfcheck concurrency 1: 2/2 pass" in report, report
     assert "kernelbench eval" in report and "2/2 correct" in report, report
+
+
+@pytest.mark.skipif(not os.access(KGYM, os.X_OK), reason=f"{KGYM} not built (make)")
+def test_the_ab_phase_runs_under_the_environment_it_is_given(tmp_path):
+    """--ab-env KGYM_LEAD_FIT=0: the A/B's selfcheck children see it (the
+    worker passes it to both roles), c1's do not; the report names it and
+    gives each problem's timing seconds in both columns."""
+    kb = tmp_path / "kb"
+    lvl = kb / "KernelBench" / "level1"
+    lvl.mkdir(parents=True)
+    probe = ("import os\n"
+             "if os.environ.get('KGYM_LEAD_FIT') == '0':\n"
+             "    raise RuntimeError('LEAD_FIT_OFF')\n")
+    (lvl / "1_Probe.py").write_text(probe + PROBLEM.format(sleep=0))
+    os.chmod(tmp_path, 0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), KGYM_BIN=KGYM, TMPDIR="/tmp")
+    env.pop("KGYM_LEAD_FIT", None)
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "kernelbench", "run.py"),
+                        "--dry", "--kb", str(kb), "--problems", "level1/*", "--only", "c1,ab",
+                        "--ab-env", "KGYM_LEAD_FIT=0", "--ab-problems", "level1/1_*"],
+                       capture_output=True, text=True, env=env, timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (res,) = list(out.iterdir())
+    c1 = [json.loads(x) for x in open(res / "selfcheck_c1.jsonl") if x.strip()]
+    ab = [json.loads(x) for x in open(res / "selfcheck_ab.jsonl") if x.strip()]
+    assert c1[0]["verdict"] == "pass", c1
+    assert ab[0]["verdict"] != "pass" and "LEAD_FIT_OFF" in json.dumps(ab[0]), ab
+    report = (res / "report.txt").read_text()
+    assert "concurrency 1 with KGYM_LEAD_FIT=0" in report, report
+    assert "kgym selfcheck concurrency 1, KGYM_LEAD_FIT=0: 0/1 pass" in report, report
+    row = [ln for ln in report.splitlines() if ln.startswith("level1/1_Probe")][0]
+    assert row.split()[-1].replace(".", "").isdigit(), row  # c1's timing seconds
+    assert "KGYM_LEAD_FIT" not in os.environ
+
+
+def test_a_bad_ab_env_is_refused():
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "kernelbench", "run.py"),
+                        "--ab-env", "NOVALUE"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--ab-env" in p.stderr, p.stderr

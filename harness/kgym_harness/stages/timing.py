@@ -173,10 +173,10 @@ class Timing:
             # t_dev - L - t_stream, and the calibrated L (ms)
             checks["sync_excess_ms"] = run["excess"]
             checks["sync_latency_ms"] = run["latency"]
-            # the lead before each sample (us, at the phase's end) and the
+            # the lead before each sample (us, at the phase's end), the
             # timed calls whose start the device reached before the host
-            # had launched them (timing.Lead)
-            checks["timing_lead"] = {side: {"us": v[0], "late": v[1]}
+            # had launched them, and the lead's fit state (lead.Lead)
+            checks["timing_lead"] = {side: {"us": v[0], "late": v[1], "fit": v[2]}
                                      for side, v in run["lead"].items()}
             if cached is None:
                 checks["reference_side_stream_samples"] = run["ref_side"]
@@ -338,7 +338,7 @@ class Timing:
                      "claims": [],  # (input index, the candidate's fingerprint)
                      "excess": {"kernel": [], "reference": []},
                      "latency": {"kernel": [], "reference": []},
-                     "lead": {"kernel": [0.0, 0], "reference": [0.0, 0]},  # us, late calls
+                     "lead": {"kernel": [0.0, 0, None], "reference": [0.0, 0, None]},  # us, late, fit
                      # where each side's wall time went (diagnostics, timing.time_forward)
                      "host": {"kernel": {}, "reference": {}},
                      "spots": self.spot_checks(),
@@ -370,7 +370,8 @@ class Timing:
                     run["excess"]["reference"].append(r["sync_excess_ms"])
                     run["latency"]["reference"].append(r["sync_latency_ms"])
                     run["lead"]["reference"] = [r["lead_us"] or 0.0,
-                                                run["lead"]["reference"][1] + r["lead_short"]]
+                                                run["lead"]["reference"][1] + r["lead_short"],
+                                                r["lead_fit"]]
                     for k in ("prep_ms", "warmup_ms", "wall_ms"):
                         ref[k] += r[k]
                     _add_host(run["host"]["reference"], r, r["wall_ms"])
@@ -400,7 +401,8 @@ class Timing:
                 run["side"] += [len(cand) + i for i in c["side_stream"]]
                 run["excess"]["kernel"].append(c["sync_excess_ms"])
                 run["latency"]["kernel"].append(c["sync_latency_ms"])
-                run["lead"]["kernel"] = [c["lead_us"], run["lead"]["kernel"][1] + c["lead_short"]]
+                run["lead"]["kernel"] = [c["lead_us"], run["lead"]["kernel"][1] + c["lead_short"],
+                                         c["lead_fit"]]
                 cand += c["samples_ms"]
                 run["launches"] += c["launches"]["count"]
                 run["claims"].append((blk["timed_start"], c["inputs"]))  # checked after the lock
