@@ -64,6 +64,12 @@ SAFE = "safe"              # the fit missed: the safe lead from then on
 STATES = (PROBE, FITTED, SAFE)
 
 
+def fit_on() -> bool:
+    """Whether leads are fitted: unless KGYM_LEAD_FIT=0 (the safe lead only,
+    an A/B switch for the bench)."""
+    return os.environ.get("KGYM_LEAD_FIT") != "0"
+
+
 class Lead:
     """The lead of one process on one device.
 
@@ -85,8 +91,7 @@ class Lead:
         self.bare: list[float] = []    # of the last LEAD_WINDOW calls without a lead
         self.floor_ns = 0.0    # raised by late calls
         self.short = 0         # late calls
-        # KGYM_LEAD_FIT=0: the safe lead only (an A/B switch for the bench)
-        self.state = SAFE if os.environ.get("KGYM_LEAD_FIT") == "0" else PROBE
+        self.state = PROBE if fit_on() else SAFE
         self.yard: list[float] = []    # samples (ms) of host-heavy calls at the safe lead
         self.needs: list[float] = []   # the leads the last calls needed (ns)
         self.misses = 0        # fitted samples in a row past the yardstick

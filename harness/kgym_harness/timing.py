@@ -42,8 +42,7 @@ from typing import Any, Callable
 import torch
 
 from . import devregion
-from .lead import (LEAD_FACTOR, LEAD_MAX_NS, LEAD_MIN_NS, LEAD_PAD_NS,  # noqa: F401
-                   LEAD_WINDOW, Lead, _gpu_sleep, sleep_rate)
+from .lead import Lead, _gpu_sleep
 from .paths import cache_dir
 
 _perf_ns = time.perf_counter_ns
@@ -136,7 +135,7 @@ def _per_device(table: dict, device: str, make: Callable[[str], Any]) -> Any:
 
 
 def lead_for(device: str) -> Lead:
-    """This process's lead on a device (timing.Lead)."""
+    """This process's lead on a device (lead.Lead)."""
     return _per_device(_LEADS, device, Lead)
 
 

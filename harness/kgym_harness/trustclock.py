@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import loader, quiet, timing, wallclock
+from . import lead, loader, quiet, timing, wallclock
 
 EMPTY_CALLS = 3
 EMPTY_MAX_MS = 0.5    # the most of a block taken off for the round trip
@@ -136,7 +136,7 @@ def decide(ref_ms: list[float], cand_ms: list[float], ref_median: float,
 
     timer_tamper needs more. On CUDA: c + min(lead_ms, host_ms) < floor.
     The timed loop's lead hides up to a call's host launch time from its
-    claim (timing.Lead), which a wall block shows (max(host, device) per
+    claim (lead.Lead), which a wall block shows (max(host, device) per
     call), so an honest host-bound call can claim that much less, never
     more; the lead over-states it (twice the slowest recent launch, more
     on a loaded host) and is the candidate's word, host_ms (cpu_figures)
@@ -373,7 +373,7 @@ class WallCheck:
 
 
 UNRESOLVED = 2.0    # prints (and draws) this many times a call: no decision
-LEAD_MAX_MS = timing.LEAD_MAX_NS / 1e6  # the most host time a timed call's lead can hide
+LEAD_MAX_MS = lead.LEAD_MAX_NS / 1e6  # the most host time a timed call's lead can hide
 
 
 def check_phase(judge: Any, run: dict, call: Callable) -> dict:

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from kgym_harness import devlock, timing
+from kgym_harness import lead as leadmod
 from kgym_harness.devlock import DeviceLock, LockTimeout
 
 
@@ -60,21 +61,21 @@ def test_prewarmed_plan_warms_every_block_with_one_call():
 
 
 def test_lead_follows_the_host_time_of_calls_within_its_bounds():
-    lead = timing.Lead("cuda:0")  # nothing touches the device until cycles()
+    lead = leadmod.Lead("cuda:0")  # nothing touches the device until cycles()
     lead.rate = 2.0  # cycles per ns, as if measured
-    top = timing.LEAD_MAX_NS
-    assert lead.ns() == max(timing.LEAD_PAD_NS, timing.LEAD_MIN_NS)  # no call seen yet
+    top = leadmod.LEAD_MAX_NS
+    assert lead.ns() == max(leadmod.LEAD_PAD_NS, leadmod.LEAD_MIN_NS)  # no call seen yet
     lead.observe_bare(30_000)  # a 30 us launch: 2 x 30 + 20 us
-    assert lead.ns() == pytest.approx(timing.LEAD_FACTOR * 30_000 + timing.LEAD_PAD_NS)
+    assert lead.ns() == pytest.approx(leadmod.LEAD_FACTOR * 30_000 + leadmod.LEAD_PAD_NS)
     assert lead.cycles() == int(lead.ns() * 2.0)
     lead.observe_bare(5e9)  # a first call that compiled for 5 s counts as the ceiling at most
     assert lead.ns() == top
-    for _ in range(timing.LEAD_WINDOW):  # gone once the window has moved past it
+    for _ in range(leadmod.LEAD_WINDOW):  # gone once the window has moved past it
         lead.observe(10_000)
-    assert lead.ns() == pytest.approx(timing.LEAD_FACTOR * 10_000 + timing.LEAD_PAD_NS)
+    assert lead.ns() == pytest.approx(leadmod.LEAD_FACTOR * 10_000 + leadmod.LEAD_PAD_NS)
     lead.observe(3_000_000)  # a host-bound call: 3 ms of launches
-    assert lead.ns() == pytest.approx(timing.LEAD_FACTOR * 3_000_000 + timing.LEAD_PAD_NS)
-    for _ in range(timing.LEAD_WINDOW):
+    assert lead.ns() == pytest.approx(leadmod.LEAD_FACTOR * 3_000_000 + leadmod.LEAD_PAD_NS)
+    for _ in range(leadmod.LEAD_WINDOW):
         lead.observe(10_000)
     lead.late()  # the device reached the start before the host had launched
     assert lead.short == 1 and lead.ns() == pytest.approx(2 * 40_000)
@@ -83,7 +84,7 @@ def test_lead_follows_the_host_time_of_calls_within_its_bounds():
     assert lead.ns() == pytest.approx(80_000)
     for _ in range(40):  # late again and again: bounded by the calls seen bare
         lead.late()
-    bare_top = timing.LEAD_FACTOR * timing.LEAD_MAX_NS + timing.LEAD_PAD_NS
+    bare_top = leadmod.LEAD_FACTOR * leadmod.LEAD_MAX_NS + leadmod.LEAD_PAD_NS
     assert lead.short == 41 and lead.ns() == min(top, bare_top)
 
 
@@ -132,38 +133,38 @@ def test_a_slow_reference_is_timed_in_finer_blocks():
 def test_a_call_that_waits_inside_does_not_raise_the_lead_to_the_ceiling():
     """A call that synchronises inside is late whatever the lead: its lead
     stays near LEAD_FACTOR x its bare time, not the 20 ms ceiling."""
-    lead = timing.Lead("cuda:0")
+    lead = leadmod.Lead("cuda:0")
     lead.rate = 2.0
-    for _ in range(timing.LEAD_WINDOW):
+    for _ in range(leadmod.LEAD_WINDOW):
         lead.observe_bare(500_000)  # 0.5 ms: launch and the wait inside
     for _ in range(50):
         lead.late()
-    assert lead.ns() == pytest.approx(timing.LEAD_FACTOR * 500_000 + timing.LEAD_PAD_NS)
-    assert lead.ns() < timing.LEAD_MAX_NS / 10
+    assert lead.ns() == pytest.approx(leadmod.LEAD_FACTOR * 500_000 + leadmod.LEAD_PAD_NS)
+    assert lead.ns() < leadmod.LEAD_MAX_NS / 10
 
 
 def test_one_slow_warm_up_call_does_not_size_the_lead_of_a_waiting_call():
     """A call that synchronises inside (0.1 ms) with one preempted warm-up
     call (0.62 ms) among the last: late every time, its lead comes from the
     typical bare call, not the outlier (seen on an H100: 1.27 ms)."""
-    lead = timing.Lead("cuda:0")
+    lead = leadmod.Lead("cuda:0")
     lead.rate = 2.0
     for ns in (100_000, 100_000, 620_000, 100_000):
         lead.observe_bare(ns)
     for _ in range(20):
         lead.late()
-    assert lead.ns() == pytest.approx(timing.LEAD_FACTOR * 100_000 + timing.LEAD_PAD_NS)
+    assert lead.ns() == pytest.approx(leadmod.LEAD_FACTOR * 100_000 + leadmod.LEAD_PAD_NS)
 
 
 def test_sleep_rate_is_the_fastest_wait():
     # 200k cycles in 0.11 ms alone; one wait stretched to 4.3 ms by another
     # process's work on the device (seen on the H200)
-    assert timing.sleep_rate(200_000, [0.11, 4.3, 0.12]) == pytest.approx(200_000 / 0.11e6)
-    lead = timing.Lead("cuda:0")
-    lead.rate = timing.sleep_rate(200_000, [4.3, 0.11])
+    assert leadmod.sleep_rate(200_000, [0.11, 4.3, 0.12]) == pytest.approx(200_000 / 0.11e6)
+    lead = leadmod.Lead("cuda:0")
+    lead.rate = leadmod.sleep_rate(200_000, [4.3, 0.11])
     lead.observe_bare(100_000)
     assert lead.cycles() == int(lead.ns() * 200_000 / 0.11e6)
-    assert timing.sleep_rate(200_000, []) == 2.0 and timing.sleep_rate(200_000, [0.0]) == 2.0
+    assert leadmod.sleep_rate(200_000, []) == 2.0 and leadmod.sleep_rate(200_000, [0.0]) == 2.0
 
 
 def test_time_forward_warms_up_by_time_and_count():

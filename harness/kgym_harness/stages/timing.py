@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .. import compare, loader, problem, quiet, timing, trustclock
+from .. import compare, lead, loader, problem, quiet, timing, trustclock
 from ..channel import ProtocolError
 from . import now
 
@@ -48,7 +48,8 @@ class Timing:
                   "backend": req["reference_backend"], "entry": req["entry_point"],
                   "blocks": len(plan), "warmup_ms": timing.WARMUP_MIN_MS, "prewarmed": True,
                   "allow_tf32": req["allow_tf32"],  # the reference's precision
-                  "lead_max_ns": timing.LEAD_MAX_NS}  # samples of the lead that made them
+                  # samples of the lead that made them
+                  "lead_max_ns": lead.LEAD_MAX_NS, "lead_fit": lead.fit_on()}
         key, cached = None, None
         mode = timing.reftime_mode(self.device)
         checks = self.result["checks"]
