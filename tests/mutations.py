@@ -224,6 +224,11 @@ MUTATIONS = [
              "harness/kgym_harness/lead.py",
              "max(self.floor_ns, min(2.0 * self.safe_ns(), top))",
              "max(self.floor_ns, 2.0 * self.safe_ns())", ["tests/harness/test_timing_lock.py -k lead"]),
+    Mutation("trustclock-allow-bound-by-lead", "a host-bound call under a fitted lead is "
+             "allowed its host work, not its lead", "harness/kgym_harness/trustclock.py",
+             "    allow = (lead_ms if host_ms is None else host_ms) if cuda else 0.0",
+             "    allow = (lead_ms if host_ms is None else min(lead_ms, host_ms)) if cuda else 0.0",
+             ["tests/harness/test_trusted_clock.py -k fitted_lead"]),
     Mutation("timing-lead-fit-misses-ignored", "a fitted lead whose samples grow goes back "
              "to the safe one", "harness/kgym_harness/lead.py",
              "        if self.misses >= FIT_MISSES:", "        if False:",
@@ -398,7 +403,7 @@ MUTATIONS = [
              [f"{TRUSTED} -k padded_above"]),
     Mutation("trustclock-cuda-lead-unbounded", "on CUDA the lead excuses a claim only up to "
              "the host work the kernel saw", "harness/kgym_harness/trustclock.py",
-             "allow = (lead_ms if host_ms is None else min(lead_ms, host_ms)) if cuda else 0.0",
+             "allow = (lead_ms if host_ms is None else host_ms) if cuda else 0.0",
              "allow = lead_ms if cuda else 0.0",
              [f"{TRUSTED} -k host_work_seen"]),
     Mutation("trustclock-cap-ignored", "a capped claim lowers the reported speedup",

@@ -388,6 +388,22 @@ def test_on_cuda_the_lead_is_allowed_for_only_up_to_the_host_work_seen():
     # device (its claim): capped at the clock, never named
     hb = trustclock.decide([3.0, 3.0], [1.75, 1.75], 2.8, 0.5, 3.4, True, 0.0, host_ms=1.7)
     assert hb["verdict"] == "capped"
+    # the same claim with half that host work: a long reported lead buys
+    # nothing beyond the host work seen
+    half = trustclock.decide([3.0, 3.0], [1.75, 1.75], 2.8, 0.5, 3.4, True, 0.0, host_ms=0.8)
+    assert half["verdict"] == "timer_tamper", half
+
+
+def test_on_cuda_a_fitted_lead_does_not_shrink_the_allowance():
+    """A host-bound honest call under a fitted lead (lead.Lead: 0.5 ms, far
+    under its 1.7 ms launch) hides its launch from its sample all the same:
+    capped at the clock on a noisy wall block, never named."""
+    v = trustclock.decide([3.0, 3.0], [1.75, 1.75], 2.8, 0.5, 0.5, True, 0.0, host_ms=1.7)
+    assert v["verdict"] == "capped", v
+    # more below the floor than the host work explains is still named
+    forged = trustclock.decide([3.0, 3.0], [1.75, 1.75], 2.8, 0.05, 0.5, True, 0.0,
+                               host_ms=1.2)
+    assert forged["verdict"] == "timer_tamper", forged
 
 
 def test_on_cuda_a_device_bound_call_gets_no_allowance():
