@@ -5,7 +5,8 @@ reference the same way. The clock functions are captured when this module is
 imported, before any candidate code runs (integrity.py checks they stay).
 
 CUDA: fresh inputs, L2 flush (a write to a buffer of at least twice the L2),
-start event, forward, end event on the same stream (t_stream),
+the lead (a device-side busy wait, lead.py), start event, forward, end
+event on the same stream (t_stream),
 torch.cuda.synchronize() (device-wide), a second end event (t_dev). The
 sample is t_stream unless t_dev minus the calibrated sync latency L exceeds
 it (work left on another stream): then t_dev - L, and the sample is marked.
