@@ -193,6 +193,16 @@ def timing_s(r: dict | None) -> str:
     return f"{t / 1e3:.1f}" if isinstance(t, (int, float)) else ""
 
 
+def lead_line(r: dict) -> str:
+    """A selfcheck line's checks.timing_lead and trusted clock, short."""
+    tl = r.get("timing_lead") or {}
+    k, ref = tl.get("kernel") or {}, tl.get("reference") or {}
+    tc = r.get("trusted_clock") or {}
+    return (f"lead {k.get('us', '-')}/{ref.get('us', '-')} fit {k.get('fit', '-')}/"
+            f"{ref.get('fit', '-')} late {k.get('late', '-')}/{ref.get('late', '-')}"
+            f"; clock {tc.get('verdict', '-')} wall {tc.get('wall_speedup', '-')}")
+
+
 def report(problems: list[str], runs: dict, elapsed: dict, f,
            capped: dict | None = None, ab_env: list[str] | None = None) -> None:
     """capped: phase -> its cap in seconds, for the phases stopped at it;
@@ -266,6 +276,14 @@ def report(problems: list[str], runs: dict, elapsed: dict, f,
         for n in notes:
             f.write(f"\n  {n}")
         f.write("\n")
+    leads = [(c, p, r) for c in ("c1", "c4", "ab") for p, r in runs[c].items()
+             if (r.get("timing_lead") or r.get("trusted_clock"))]
+    if leads:
+        f.write("\nper problem: the lead at the phase's end (us, kernel/reference), its fit"
+                " state and late calls (lead.Lead); the trusted clock's verdict and wall"
+                " speedup\n")
+        for c, p, r in leads:
+            f.write(f"  {c:<3} {p:<{w}} {lead_line(r)}\n")
 
 
 def smallest_first(problems: list[str], out: str) -> list[str]:

@@ -136,6 +136,22 @@ def test_a_capped_dry_phase_reports_what_it_reached(tmp_path):
     assert "phases, s summed over problems:" in report, report
 
 
+def test_report_lists_each_problems_lead_and_clock():
+    r = dict(line("pass", 0.93), timing_lead={
+        "kernel": {"us": 17000.0, "late": 28, "fit": "fitted"},
+        "reference": {"us": 40000.0, "late": 100, "fit": "safe"}},
+        trusted_clock={"verdict": "capped", "wall_speedup": 0.72})
+    runs = {"c1": {"level3/34_V": r}, "c4": {}, "kb": {}, "ab": {"level3/34_V": line("pass", 1.0)}}
+    f = io.StringIO()
+    run.report(["level3/34_V"], runs, {"c1": 10.0}, f)
+    out = f.getvalue()
+    got = [ln for ln in out.splitlines() if ln.startswith("  c1 ")]
+    assert got and ("lead 17000.0/40000.0 fit fitted/safe late 28/100; clock capped wall 0.72"
+                    in got[0]), out
+    ab = [ln for ln in out.splitlines() if ln.startswith("  ab ")]
+    assert ab and "lead -/- fit -/- late -/-; clock agree wall -" in ab[0], out
+
+
 def test_phase_seconds_sums_each_stage_and_the_timing_share():
     rows = {"a": {"phases": {"setup": 1000, "correctness": 2000, "timing": 6000, "total": 9000}},
             "b": {"phases": {"setup": 1000, "timing": 2000, "engine_start": {"x": 1}}},
