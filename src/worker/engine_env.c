@@ -63,33 +63,29 @@ const char *eng_compile_ahead(const kg_engine *e)
                                                                           : "0";
 }
 
-/* How many hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS) each child's
- * CUDA context gets: the worker's own setting when it has one, else 1 on a
- * GPU, where the driver makes contexts (two per task) more than twice as
- * fast with one queue as with the default eight (docs/worker.md). The
- * cost: a candidate's kernels on different streams share one queue and do
- * not overlap. NULL: leave CUDA's default (no GPU). */
-static const char *cuda_connections(const kg_engine *e)
-{
-    const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-    if (v && *v)
-        return v;
-    return e->cuda_env[0] ? "1" : NULL;
-}
+/* A CUDA setting each child gets: the worker's own value of name when it
+ * has one, else gpu_default on a GPU; NULL leaves CUDA's default (no GPU).
+ * CUDA_DEVICE_MAX_CONNECTIONS, 1: hardware work queues per context; the
+ * driver makes contexts (two per task) more than twice as fast with one
+ * as with the default eight (docs/worker.md), and a candidate's kernels on
+ * different streams then share one queue and do not overlap.
+ * CUDA_SCALE_LAUNCH_QUEUES, 4x: the launch queue's depth; a level-3 RNN
+ * queues about 1,000 launches per forward (VanillaRNNHidden), about the
+ * default depth, and a full queue inside the timed call's lead has the
+ * host launch in lockstep with the device, so the sample holds the
+ * launching process's speed (docs/harness-notes.md, "The fitted lead"). */
+static const struct {
+    const char *name, *gpu_default;
+} cuda_settings[] = {{"CUDA_DEVICE_MAX_CONNECTIONS", "1"},
+                     {"CUDA_SCALE_LAUNCH_QUEUES", "4x"}};
 
-/* How deep each child's CUDA launch queue is (CUDA_SCALE_LAUNCH_QUEUES):
- * the worker's own setting when it has one, else 4x on a GPU. A level-3
- * RNN queues about 1,000 launches per forward (VanillaRNNHidden), about
- * the default queue's depth: within the timed call's lead the queue filled
- * and the host then launched in lockstep with the device, so the sample
- * held the launching process's speed (docs/harness-notes.md, "The lead").
- * NULL: leave CUDA's default (no GPU). */
-static const char *cuda_launch_queues(const kg_engine *e)
+static const char *cuda_setting(const kg_engine *e, const char *name,
+                                const char *gpu_default)
 {
-    const char *v = getenv("CUDA_SCALE_LAUNCH_QUEUES");
+    const char *v = getenv(name);
     if (v && *v)
         return v;
-    return e->cuda_env[0] ? "4x" : NULL;
+    return e->cuda_env[0] ? gpu_default : NULL;
 }
 
 /* Copies the variables named in names[] (NULL-terminated) that the worker
@@ -158,14 +154,12 @@ json_t *eng_child_env(kg_engine *e, const char *role, const struct child *c,
         "KGYM_LEAD_FIT", NULL};
     json_t *env = json_object();
     pass_env(env, pass);
-    const char *conns = cuda_connections(e);
-    if (conns)
-        json_object_set_new(env, "CUDA_DEVICE_MAX_CONNECTIONS",
-                            json_string(conns));
-    const char *queues = cuda_launch_queues(e);
-    if (queues)
-        json_object_set_new(env, "CUDA_SCALE_LAUNCH_QUEUES",
-                            json_string(queues));
+    for (size_t i = 0; i < sizeof cuda_settings / sizeof cuda_settings[0]; i++) {
+        const char *v = cuda_setting(e, cuda_settings[i].name,
+                                     cuda_settings[i].gpu_default);
+        if (v)
+            json_object_set_new(env, cuda_settings[i].name, json_string(v));
+    }
     if (!json_object_get(env, "PATH"))
         json_object_set_new(env, "PATH",
                             json_string("/usr/local/bin:/usr/bin:/bin"));
