@@ -235,7 +235,8 @@ MUTATIONS = [
              ["tests/harness/test_lead_fit.py"]),
     Mutation("timing-lead-fit-backlog-ignored", "a fitted lead follows the backlog the "
              "device had left", "harness/kgym_harness/lead.py",
-             "        need = lead_ns - backlog_ns + max(", "        need = lead_ns + max(",
+             "self._push(self.needs, lead_ns - backlog_ns + max(",
+             "self._push(self.needs, lead_ns + max(",
              ["tests/harness/test_lead_fit.py"]),
     Mutation("timing-lead-fit-short-calls", "only host-heavy calls get a fitted lead",
              "harness/kgym_harness/lead.py",

@@ -22,10 +22,9 @@ Two sizes (Lead.ns):
   FIT_MISSES samples in a row past the probe samples' median by FIT_TOL
   put the safe lead back for good (state SAFE). One such sample is a
   host that fell behind once (another task's CPU phase): the backlog it
-  left (none) raises the next lead by the margin; a level-3 RNN has a few
-  such samples at any lead (up to +50 % at a 40 ms lead on an H100 under
-  4-way load, bench/results/2026-12-06-h100-lead40/), and the median of a
-  phase does not move for them.
+  left (none) raises the next lead by the margin, and a phase's median
+  does not move for a few such samples, which a level-3 RNN has at any
+  lead.
 
 Private torch API (torch.cuda._sleep): absent, no lead is added."""
 
@@ -173,14 +172,12 @@ class Lead:
             self.late()
         if backlog_ns is None or self.state == SAFE:
             return
-        need = lead_ns - backlog_ns + max(LEAD_PAD_NS, FIT_MARGIN_SHARE * host_ns)
+        self._push(self.needs, lead_ns - backlog_ns + max(LEAD_PAD_NS, FIT_MARGIN_SHARE * host_ns))
         if self.state == PROBE:  # a host-heavy call (wants_backlog)
             self.yard.append(sample_ms)
-            self._push(self.needs, need)
             if len(self.yard) >= FIT_PROBE:
                 self.state = FITTED
             return
-        self._push(self.needs, need)
         ref = statistics.median(self.yard)
         if sample_ms <= ref + max(FIT_TOL * ref, FIT_TOL_MS):
             self.misses = 0
