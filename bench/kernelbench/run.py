@@ -96,18 +96,19 @@ def parse_caps(items: list[str], caps: dict) -> dict:
     return out
 
 
-def run_phase(name: str, cmd: list[str], cap: float, outdir: str) -> tuple[float, bool]:
-    """Runs cmd with its output in outdir/<name>.log; SIGINT at cap (a
-    selfcheck starts nothing more, stops its tasks in flight and keeps its
-    finished lines), SIGKILL 15 s later. Seconds taken, and whether the cap
-    stopped it."""
+def run_phase(name: str, cmd: list[str], cap: float, outdir: str,
+              env: dict | None = None) -> tuple[float, bool]:
+    """Runs cmd (in env, default this process's) with its output in
+    outdir/<name>.log; SIGINT at cap (a selfcheck starts nothing more,
+    stops its tasks in flight and keeps its finished lines), SIGKILL 15 s
+    later. Seconds taken, and whether the cap stopped it."""
     t0 = time.monotonic()
     hit = False
     with open(os.path.join(outdir, f"{name}.log"), "w") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                             start_new_session=True)
+                             start_new_session=True, env=env)
         try:
             p.wait(timeout=cap)
         except subprocess.TimeoutExpired:
@@ -385,16 +386,11 @@ def main() -> int:
             os.unlink(jl)
         cmd = [kgym, "selfcheck", "--kernelbench", a.kb, "--problems", ",".join(ab),
                "--out", jl, "--concurrency", "1", "--no-progress"]
-        saved = dict(os.environ)
-        os.environ.update(dict(item.split("=", 1) for item in ab_env))
-        try:
-            elapsed["ab"], hit = run_phase("selfcheck_ab",
-                                           cmd + (DRY_FIELDS if a.dry else []), caps["ab"], out)
-            if hit:
-                capped["ab"] = caps["ab"]
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        env = dict(os.environ, **dict(item.split("=", 1) for item in ab_env))
+        elapsed["ab"], hit = run_phase("selfcheck_ab", cmd + (DRY_FIELDS if a.dry else []),
+                                       caps["ab"], out, env)
+        if hit:
+            capped["ab"] = caps["ab"]
     if "kb" in phases:
         jl = os.path.join(out, "kernelbench_eval.jsonl")
         if os.path.exists(jl):
