@@ -166,16 +166,21 @@ def cold(side: Side, cfg: dict) -> dict:
             "detail": cold_detail(t)}
 
 
+def ms_items(d: dict) -> str:
+    """A dict of millisecond figures as "name ms name ms ..." (numbers only)."""
+    return " ".join(f"{k} {v:.0f}" for k, v in d.items() if isinstance(v, (int, float)))
+
+
 def cold_detail(t: dict) -> str:
-    """Where a cold task's setup and correctness went (ms): the judge's load
-    (timings.load_detail) and trials (timings.trials_detail: the candidate's
-    forwards hold its first call's compile), the children's spawn."""
+    """Where a cold task's setup and correctness went (ms): the candidate's
+    load (timings.load_detail, its claim), the trials (timings.trials_detail,
+    the judge's clock; cand_* are the candidate's claims, and its forwards
+    hold its first call's compile) and the children's spawn."""
     parts = []
     for key in ("load_detail", "trials_detail"):
         d = t.get(key)
         if isinstance(d, dict):
-            parts.append(key.split("_")[0] + " " + " ".join(
-                f"{k} {v:.0f}" for k, v in d.items() if isinstance(v, (int, float))))
+            parts.append(key.split("_")[0] + " " + ms_items(d))
     if isinstance(t.get("spawn"), (int, float)):
         parts.append(f"spawn {t['spawn']:.0f}")
     return "; ".join(parts) or "(no timings.load_detail or trials_detail)"
@@ -229,8 +234,7 @@ def timing_split(r: dict) -> str:
         for side in ("kernel", "reference"):
             parts = host.get(side)
             if isinstance(parts, dict):
-                out.append(f"| {side} " + " ".join(
-                    f"{k} {v:.0f}" for k, v in parts.items() if isinstance(v, (int, float))))
+                out.append(f"| {side} " + ms_items(parts))
     return f"timing {t.get('timing', 0):.0f} ms: " + " ".join(out)
 
 
