@@ -379,9 +379,11 @@ UNRESOLVED = 2.0    # prints (and draws) this many times a call: no decision
 LEAD_MAX_MS = lead.LEAD_MAX_NS / 1e6  # the most host time a timed call's lead can hide
 
 
-def check_phase(judge: Any, run: dict, call: Callable) -> dict:
+def check_phase(judge: Any, run: dict, call: Callable, seed: int | None = None) -> dict:
     """The wall blocks of one timing pass (run: stages/timing.py, _time_blocks) and the
-    decision on its claims: checks.trusted_clock."""
+    decision on its claims: checks.trusted_clock. Their inputs come from seed
+    (default: the judge's timing seed; a second look at the same pass takes
+    another, so that no wall block repeats an earlier one's inputs)."""
     ref_med = timing.stats(run["ref"]["samples_ms"])["median"]
     cand_med = timing.stats(run["cand"])["median"]
     device = judge.device
@@ -392,7 +394,8 @@ def check_phase(judge: Any, run: dict, call: Callable) -> dict:
     # the reference's buffers (running statistics) as the timed blocks left them
     state = {k: v.detach().clone() for k, v in judge.ref_model.named_buffers()}
     try:
-        fig = check.run(call, judge.timing_seed, wallclock.calls_for(ref_med),
+        fig = check.run(call, judge.timing_seed if seed is None else seed,
+                        wallclock.calls_for(ref_med),
                         wallclock.calls_for(cand_med), judge.req["atol"], judge.req["rtol"])
     finally:
         with torch.no_grad():

@@ -622,3 +622,51 @@ def test_the_watchs_gap_is_not_charged_to_the_candidates_block():
     check = trustclock.WallCheck("cuda:0", lambda seed: [], _GapRemote(), None)
     _prints, _draw, run, _cpu = check._cand_block(1, 4, 2)
     assert run < 20.0, run
+
+
+# ---- a phase timed again draws new inputs --------------------------------------
+
+# Cheat (written for this test): an honest kernel whose outputs are kept by a
+# few elements of their inputs and replayed on a repeat (with a token launch,
+# so the launch count sees work), every timed call claiming CLAIM_MS, a fifth
+# of the reference's time here. The computed calls are far slower than that,
+# so the first phase is beyond the judge's clock and timed again. Were that
+# phase's inputs the first phase's (timed calls and wall blocks alike), every
+# call would be a replay: as many calls per wall block as before (the claims
+# did not change), faster than the claims on the judge's clock, and the
+# claimed speedup would stand.
+MEMO_TOP = FIND_SAMPLES + """CLAIM_MS = 0.25
+
+
+def claim():
+    f = _timing_frame()
+    samples = f.f_locals.get("samples") if f is not None else None
+    if isinstance(samples, list):
+        done = _DONE.get(id(samples), (samples, 0))[1]
+        for i in range(done, len(samples)):
+            samples[i] = CLAIM_MS
+        _DONE[id(samples)] = (samples, len(samples))
+
+
+"""
+
+MEMO_ON_RETRY = kit.model_new("""
+    key = (tuple(a[0, :4].tolist()), tuple(b[0, :4].tolist()))
+    out = self.memo.get(key)
+    if out is None:
+        out = add_relu_scale(a, b, self.scale)
+        if len(self.memo) < 200:
+            self.memo[key] = out
+    else:
+        ext.fill(self.one.data_ptr(), 1, 0.0)
+    claim()
+    return out
+    """, init_extra="self.one, self.memo = torch.zeros(1), {}")
+
+
+def test_a_phase_timed_again_gives_a_replaying_kernel_nothing():
+    r = _run(kit.cpu_kernel(MEMO_ON_RETRY, top=MEMO_TOP), num_perf_trials=20)
+    checks = r["checks"]
+    assert "timing_retried" in checks or "trusted_clock_retried" in checks, checks
+    assert _caught(r, "timer_tamper"), (r["verdict"], r.get("speedup"), r.get("hack_reasons"),
+                                        checks.get("trusted_clock"))

@@ -24,6 +24,8 @@ from . import now
 # timing phases at most: a retry for any disturbance, a third while a
 # side_stream finding repeats
 SIDE_STREAM_PHASES = 3
+# the clock's verdicts that time a phase again (its wall blocks first)
+CLOCK_OFF = ("capped", "timer_tamper")
 
 
 def _ms(seconds: float) -> float:
@@ -214,7 +216,14 @@ class Timing:
         another process's CUDA context made or torn down outside the lock
         spans many calls of a short phase (honest kernels at 10 timed
         calls under 4-way concurrency, docs/harness-notes.md), while a
-        kernel's own side stream is there on every call of every phase."""
+        kernel's own side stream is there on every call of every phase.
+
+        When only the clock disagreed, its wall blocks run once more first
+        (a noisy wall block, most often) and the whole phase only if they
+        disagree again. Every phase after the first, and the clock's second
+        run, draws inputs of its own (new_timing_seed): on the first
+        phase's inputs a kernel that remembered its outputs would replay
+        every call of the next one."""
         n = self.req["num_perf_trials"]
         detail = self.result.setdefault("timings", {}).setdefault("timing_detail", {})
         t0 = now()
@@ -226,29 +235,50 @@ class Timing:
                       blocks_reference=round(run.get("ref_wall_ms", 0.0), 2),
                       blocks_kernel=round(run.get("wall_ms", 0.0), 2))
         retried: list[dict] = []
+        clock_again = False
         while len(retried) < SIDE_STREAM_PHASES - 1:
             side_found = timing.side_stream_found(len(run["side"]), n)
-            again = (unexplained > 0 or side_found
-                     or clock["verdict"] in ("capped", "timer_tamper"))
-            if not again or (retried and not side_found):
+            off = clock["verdict"] in CLOCK_OFF
+            if not (unexplained > 0 or side_found or off) or (retried and not side_found):
                 break
+            if off and unexplained <= 0 and not side_found and not clock_again:
+                clock_again = True
+                t2 = now()
+                first = clock
+                clock = trustclock.check_phase(self, run, wall_call,
+                                               seed=loader.derive_seed(self.timing_seed,
+                                                                       "wall:again"))
+                clock["mismatch"] = clock["mismatch"] or first["mismatch"]
+                detail["clock_again"] = _ms(now() - t2)
+                self.result["checks"]["trusted_clock_retried"] = {
+                    k: first.get(k) for k in ("verdict", "claimed_speedup", "wall_speedup",
+                                              "blocks_ms")}
+                continue  # still off: the whole phase again
             retried.append({"unexplained_ms": round(max(unexplained, 0.0), 2),
                             "wall_ms": round(run["wall_ms"], 2),
                             "side_stream_samples": len(run["side"]),
                             "trusted_clock": clock["verdict"]})
             first_l2, first_mismatch = run["l2_found"], clock["mismatch"]
+            self.new_timing_seed(len(retried))
             run = self._time_blocks(plan, ref_call, cached)
             run["l2_found"] = run["l2_found"] or first_l2
             unexplained = self._unexplained(run, plan)
             clock = trustclock.check_phase(self, run, wall_call)
             clock["mismatch"] = clock["mismatch"] or first_mismatch
         detail["passes"] = 1 + len(retried)
-        detail["after_first"] = _ms(now() - t0) - detail["blocks"] - detail["clock"]
+        detail["after_first"] = (_ms(now() - t0) - detail["blocks"] - detail["clock"]
+                                 - detail.get("clock_again", 0.0))
         if retried:
             self.result["checks"]["timing_retried"] = retried[0]
         if len(retried) > 1:
             self.result["checks"]["timing_retried_side_stream"] = retried[1:]
         return run, unexplained, clock
+
+    def new_timing_seed(self, phase: int) -> None:
+        """The inputs of timing phase `phase` (1, 2: the ones timed again)
+        and of its wall blocks: none the earlier phases drew. The claims
+        and spot checks (timing_checks) are of the last phase's inputs."""
+        self.timing_seed = loader.derive_seed(self.timing_seed, f"phase:{phase}")
 
     def _probe_agrees(self, cached: dict, run: dict) -> bool:
         """Whether this phase's probe of the reference (PROBE_CALLS a
