@@ -41,6 +41,22 @@ int kb_recs_add(kb_recs *recs, const kb_rec *rec)
     return 0;
 }
 
+/* The timed calls' own time in s: mean x n of each side of runtime_stats
+ * (ms); -1 when a side lacks them. */
+static double calls_s(const json_t *stats)
+{
+    double s = 0;
+    for (int i = 0; i < 2; i++) {
+        json_t *side = json_object_get(stats, i ? "reference" : "kernel");
+        json_t *mean = json_object_get(side, "mean");
+        json_t *n = json_object_get(side, "n");
+        if (!json_is_number(mean) || !json_is_integer(n))
+            return -1;
+        s += json_number_value(mean) * (double)json_integer_value(n) / 1e3;
+    }
+    return s;
+}
+
 int kb_recs_put(kb_recs *recs, const json_t *line)
 {
     const char *name = json_string_value(json_object_get(line, "problem"));
@@ -53,6 +69,11 @@ int kb_recs_put(kb_recs *recs, const json_t *line)
     snprintf(r.verdict, sizeof r.verdict, "%s", v ? v : "none");
     json_t *sp = json_object_get(line, "speedup");
     r.speedup = json_is_number(sp) ? json_number_value(sp) : -1;
+    json_t *held = json_object_get(
+        json_object_get(json_object_get(line, "phases"), "lock_held"),
+        "exclusive");
+    r.held_s = json_is_number(held) ? json_number_value(held) / 1e3 : -1;
+    r.calls_s = calls_s(json_object_get(line, "runtime_stats"));
     return kb_recs_add(recs, &r);
 }
 
@@ -184,6 +205,32 @@ static void speedups(FILE *f, const kb_recs *recs, int self)
     fprintf(f, "\n");
 }
 
+/* The device held alone, summed: timing and profiling hold it one task at
+ * a time at any concurrency, so no run of these problems on one device
+ * takes less; and how much of it the timed calls themselves were. */
+static void held_alone(FILE *f, const kb_recs *recs)
+{
+    double held = 0, calls = 0;
+    int n = 0, nc = 0;
+    for (int i = 0; i < recs->n; i++) {
+        if (recs->r[i].held_s < 0)
+            continue;
+        held += recs->r[i].held_s, n++;
+        if (recs->r[i].calls_s >= 0)
+            calls += recs->r[i].calls_s, nc++;
+    }
+    if (n == 0 || held <= 0)
+        return;
+    fprintf(f, "device held alone (timing, profiling): %.1f s over %d problems",
+            held, n);
+    if (nc)
+        fprintf(f, "; the timed calls themselves %.1f s (%.0f%%)", calls,
+                100.0 * calls / held);
+    fprintf(f, "; on one device no concurrency runs them faster than "
+               "%.1f problems per minute\n",
+            n * 60.0 / held);
+}
+
 void kb_summary(FILE *f, const kb_recs *recs, int self)
 {
     fprintf(f, "\n== %d problems\n", recs->n);
@@ -200,5 +247,6 @@ void kb_summary(FILE *f, const kb_recs *recs, int self)
     }
     if (shown)
         fprintf(f, "\n");
+    held_alone(f, recs);
     fflush(f);
 }

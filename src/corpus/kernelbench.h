@@ -66,6 +66,8 @@ typedef struct kb_rec {
     char name[256];
     char verdict[32];
     double speedup; /* < 0: none */
+    double held_s;  /* the device held alone (timing, profiling); < 0: none */
+    double calls_s; /* of it, the timed calls' own time, both sides; < 0: none */
 } kb_rec;
 
 typedef struct kb_recs {
@@ -96,7 +98,8 @@ int kb_jsonl_load(const char *path, kb_recs *recs, int *ends_clean,
                   kg_err *err);
 
 /* The summary table of recs (counts per level and verdict, the speedup
- * distribution; self: the self-speedup bands and outliers) on f. */
+ * distribution; self: the self-speedup bands and outliers; the time the
+ * device was held alone, which bounds a run on one device) on f. */
 void kb_summary(FILE *f, const kb_recs *recs, int self);
 
 #endif

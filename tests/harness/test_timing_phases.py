@@ -114,3 +114,11 @@ def test_every_phase_timed_again_draws_new_inputs():
     _phases(stub)
     assert len(set(stub.phase_seeds)) == SIDE_STREAM_PHASES
     assert stub.wall_seeds == stub.phase_seeds
+
+
+def test_a_reference_probe_that_disagrees_times_it_all_again_on_new_inputs(monkeypatch):
+    stub = Stub([0, 0])
+    monkeypatch.setattr(Stub, "_probe_agrees", lambda self, cached, run: False, raising=False)
+    run, _, _, cached = stub._probed_phases([], lambda args: None, {"samples_ms": [1.0]}, None)
+    assert cached is None and run["phase"] == 1 and stub.timed == 2
+    assert len(set(stub.phase_seeds)) == 2 and stub.timing_seed == stub.phase_seeds[-1]

@@ -116,6 +116,20 @@ def test_selfcheck_writes_a_line_per_problem_and_a_summary(tree, tmp_path):
     assert "level4: not run" in p.stderr, p.stderr
     assert re.search(r"^throughput: 4 problems in [0-9.]+ s, [0-9.]+ problems per minute$",
                      p.stdout, re.M), p.stdout
+    # the device held alone bounds a run on one device: the lines' own figures
+    held = [r["phases"]["lock_held"]["exclusive"] / 1e3 for r in rows
+            if (r.get("phases") or {}).get("lock_held")]
+    calls = sum(r["runtime_stats"][s]["mean"] * r["runtime_stats"][s]["n"] / 1e3
+                for r in rows if (r["runtime_stats"] or {}).get("kernel")
+                for s in ("kernel", "reference"))
+    m = re.search(r"^device held alone \(timing, profiling\): ([0-9.]+) s over (\d+) problems; "
+                  r"the timed calls themselves ([0-9.]+) s \(\d+%\); on one device no "
+                  r"concurrency runs them faster than ([0-9.]+) problems per minute$",
+                  p.stdout, re.M)
+    assert m, p.stdout
+    assert int(m.group(2)) == len(held) == 3 and abs(float(m.group(1)) - sum(held)) < 0.06
+    assert abs(float(m.group(3)) - calls) < 0.06 and calls < sum(held)
+    assert abs(float(m.group(4)) - 3 * 60 / sum(held)) <= 0.05 * 3 * 60 / sum(held) + 0.05
     # named, it runs (and fails: its import fails, as a hub's would offline)
     p = kgym("selfcheck", "--kernelbench", str(tree), "--level", "4", *FAST)
     assert p.returncode == 1 and "level4/1_Hub: problem_error" in p.stderr, p.stderr

@@ -146,12 +146,7 @@ class Timing:
         t3 = now()
         detail.update(reference_timer=_ms(t1 - t0), prewarm=_ms(t2 - t1), exclusive_wait=_ms(t3 - t2))
         wall_call = ref_call if ref_call is not None else self.eager_reference()
-        run, unexplained, clock = self._timed_phases(plan, ref_call, cached, wall_call)
-        if cached is not None and ref_call is not None and not self._probe_agrees(cached, run):
-            # the reference's time has moved since it was cached: time the
-            # phase again in full, and cache what it measures
-            cached = None
-            run, unexplained, clock = self._timed_phases(plan, ref_call, None, wall_call)
+        run, unexplained, clock, cached = self._probed_phases(plan, ref_call, cached, wall_call)
         checks = self.result["checks"]
         n = req["num_perf_trials"]
         ref, cand, side = run["ref"], run["cand"], run["side"]
@@ -207,6 +202,19 @@ class Timing:
         self.pending_checks = {"claims": run["claims"], "spots": run["spots"],
                                "timed": run["timed"], "wall_mismatch": clock["mismatch"]}
 
+    def _probed_phases(self, plan: list[dict], ref_call: Any, cached: dict | None,
+                       wall_call: Any) -> tuple[dict, float, dict, dict | None]:
+        """_timed_phases, and when a cached reference time stood in but this
+        phase's probe of the reference disagrees with it (its time has
+        moved), all of it again in full, on new inputs; the cached time
+        that stands (None once it did not)."""
+        run, unexplained, clock = self._timed_phases(plan, ref_call, cached, wall_call)
+        if cached is not None and ref_call is not None and not self._probe_agrees(cached, run):
+            cached = None
+            self.new_timing_seed("probe")
+            run, unexplained, clock = self._timed_phases(plan, ref_call, None, wall_call)
+        return run, unexplained, clock, cached
+
     def _timed_phases(self, plan: list[dict], ref_call: Any, cached: dict | None,
                       wall_call: Any) -> tuple[dict, float, dict]:
         """The timing phase, timed again when it looked disturbed (time
@@ -259,7 +267,7 @@ class Timing:
                             "side_stream_samples": len(run["side"]),
                             "trusted_clock": clock["verdict"]})
             first_l2, first_mismatch = run["l2_found"], clock["mismatch"]
-            self.new_timing_seed(len(retried))
+            self.new_timing_seed(f"phase:{len(retried)}")
             run = self._time_blocks(plan, ref_call, cached)
             run["l2_found"] = run["l2_found"] or first_l2
             unexplained = self._unexplained(run, plan)
@@ -274,11 +282,11 @@ class Timing:
             self.result["checks"]["timing_retried_side_stream"] = retried[1:]
         return run, unexplained, clock
 
-    def new_timing_seed(self, phase: int) -> None:
-        """The inputs of timing phase `phase` (1, 2: the ones timed again)
-        and of its wall blocks: none the earlier phases drew. The claims
-        and spot checks (timing_checks) are of the last phase's inputs."""
-        self.timing_seed = loader.derive_seed(self.timing_seed, f"phase:{phase}")
+    def new_timing_seed(self, label: str) -> None:
+        """The inputs of a phase timed again (and of its wall blocks): none
+        an earlier phase drew. The claims and spot checks (timing_checks)
+        are of the last phase's inputs."""
+        self.timing_seed = loader.derive_seed(self.timing_seed, label)
 
     def _probe_agrees(self, cached: dict, run: dict) -> bool:
         """Whether this phase's probe of the reference (PROBE_CALLS a
