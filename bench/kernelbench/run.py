@@ -183,9 +183,15 @@ def phase_seconds(rows: dict) -> str:
     s = sum(tot.values())
     if not s:
         return "phases: none recorded"
+    held = [((r.get("phases") or {}).get("lock_held") or {}).get("exclusive")
+            for r in rows.values()]
+    held = [h / 1e3 for h in held if isinstance(h, (int, float))]
+    # the holds one task at a time at any concurrency: a bound on one device
+    bound = (f"; device held alone {sum(held):.0f} s over {len(held)} problems: at most "
+             f"{60 * len(held) / sum(held):.1f} per minute on one device" if held else "")
     return ("phases, s summed over problems: "
             + " ".join(f"{k} {v:.0f}" for k, v in tot.items() if v >= 0.5)
-            + f"; timing (device held alone) {100 * tot['timing'] / s:.0f}% of {s:.0f}")
+            + f"; timing stage {100 * tot['timing'] / s:.0f}% of {s:.0f}" + bound)
 
 
 def timing_s(r: dict | None) -> str:
@@ -242,6 +248,8 @@ def report(problems: list[str], runs: dict, elapsed: dict, f,
     for c in cols:
         rows = runs[c]
         el = elapsed.get(c)
+        if el is None and not rows:
+            continue  # a phase not run (--only)
         per_min = (f"; {len(rows)} problems in {el:.0f} s = {60 * len(rows) / el:.1f} per minute"
                    if el else "")
         notes = []

@@ -153,12 +153,17 @@ def test_report_lists_each_problems_lead_and_clock():
 
 
 def test_phase_seconds_sums_each_stage_and_the_timing_share():
-    rows = {"a": {"phases": {"setup": 1000, "correctness": 2000, "timing": 6000, "total": 9000}},
-            "b": {"phases": {"setup": 1000, "timing": 2000, "engine_start": {"x": 1}}},
+    rows = {"a": {"phases": {"setup": 1000, "correctness": 2000, "timing": 6000, "total": 9000,
+                             "lock_held": {"shared": 500, "exclusive": 5000}}},
+            "b": {"phases": {"setup": 1000, "timing": 2000, "engine_start": {"x": 1},
+                             "lock_held": {"exclusive": 1000}}},
             "c": {"phases": None}}
     got = run.phase_seconds(rows)
     assert got.startswith("phases, s summed over problems: setup 2 correctness 2 timing 8;"), got
-    assert got.endswith("timing (device held alone) 67% of 12"), got
+    # the exclusive holds bound a run on one device: 2 problems in 6 s
+    assert got.endswith("timing stage 67% of 12; device held alone 6 s over 2 problems: "
+                        "at most 20.0 per minute on one device"), got
+    assert "device held alone" not in run.phase_seconds({"a": {"phases": {"timing": 1000}}})
     assert run.phase_seconds({"c": {}}) == "phases: none recorded"
 
 
