@@ -314,7 +314,7 @@ class WallCheck:
                     return f"call {i}: {why}"
         return None
 
-    def run(self, call: Callable, timing_seed: int, k_ref: int, k_cand: int, atol: float,
+    def run(self, call: Callable, k_ref: int, k_cand: int, atol: float,
             rtol: float) -> dict:
         """A warm-up block per side (first calls of the prints, allocator),
         then blocks A B B A (A the reference, B the candidate), each
@@ -323,7 +323,11 @@ class WallCheck:
         matched). The candidate's block is timed from command to reply; its
         draws and prints are taken off at the judge's own cost of them."""
         pseed = int.from_bytes(os.urandom(8), "little") >> 1  # drawn per phase, by the judge
-        warm = loader.derive_seed(timing_seed, "wall:warm")
+        # the blocks' inputs: drawn now too, not derived from the timing seed
+        # the candidate was sent (it could have computed these outputs ahead,
+        # in the slack its timed commands leave, and replayed them here)
+        base = int.from_bytes(os.urandom(8), "little") >> 1
+        warm = loader.derive_seed(base, "wall:warm")
         # with prints: a first print loads its kernels, which must not count
         self._ref_block(call, warm, 1, pseed)
         self._cand_block(warm, 1, pseed)
@@ -339,7 +343,7 @@ class WallCheck:
         cands: list[tuple[int, list, float, float, dict | None]] = []
         for r in range(wallclock.ROUNDS):
             for who in (("ref", "cand") if r % 2 == 0 else ("cand", "ref")):
-                seed = loader.derive_seed(timing_seed, f"wall:{who}:{r}")
+                seed = loader.derive_seed(base, f"wall:{who}:{r}")
                 if who == "ref":
                     refs.append(self._ref_block(call, seed, k_ref, pseed))
                 else:
@@ -379,11 +383,10 @@ UNRESOLVED = 2.0    # prints (and draws) this many times a call: no decision
 LEAD_MAX_MS = lead.LEAD_MAX_NS / 1e6  # the most host time a timed call's lead can hide
 
 
-def check_phase(judge: Any, run: dict, call: Callable, seed: int | None = None) -> dict:
+def check_phase(judge: Any, run: dict, call: Callable) -> dict:
     """The wall blocks of one timing pass (run: stages/timing.py, _time_blocks) and the
-    decision on its claims: checks.trusted_clock. Their inputs come from seed
-    (default: the judge's timing seed; a second look at the same pass takes
-    another, so that no wall block repeats an earlier one's inputs)."""
+    decision on its claims: checks.trusted_clock. Each run's wall blocks draw
+    inputs of their own (WallCheck.run)."""
     ref_med = timing.stats(run["ref"]["samples_ms"])["median"]
     cand_med = timing.stats(run["cand"])["median"]
     device = judge.device
@@ -394,8 +397,7 @@ def check_phase(judge: Any, run: dict, call: Callable, seed: int | None = None) 
     # the reference's buffers (running statistics) as the timed blocks left them
     state = {k: v.detach().clone() for k, v in judge.ref_model.named_buffers()}
     try:
-        fig = check.run(call, judge.timing_seed if seed is None else seed,
-                        wallclock.calls_for(ref_med),
+        fig = check.run(call, wallclock.calls_for(ref_med),
                         wallclock.calls_for(cand_med), judge.req["atol"], judge.req["rtol"])
     finally:
         with torch.no_grad():

@@ -4,6 +4,8 @@ the cpu where a candidate under-reports, skips work when timed, or is
 honest (they must pass)."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 import kit
@@ -670,3 +672,42 @@ def test_a_phase_timed_again_gives_a_replaying_kernel_nothing():
     assert "timing_retried" in checks or "trusted_clock_retried" in checks, checks
     assert _caught(r, "timer_tamper"), (r["verdict"], r.get("speedup"), r.get("hack_reasons"),
                                         checks.get("trusted_clock"))
+
+
+class _SeedRemote:
+    """A remote that answers wall commands with no outputs and keeps the
+    seeds they carried."""
+
+    pid = None
+
+    def __init__(self) -> None:
+        self.seeds: list[int] = []
+
+    def wall_draw(self, k: int, seed: int) -> None:
+        self.seeds.append(seed)
+
+    def wall(self, k: int, seed: int, pseed: int) -> list:
+        self.seeds.append(seed)
+        return [[None]] * k
+
+
+def test_wall_blocks_draw_inputs_the_timing_seed_does_not_give():
+    """The candidate is sent the timing seed with its timed blocks, before
+    the wall blocks: had their inputs been derived from it, it could have
+    computed their outputs ahead (in the slack its timed commands leave)
+    and replayed them on the judge's clock. Each run of the wall blocks
+    draws its own."""
+    from kgym_harness import loader
+    ref = lambda args: args[0] * 2  # noqa: E731
+    runs = []
+    for _ in range(2):
+        remote = _SeedRemote()
+        check = trustclock.WallCheck("cpu", lambda seed: [torch.full((4,), float(seed % 97))],
+                                     remote, contextlib.nullcontext)
+        check.run(ref, 2, 2, 1e-2, 1e-2)
+        runs.append([s for s in remote.seeds if s])
+    assert len(set(runs[0])) == 3  # the warm-up block and two blocks
+    assert not set(runs[0]) & set(runs[1])
+    derivable = {loader.derive_seed(t, f"wall:{w}") for t in (1234, loader.derive_seed(1234, "timing"))
+                 for w in ("warm", "cand:0", "cand:1")}
+    assert not set(runs[0]) & derivable

@@ -227,11 +227,11 @@ class Timing:
         kernel's own side stream is there on every call of every phase.
 
         When only the clock disagreed, its wall blocks run once more first
-        (a noisy wall block, most often) and the whole phase only if they
-        disagree again. Every phase after the first, and the clock's second
-        run, draws inputs of its own (new_timing_seed): on the first
-        phase's inputs a kernel that remembered its outputs would replay
-        every call of the next one."""
+        (a noisy wall block, most often; each run of them draws inputs of
+        its own, WallCheck.run) and the whole phase only if they disagree
+        again. Every phase after the first draws inputs of its own
+        (new_timing_seed): on the first phase's inputs a kernel that
+        remembered its outputs would replay every call of the next one."""
         n = self.req["num_perf_trials"]
         detail = self.result.setdefault("timings", {}).setdefault("timing_detail", {})
         t0 = now()
@@ -253,9 +253,7 @@ class Timing:
                 clock_again = True
                 t2 = now()
                 first = clock
-                clock = trustclock.check_phase(self, run, wall_call,
-                                               seed=loader.derive_seed(self.timing_seed,
-                                                                       "wall:again"))
+                clock = trustclock.check_phase(self, run, wall_call)
                 clock["mismatch"] = clock["mismatch"] or first["mismatch"]
                 detail["clock_again"] = _ms(now() - t2)
                 self.result["checks"]["trusted_clock_retried"] = {
