@@ -602,6 +602,10 @@ MUTATIONS = [
              "           (eng_oom_not_candidates(r) || eng_oom_candidates(r));",
              "           (eng_oom_not_candidates(r) || 0);",
              ["unit:test_engine_rerun", OOM_RERUN]),
+    Mutation("worker-rerun-same-seed", "a task rerun alone draws inputs of a new seed",
+             "src/worker/engine_rerun.c",
+             'if (t && json_object_set_new(t, "seed", json_integer((json_int_t)(s >> 11)))) {',
+             "if (t && !s && 0) {", [f"{OOM_RERUN} -k beside_others"]),
     Mutation("worker-oom-rerun-candidates-any", "only the candidate's out of memory earns "
              "a rerun, not its other failures", "src/worker/engine_rerun.c",
              "        (strcmp(code, \"OUT_OF_MEMORY\") && strcmp(code, \"CUDA_ERROR\")))",

@@ -3,9 +3,11 @@
  * runs once more, alone (docs/worker.md, "Out of memory beside others"). Which results
  * qualify, the company each task had, the gate that keeps the device for
  * the rerun, and what its result says. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "worker/engine_impl.h"
 
@@ -114,14 +116,37 @@ int eng_alone_gate(const kg_engine *e)
     return active || dying ? GATE_SHUT : GATE_LONE;
 }
 
-/* The task of sl queued again, first in line, to run alone; its rerun note
- * (checks.rerun) says why and what the first run reported. 0 when it could
- * not be queued (out of memory): the first result goes out instead. */
+/* A copy of task with a new secret seed (53 bits: exact in JSON), or NULL.
+ * The first run's candidate saw inputs drawn from the old one and may have
+ * kept its outputs where the rerun's can read them (the extension cache):
+ * on the same inputs it would replay them. */
+static json_t *reseeded(const json_t *task)
+{
+    uint64_t s;
+    if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s)
+        return NULL;
+    json_t *t = json_deep_copy(task);
+    if (t && json_object_set_new(t, "seed", json_integer((json_int_t)(s >> 11)))) {
+        json_decref(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* The task of sl queued again, first in line, to run alone, on inputs of a
+ * new seed; its rerun note (checks.rerun) says why and what the first run
+ * reported. 0 when it could not be queued (out of memory): the first
+ * result goes out instead. */
 static int queue_alone(kg_engine *e, struct slot *sl, const json_t *r)
 {
     struct pending *p = calloc(1, sizeof *p);
     if (!p)
         return 0;
+    json_t *task = reseeded(sl->task);
+    if (!task) {
+        free(p);
+        return 0;
+    }
     char reason[128];
     snprintf(reason, sizeof reason,
              "device out of memory beside %d other pair%s on the device",
@@ -132,10 +157,11 @@ static int queue_alone(kg_engine *e, struct slot *sl, const json_t *r)
         "error_code", str_of(r, "error_code"), "message",
         str_of(r, "error_message"));
     if (!p->rerun) {
+        json_decref(task);
         free(p);
         return 0;
     }
-    p->task = json_incref(sl->task);
+    p->task = task;
     p->user = sl->user;
     p->t_submit = sl->t_submit;
     p->alone = 1;

@@ -102,10 +102,21 @@ class Model(torch.nn.Module):
         return x * 2
 '''
 
+# Notes the first input each judge process sees (runs it draws: the seed's).
 PLAIN = HEAD + '''
 
+def get_inputs():
+    return [torch.randn(4)]
+
+
 class Model(torch.nn.Module):
+    seen = False
+
     def forward(self, x):
+        if not Model.seen and os.access(D, os.W_OK):
+            Model.seen = True
+            with open(os.path.join(D, "inputs-" + NAME), "a") as f:
+                f.write(f"{{float(x[0]):.9g}}\\n")
         return x - 1
 '''
 
@@ -167,7 +178,8 @@ def test_oom_beside_others_is_rerun_alone_once():
                  "the hog to hold the device")
         victim = task(d, "victim", VICTIM, CAND.format(expr="x * 2"))
         greedy = task(d, "greedy", GREEDY, CAND.format(expr="x * 2"))
-        cand_oom = task(d, "candoom", PLAIN, CAND_OOM)
+        # a seed of the user's: the rerun's inputs are new all the same
+        cand_oom = dict(task(d, "candoom", PLAIN, CAND_OOM), seed=7)
         for t in (victim, greedy, cand_oom):
             c.submit_raw(t)
         res = c.wait_all([t["task_id"] for t in (hog, victim, greedy, cand_oom)],
@@ -206,6 +218,11 @@ def test_oom_beside_others_is_rerun_alone_once():
         assert kr["first_error"]["error_code"] == "OUT_OF_MEMORY", kr
         assert "rerun alone" in warnings_of(k)
         assert runs(d, "candoom") == 2
+        # on inputs of a new seed: the first run's candidate could have kept
+        # its outputs where the rerun's reads them
+        with open(os.path.join(d, "inputs-candoom")) as f:
+            firsts = f.read().split()
+        assert len(firsts) == 2 and firsts[0] != firsts[1], firsts
     finally:
         env.close()
 
