@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "common/json_util.h"
 #include "common/request.h"
@@ -352,4 +353,16 @@ int kg_request_cache_key(const json_t *req, char out[65], kg_err *err)
     kg_sha256_final(&k.h, dig);
     kg_sha256_tohex(dig, out);
     return 0;
+}
+
+int kg_request_reseed(json_t *req)
+{
+    uint64_t s;
+    if (!json_is_object(req) ||
+        getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s)
+        return -1;
+    /* 53 bits: the schema's largest seed, exact in a JSON number */
+    return json_object_set_new(req, "seed", json_integer((json_int_t)(s >> 11)))
+               ? -1
+               : 0;
 }

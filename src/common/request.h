@@ -48,6 +48,14 @@ json_t *kg_request_flag_value(const char *v);
 int kg_request_flag(json_t *fields, const char *flag, const char *v,
                     kg_err *err);
 
+/*
+ * Gives req a new secret "seed" (53 bits, from getrandom), replacing the
+ * client's: a task run again (a retry, a rerun alone) must not draw the
+ * inputs its earlier run's candidate saw, which it could have kept the
+ * outputs of where the next run reads them. 0, or -1 (req unchanged).
+ */
+int kg_request_reseed(json_t *req);
+
 /* A task id is 1..100 of [A-Za-z0-9._:-]. */
 int kg_task_id_valid(const char *id);
 

@@ -3,12 +3,11 @@
  * runs once more, alone (docs/worker.md, "Out of memory beside others"). Which results
  * qualify, the company each task had, the gate that keeps the device for
  * the rerun, and what its result says. */
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
+#include "common/request.h"
 #include "worker/engine_impl.h"
 
 #define GIB 1073741824.0
@@ -116,17 +115,11 @@ int eng_alone_gate(const kg_engine *e)
     return active || dying ? GATE_SHUT : GATE_LONE;
 }
 
-/* A copy of task with a new secret seed (53 bits: exact in JSON), or NULL.
- * The first run's candidate saw inputs drawn from the old one and may have
- * kept its outputs where the rerun's can read them (the extension cache):
- * on the same inputs it would replay them. */
+/* A copy of task with a new secret seed (kg_request_reseed), or NULL. */
 static json_t *reseeded(const json_t *task)
 {
-    uint64_t s;
-    if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s)
-        return NULL;
     json_t *t = json_deep_copy(task);
-    if (t && json_object_set_new(t, "seed", json_integer((json_int_t)(s >> 11)))) {
+    if (t && kg_request_reseed(t)) {
         json_decref(t);
         return NULL;
     }

@@ -271,6 +271,9 @@ def test_kill9_holder_task_requeued_to_second_worker(env: Env) -> None:
     assert r["verdict"] == "pass", r
     assert st["attempts"] == 2 and bid and r["device"]["worker_id"] == bid, (st, read(blog))
     assert worker_id(alog) != bid
+    # the client's seed (41) is not the retry's: no input the first attempt's
+    # candidate saw comes again
+    assert f"task {tid}: attempt 2, on inputs of a new seed" in read(blog), read(blog)
     b.send_signal(signal.SIGTERM)
     assert b.wait(timeout=30) == 0
     c.close()

@@ -212,7 +212,17 @@ static void test_taken_then_reported_once(void **st)
     assert_int_equal(e->npending, 2);
     struct pending *p = e->head;
     assert_true(p->alone);
-    assert_ptr_equal(p->task, sl->task);
+    /* the same task on inputs of a new seed (kg_request_reseed) */
+    assert_ptr_not_equal(p->task, sl->task);
+    json_t *seed = json_object_get(p->task, "seed");
+    assert_true(json_is_integer(seed));
+    assert_false(json_equal(seed, json_object_get(sl->task, "seed")));
+    json_t *a = json_deep_copy(p->task), *b = json_deep_copy(sl->task);
+    json_object_del(a, "seed");
+    json_object_del(b, "seed");
+    assert_true(json_equal(a, b));
+    json_decref(a);
+    json_decref(b);
     assert_ptr_equal(p->user, (void *)1);
     assert_true(p->t_submit == 5);
     assert_ptr_equal(p->next->user, (void *)2);

@@ -337,6 +337,32 @@ static int check_text(const char *text, const char **msg)
 }
 
 /* The result contract a worker's result must meet (docs/design.md). */
+/* A retried or rerun task's new seed: replaces the client's, fresh each
+ * time, within the schema's 53 bits; nothing else changes. */
+static void test_reseed(void **state)
+{
+    (void)state;
+    json_t *req = json_pack("{s:s, s:I, s:i}", "reference_code", "x",
+                            "seed", (json_int_t)7, "num_perf_trials", 5);
+    assert_non_null(req);
+    json_int_t seen[8];
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(kg_request_reseed(req), 0);
+        json_t *s = json_object_get(req, "seed");
+        assert_true(json_is_integer(s));
+        seen[i] = json_integer_value(s);
+        assert_true(seen[i] >= 0 && seen[i] <= ((json_int_t)1 << 53) - 1);
+        assert_true(seen[i] != 7);
+        for (int j = 0; j < i; j++)
+            assert_true(seen[j] != seen[i]);
+    }
+    assert_int_equal(json_object_size(req), 3);
+    assert_string_equal(json_string_value(json_object_get(req, "reference_code")), "x");
+    assert_int_equal(json_integer_value(json_object_get(req, "num_perf_trials")), 5);
+    json_decref(req);
+    assert_int_equal(kg_request_reseed(NULL), -1);
+}
+
 static void test_result_contract(void **state)
 {
     (void)state;
@@ -423,6 +449,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_result_contract),
+        cmocka_unit_test(test_reseed),
         cmocka_unit_test(test_sha256_vectors),
         cmocka_unit_test(test_sha256_paths),
         cmocka_unit_test(test_cache_key_fields),
