@@ -205,9 +205,13 @@ def lead_line(r: dict) -> str:
     tl = r.get("timing_lead") or {}
     k, ref = tl.get("kernel") or {}, tl.get("reference") or {}
     tc = r.get("trusted_clock") or {}
+    # the clock's first look, when only it disagreed and it looked again
+    first = r.get("trusted_clock_retried") or {}
+    again = (f" (first look {first.get('verdict')} wall {first.get('wall_speedup', '-')})"
+             if first else "")
     return (f"lead {k.get('us', '-')}/{ref.get('us', '-')} fit {k.get('fit', '-')}/"
             f"{ref.get('fit', '-')} late {k.get('late', '-')}/{ref.get('late', '-')}"
-            f"; clock {tc.get('verdict', '-')} wall {tc.get('wall_speedup', '-')}")
+            f"; clock {tc.get('verdict', '-')} wall {tc.get('wall_speedup', '-')}{again}")
 
 
 def report(problems: list[str], runs: dict, elapsed: dict, f,

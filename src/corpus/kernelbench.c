@@ -240,6 +240,7 @@ json_t *kb_line(const kb_problem *p, const json_t *result)
     /* why a speedup is what it is: the judge's clock, and each side's lead */
     json_t *checks = json_object_get(result, "checks");
     copy_field(l, "trusted_clock", checks, NULL);
+    copy_field(l, "trusted_clock_retried", checks, NULL); /* its first look */
     copy_field(l, "timing_lead", checks, NULL);
     /* run again alone after an out of memory beside others (docs/worker.md) */
     copy_field(l, "rerun", checks, NULL);

@@ -150,6 +150,10 @@ def test_report_lists_each_problems_lead_and_clock():
                     in got[0]), out
     ab = [ln for ln in out.splitlines() if ln.startswith("  ab ")]
     assert ab and "lead -/- fit -/- late -/-; clock agree wall -" in ab[0], out
+    # a clock that looked twice: the first look beside the one that counts
+    r["trusted_clock_retried"] = {"verdict": "capped", "wall_speedup": 0.8}
+    r["trusted_clock"] = {"verdict": "agree", "wall_speedup": 0.99}
+    assert run.lead_line(r).endswith("clock agree wall 0.99 (first look capped wall 0.8)")
 
 
 def test_phase_seconds_sums_each_stage_and_the_timing_share():
