@@ -284,3 +284,48 @@ def test_cpu_forgery_not_fooled_by_a_lucky_wall_block():
     b = coverage.bound(prof, 5.6, 21.2, cuda=False)
     assert b["forgery"] is None and not b["check"]["capped"]
     assert coverage.bound(prof, 5.6, 5.0, cuda=False)["forgery"]
+
+# A forward whose custom kernel is about two thirds of its time: the rest a
+# product in torch whose result it multiplies by zero (the output stays the
+# reference's, and the ablation still finds the custom kernel's output in
+# it). REPLAY: outputs kept by a few input elements; a repeat returns the
+# kept one after running the custom kernel on scratch inputs (the kernel the
+# ablation finds the output depends on, for about as long as a call).
+MIXED = """
+    out = MEMO.get(key) if REPLAY else None
+    if out is not None:
+        add_relu_scale(self.scratch, self.scratch, 1.0)
+        return out
+    out = add_relu_scale(a, b, self.scale)
+    out = out + 0.0 * (a[:, :256] @ b + a[:, 256:512] @ b)
+    if REPLAY and len(MEMO) < 200:
+        MEMO[key] = out
+    return out
+"""
+
+
+def _mixed(replay: bool) -> str:
+    body = ("key = (tuple(a[0, :4].tolist()), tuple(b[0, :4].tolist()))\n"
+            + textwrap.dedent(MIXED))
+    top = f"MEMO = {{}}\nREPLAY = {replay}\n\n\n"
+    return kit.cpu_kernel(kit.model_new(body, init_extra="self.scratch = torch.zeros(1 << 23)"),
+                          top=top)
+
+
+def test_profiled_calls_draw_inputs_no_timed_call_had():
+    """A kernel that keeps its outputs by their inputs replays them on any
+    input set it has seen, and can fill the time with its custom kernel on
+    scratch: had the profiled calls' inputs been the timing phase's, most
+    profiled calls would be that kernel alone, and the coverage every
+    reward reads near 1."""
+    ref = kit.REF.replace("torch.randn(4, 16), torch.randn(4, 16)",
+                          "torch.randn(256, 4096), torch.randn(256, 4096)")
+    honest = kit.run(_mixed(False), reference_code=ref, enable_profiling=True,
+                     num_perf_trials=10)
+    replay = kit.run(_mixed(True), reference_code=ref, enable_profiling=True,
+                     num_perf_trials=10)
+    assert honest["verdict"] == "pass" and replay["verdict"] == "pass", (
+        honest.get("error_message"), replay.get("error_message"))
+    h, r = honest["profile"]["coverage"], replay["profile"]["coverage"]
+    assert h < 0.9, honest["profile"]
+    assert r < h + 0.2, (h, r, replay["profile"])

@@ -10,7 +10,7 @@ in the profiler's own process, profproc.py).
 
 from __future__ import annotations
 
-from .. import coverage, profiling, timing
+from .. import coverage, loader, profiling, timing
 from ..remote import CandidateFailed
 from . import now
 
@@ -30,7 +30,10 @@ class Profiling:
         t0 = now()
         try:
             n = PROFILE_ITERS if timing.is_cuda(self.device) else CPU_PROFILE_ITERS
-            raw = self.remote.profile(n, self.timing_seed)
+            # inputs no timed call had: a kernel may keep the outputs it made,
+            # and replayed with its custom kernel run on scratch, a profile
+            # of seen inputs read as all custom (test_coverage.py)
+            raw = self.remote.profile(n, loader.derive_seed(self.timing_seed, "profile"))
         except CandidateFailed as e:
             self.result["warnings"].append(f"profiling failed: {e.info['message']}"[:500])
             return
