@@ -404,10 +404,18 @@ static int do_lease(struct worker *w, int wait_s)
     if (r.status == 200 && tid && json_is_object(req)) {
         json_t *in = json_deep_copy(req);
         json_object_set_new(in, "task_id", json_string(tid));
-        int attempt = (int)json_integer_value(json_object_get(r.json, "attempt"));
+        int attempt =
+            (int)json_integer_value(json_object_get(r.json, "attempt"));
         /* a retry draws inputs no earlier attempt's candidate saw */
-        if (attempt > 1 && kg_request_reseed(in) == 0)
-            kg_info("task %s: attempt %d, on inputs of a new seed", tid, attempt);
+        if (attempt > 1) {
+            if (kg_request_reseed(in) == 0)
+                kg_info("task %s: attempt %d, on inputs of a new seed", tid,
+                        attempt);
+            else
+                kg_warn("task %s: attempt %d keeps its seed (no new one "
+                        "could be drawn)",
+                        tid, attempt);
+        }
         int code;
         kg_err err = {{0}};
         json_t *task = kg_request_normalize(in, &code, NULL, &err);

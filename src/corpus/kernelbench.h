@@ -67,7 +67,7 @@ typedef struct kb_rec {
     char verdict[32];
     double speedup; /* < 0: none */
     double held_s;  /* the device held alone (timing, profiling); < 0: none */
-    double calls_s; /* of it, the timed calls' own time, both sides; < 0: none */
+    double calls_s; /* of it, both sides' timed calls' own time; < 0: none */
 } kb_rec;
 
 typedef struct kb_recs {

@@ -357,8 +357,10 @@ static void test_reseed(void **state)
             assert_true(seen[j] != seen[i]);
     }
     assert_int_equal(json_object_size(req), 3);
-    assert_string_equal(json_string_value(json_object_get(req, "reference_code")), "x");
-    assert_int_equal(json_integer_value(json_object_get(req, "num_perf_trials")), 5);
+    assert_string_equal(
+        json_string_value(json_object_get(req, "reference_code")), "x");
+    assert_int_equal(
+        json_integer_value(json_object_get(req, "num_perf_trials")), 5);
     json_decref(req);
     assert_int_equal(kg_request_reseed(NULL), -1);
 }
