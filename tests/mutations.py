@@ -473,7 +473,8 @@ MUTATIONS = [
     Mutation("timing-third-phase-for-any-disturbance",
              "only a repeated side_stream finding earns a third timing phase",
              "harness/kgym_harness/stages/timing.py",
-             "            if not (unexplained > 0 or side_found or off) or (retried and not side_found):",
+             "            if not (unexplained > 0 or side_found or off) or "
+             "(retried and not side_found):",
              "            if not (unexplained > 0 or side_found or off):",
              ["tests/harness/test_timing_phases.py"]),
     Mutation("timing-phase-again-same-inputs",

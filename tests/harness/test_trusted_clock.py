@@ -708,6 +708,7 @@ def test_wall_blocks_draw_inputs_the_timing_seed_does_not_give():
         runs.append([s for s in remote.seeds if s])
     assert len(set(runs[0])) == 3  # the warm-up block and two blocks
     assert not set(runs[0]) & set(runs[1])
-    derivable = {loader.derive_seed(t, f"wall:{w}") for t in (1234, loader.derive_seed(1234, "timing"))
+    timing_seeds = (1234, loader.derive_seed(1234, "timing"))
+    derivable = {loader.derive_seed(t, f"wall:{w}") for t in timing_seeds
                  for w in ("warm", "cand:0", "cand:1")}
     assert not set(runs[0]) & derivable
