@@ -488,6 +488,18 @@ MUTATIONS = [
              "harness/kgym_harness/stages/timing.py",
              '            self.new_timing_seed("probe")\n', "",
              ["tests/harness/test_timing_phases.py"]),
+    Mutation("heap-policy-off", "each role's process keeps what its C heap freed (no "
+             "page faults that depend on the loop a call runs in)",
+             "harness/kgym_harness/role.py", "    apply_heap_policy()\n", "",
+             ["tests/harness/test_heap.py",
+              "tests/integration/test_eval_cli.py -k keep_what_their_heap"]),
+    Mutation("heap-trims", "the C heap is never trimmed", "harness/kgym_harness/heap.py",
+             "fn(M_TRIM_THRESHOLD, -1) == 1", "True", ["tests/harness/test_heap.py"]),
+    Mutation("clock-load-counts-wake-up", "a timed command's wake-up is not load its calls "
+             "ran under (no honest claim named for it)", "harness/kgym_harness/trustclock.py",
+             "    if slices <= 1 or queued_ns <= 0:\n        return 0.0\n",
+             "    return max(queued_ns, 0) / 1e6\n",
+             [f"{TRUSTED} -k wake_up"]),
     Mutation("profile-on-timed-inputs", "the profiled calls draw inputs no timed call had",
              "harness/kgym_harness/stages/profile.py",
              'loader.derive_seed(self.timing_seed, "profile")', "self.timing_seed",

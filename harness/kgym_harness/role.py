@@ -44,6 +44,14 @@ def apply_cpu_threads() -> None:
         torch.set_num_threads(int(v))
 
 
+def apply_heap_policy() -> None:
+    """The C heap keeps what it freed (heap.py), in each role's process
+    before its role starts: a call's page faults then do not depend on
+    which loop it runs in."""
+    from .heap import keep_freed
+    keep_freed()
+
+
 def apply_precision_defaults() -> None:
     """cuDNN without TF32, as cuBLAS is by torch's default, in each role's
     process before its role starts (precision.process_defaults): an honest
@@ -52,6 +60,14 @@ def apply_precision_defaults() -> None:
     judge's measurement."""
     from .precision import process_defaults
     process_defaults()
+
+
+def prepare_process() -> None:
+    """What each role's process sets before its role starts, whichever
+    way it was started (role.main, the zygote's fork, warm.py's)."""
+    apply_heap_policy()
+    apply_cpu_threads()
+    apply_precision_defaults()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     probe = sub.add_parser("probe")  # the worker's device health check (probe.py)
     probe.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
-    apply_cpu_threads()
-    apply_precision_defaults()
+    prepare_process()
     if args.role == "probe":
         from .probe import run_probe
         return run_probe(args.device)

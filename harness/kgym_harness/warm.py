@@ -60,9 +60,8 @@ def _child(req: dict, fds: list[int], ctl: socket.socket) -> None:
         import tempfile
         tempfile.tempdir = None
         sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        from .role import apply_cpu_threads, apply_precision_defaults
-        apply_precision_defaults()
-        apply_cpu_threads()
+        from .role import prepare_process
+        prepare_process()
         if req["role"] == "judge":
             from .judge import run_judge
             from .role import _read_task

@@ -111,9 +111,8 @@ def _child(req: dict[str, Any], fds: dict[str, int], sandbox: Sandbox, closers: 
         # imports chose (its own TMPDIR, e.g. under ahead.warm_meta) is not
         # this child's, and the candidate (uid nobody) may not write there
         tempfile.tempdir = None
-        from kgym_harness.role import apply_cpu_threads, apply_precision_defaults
-        apply_cpu_threads()
-        apply_precision_defaults()
+        from kgym_harness.role import prepare_process
+        prepare_process()
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
         code = _run_role(req, fds) or 0

@@ -46,6 +46,52 @@ def test_bad_request_field_is_named():
     assert "num_perf_trials" in p.stderr
 
 
+HEAP_REF = """
+import torch
+import torch.nn as nn
+from kgym_harness import heap
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2 + (0.0 if heap.applied() else 1.0)
+
+
+def get_inputs():
+    return [torch.randn(64)]
+
+
+def get_init_inputs():
+    return []
+"""
+HEAP_CAND = """
+import torch.nn as nn
+from kgym_harness import heap
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x * 2 + (0.0 if heap.applied() else 2.0)
+"""
+
+
+@pytest.mark.parametrize("mode", [[], ["--fresh"], ["--prewarm", "0"]])
+def test_both_roles_keep_what_their_heap_freed(tmp_path, mode):
+    """The judge's and the candidate's processes run under the heap policy
+    (heap.py) however they were started: the outputs agree only when
+    both have it (the reference adds 1 without it, the candidate 2)."""
+    ref, cand = tmp_path / "ref.py", tmp_path / "cand.py"
+    ref.write_text(HEAP_REF)
+    cand.write_text(HEAP_CAND)
+    os.chmod(tmp_path, 0o755)
+    p = run(["--backend", "cpu", "--device", "cpu", "--ref", str(ref), "--cand", str(cand),
+             "--run-hack-checks", "false", "--num-correct-trials", "1", *FAST[:2], "--json",
+             "--enable-profiling", "false", *mode])
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["verdict"] == "pass", r["error_message"]
+
+
 def test_json_result_has_the_design_fields():
     p = run(["--ref", REF, "--cand", SOL, "--backend", "triton", "--json", *FAST])
     assert p.returncode == 0, p.stderr

@@ -103,6 +103,16 @@ def test_reward_and_prs_from_results():
     assert kp[:2] == [1.0, 0.0]
 
 
+def _why(kind: str, res: dict) -> str:
+    """What a failed assertion on a real result shows: the verdict, its
+    message and the clock's figures (a dict's repr is cut short)."""
+    err = res.get("error") or {}
+    checks = res.get("checks") or {}
+    return (f"{kind}: {res.get('verdict')} {res.get('hack_reasons')} {err.get('message')}; "
+            f"trusted_clock {checks.get('trusted_clock')}; first look "
+            f"{checks.get('trusted_clock_retried')}; retried {checks.get('timing_retried')}")
+
+
 @pytest.mark.skipif(not os.access(KGYM, os.X_OK), reason=f"no kgym binary at {KGYM}")
 def test_real_run_hacked_never_rewarded():
     kdir = REPO / "bench" / "bandit" / "kernels" / "cpu"
@@ -134,7 +144,7 @@ def test_real_run_hacked_never_rewarded():
             elif kind == "wrong":
                 assert res["verdict"] == "mismatch" and R == 0.0, res
             else:  # fused, lazy: correct, so at least 1
-                assert res["verdict"] == "pass" and R >= 1.0, res
+                assert res["verdict"] == "pass" and R >= 1.0, _why(kind, res)
     assert n_hacked >= 8  # pi(hacked) starts at e^2 / (e^2 + 3) = 0.71
     # the figure the bench reports: GRPO's step is TRLOO's times 1 - 1/N
     ratios = [r["grpo_over_trloo"] for r in rows if r["grpo_over_trloo"] is not None]

@@ -162,6 +162,7 @@ class Timing:
             self.result["speedup"] = rstats["median"] / kstats["median"]
         self.trusted_clock(clock)
         checks["timing_run_delay_ms"] = round(run["queued_ms"], 2)
+        checks["timing_call_delay_ms"] = round(run["call_queued_ms"], 2)  # the load's part
         checks["timing_blocks"] = len(plan)
         checks["timing_wall_ms"] = run["wall_ms"]
         checks["timing_unexplained_ms"] = max(unexplained, 0.0)
@@ -371,6 +372,7 @@ class Timing:
         run: dict = {"ref": ref, "ref_side": 0, "cand": [], "side": [], "wall_ms": 0.0,
                      "queued_ms": 0.0,  # of wall_ms: the candidate waiting for a CPU
                      "ran_ms": 0.0,  # the candidate's main thread on a CPU
+                     "call_queued_ms": 0.0,  # of queued_ms: after each command's wake-up
                      "launches": 0, "warmups": 0,
                      "claims": [],  # (input index, the candidate's fingerprint)
                      "excess": {"kernel": [], "reference": []},
@@ -428,8 +430,10 @@ class Timing:
                 if d1 is not None and d1 >= d0:
                     run["queued_ms"] += (d1 - d0) / 1e6
                 s1 = trustclock.main_sched_ns(pid) if s0 is not None else None
-                if s1 is not None:  # its CPU time: with queued_ms, the load it ran under
+                if s1 is not None:  # its CPU time: with call_queued_ms, the load it ran under
                     run["ran_ms"] += (s1[0] - s0[0]) / 1e6  # type: ignore[index]
+                    run["call_queued_ms"] += trustclock.command_queued_ms(
+                        s1[1] - s0[1], s1[2] - s0[2])  # type: ignore[index]
                 run["timed"].update(range(blk["timed_start"], blk["timed_start"] + blk["n_iter"]))
                 if c["l2"] is not None:
                     run["l2_report"] = c["l2"]
