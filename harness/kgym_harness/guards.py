@@ -12,7 +12,6 @@ integrity.py watches this module's functions like the rest of the harness.
 from __future__ import annotations
 
 import ast
-import ctypes
 import hashlib
 import math
 import os
@@ -24,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from . import chunked, devregion
+from . import chunked, devregion, heap
 
 # Every byte 0xFF: a NaN read as fp16, bf16, fp32 or fp64, -1 as an integer.
 # Memory the candidate allocates during a checked call holds this (glibc's
@@ -115,17 +114,7 @@ def output_problem(leaf: Any, device: str) -> tuple[str, str] | None:
 
 # ---- stale_memory -----------------------------------------------------------------
 
-def _mallopt() -> Any:
-    try:
-        fn = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_MALLOPT = _mallopt()
+_MALLOPT = heap.libc_mallopt()
 
 
 def _fill_blocks(dev: torch.device, sizes: list[int]) -> None:

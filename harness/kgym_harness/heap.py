@@ -29,7 +29,8 @@ TOP_PAD_BYTES = 16 << 20  # the heap grows by at least this much at a time
 _applied = False
 
 
-def _mallopt() -> Any:
+def libc_mallopt() -> Any:
+    """glibc's mallopt(param, value) through ctypes; None without it."""
     try:
         fn = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
@@ -43,7 +44,7 @@ def keep_freed() -> bool:
     """Set the policy in this process; whether glibc took every setting
     (False without glibc's mallopt: the defaults stand)."""
     global _applied
-    fn = _mallopt()
+    fn = libc_mallopt()
     if fn is None:
         return False
     # -1: never trim (mallopt(3)); 1 is success
