@@ -5,14 +5,11 @@ freed reuses pages already touched.
 
 Why: with glibc's defaults whether a block comes back as fresh pages
 depends on the heap's history (the top trimmed after a large free, the
-mmap threshold moving with each free). The same honest CPU call then paid
-hundreds of page faults in one loop and none in another: 384-1940 faults
-and 2.5-5.8 ms of CPU per call in a wall block against 0-400 faults and
-about 1 ms in its timed loop (bench/bandit's lazy swish, one thread), and
-under a loaded CPU the judge's CPU-time bound (trustclock.decide) named
-2 of 30 such honest evaluations timer_tamper
-(bench/results/2026-12-07-cpu-heap-policy.txt). Both sides, the judge's
-reference and the candidate, run under the same policy.
+mmap threshold moving with each free), so the same call paid page faults
+in the judge's wall blocks and not in its timed loop, and the CPU-time
+bound (trustclock.decide) compares the two. Both sides, the judge's
+reference and the candidate, run under the same policy (figures:
+bench/results/2026-12-07-cpu-heap-policy.txt).
 Blocks of MMAP_BYTES and more are still mapped and unmapped each time,
 in every loop alike."""
 from __future__ import annotations

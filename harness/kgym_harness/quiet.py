@@ -134,15 +134,23 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def main_sched(pid: int) -> tuple[int, int, int] | None:
+    """(ns run, ns runnable waiting for a CPU, times put on a CPU) of pid's
+    main thread, by the kernel's account (/proc/PID/schedstat; the
+    candidate cannot write it). None when it cannot be read."""
+    text = _read(f"/proc/{pid}/schedstat")
+    try:
+        f = text.split() if text else []
+        return (int(f[0]), int(f[1]), int(f[2])) if len(f) >= 3 else None
+    except ValueError:
+        return None
+
+
 def run_delay_ns(pid: int) -> int | None:
     """How long (ns) the main thread of pid has spent runnable but waiting
-    for a CPU, by the kernel's account (/proc/PID/schedstat, second field;
-    the candidate cannot write it). None when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
-            return int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+    for a CPU (main_sched's second figure). None when it cannot be read."""
+    got = main_sched(pid)
+    return got[1] if got is not None else None
 
 
 def descendants(pid: int) -> list[int]:

@@ -47,27 +47,13 @@ def _now_ms() -> float:
     return time.perf_counter() * 1e3
 
 
-def main_sched_ns(pid: int) -> tuple[int, int, int] | None:
-    """(ns run, ns runnable waiting for a CPU, times put on a CPU) of
-    pid's main thread, by the kernel's account (/proc/PID/schedstat);
-    None when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
-            got = f.read().split()
-        return int(got[0]), int(got[1]), int(got[2])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def command_queued_ms(queued_ns: int, slices: int) -> float:
     """Of one timed command's wait for a CPU (ms), the part its calls ran
     under. Each time the thread is put on a CPU follows one wait; the
-    first is its wake-up for the command, before any call (on 2 CPUs
-    under 4 tasks it was a third of a short command's wait and more, and
-    counted as load it named honest calls timer_tamper). The rest is taken
-    as the calls' (preemptions; the draws' share too, which only raises
-    the bound's load). More slices only raise the share: a kernel that
-    yields often makes its own bound tighter."""
+    first is its wake-up for the command, before any call, and is left
+    out. The rest is taken as the calls' (preemptions; the draws' share
+    too, which only raises the bound's load). More slices only raise the
+    share: a kernel that yields often makes its own bound tighter."""
     if slices <= 1 or queued_ns <= 0:
         return 0.0
     return queued_ns * (slices - 1) / slices / 1e6

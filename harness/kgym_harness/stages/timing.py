@@ -418,22 +418,21 @@ class Timing:
                 w = timing.rewarm(blk, cand)
                 run["warmups"] += w
                 pid = self.remote.pid
-                d0 = quiet.run_delay_ns(pid) if pid else None
-                s0 = trustclock.main_sched_ns(pid) if pid else None
+                s0 = quiet.main_sched(pid) if pid else None
                 t1 = now()
                 c = self.remote.time(w, blk["n_iter"], self.timing_seed, blk["start"],
                                      blk["warmup_ms"], blk["timed_start"], run["spots"])
                 wall_ms = (now() - t1) * 1e3
                 run["wall_ms"] += wall_ms
                 _add_host(run["host"]["kernel"], c, wall_ms)
-                d1 = quiet.run_delay_ns(pid) if d0 is not None else None
-                if d1 is not None and d1 >= d0:
-                    run["queued_ms"] += (d1 - d0) / 1e6
-                s1 = trustclock.main_sched_ns(pid) if s0 is not None else None
-                if s1 is not None:  # its CPU time: with call_queued_ms, the load it ran under
-                    run["ran_ms"] += (s1[0] - s0[0]) / 1e6  # type: ignore[index]
+                s1 = quiet.main_sched(pid) if s0 is not None else None
+                if s1 is not None and s0 is not None:
+                    if s1[1] >= s0[1]:
+                        run["queued_ms"] += (s1[1] - s0[1]) / 1e6
+                    # its CPU time: with call_queued_ms, the load it ran under
+                    run["ran_ms"] += (s1[0] - s0[0]) / 1e6
                     run["call_queued_ms"] += trustclock.command_queued_ms(
-                        s1[1] - s0[1], s1[2] - s0[2])  # type: ignore[index]
+                        s1[1] - s0[1], s1[2] - s0[2])
                 run["timed"].update(range(blk["timed_start"], blk["timed_start"] + blk["n_iter"]))
                 if c["l2"] is not None:
                     run["l2_report"] = c["l2"]
